@@ -1,0 +1,156 @@
+"""Linear contextual bandits on a ridge solver: LinUCB, LinTS, epsilon-greedy, SquareCB."""
+
+from __future__ import annotations
+
+import torch
+
+from torchroute.functional.ridge import ridge_predict, ridge_width
+from torchroute.functional.sampling import (
+    argmax_random_ties,
+    one_hot_probs,
+    probability_floor,
+    sample_categorical,
+)
+from torchroute.functional.squarecb import squarecb_probs
+from torchroute.learners.ridge_base import RidgeLearner
+from torchroute.types import Context, Decision
+
+
+class LinUCB(RidgeLearner):
+    """LinUCB (Li et al. 2010) with one ridge model per arm.
+
+    Score ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)``; argmax with random tie-break
+    (``ALGORITHMS.md`` section 2).
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        alpha: width of the confidence bonus.
+        lam: ridge regulariser.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> ``probs [R, B, K]`` (one-hot), ``action [R, B]``.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0,
+                 lam: float = 10.0) -> None:
+        super().__init__(num_trials, num_arms, dim, lam)
+        self.alpha = alpha
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        x = context.x.to(self.theta.dtype)
+        scores = ridge_predict(self.theta, x)  # [R, B, K]
+        if self.alpha != 0:
+            scores = scores + self.alpha * ridge_width(self.a_inv, x)
+        action = argmax_random_ties(scores, generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+
+class FullFeedbackLinUCB(LinUCB):
+    """LinUCB that observes every arm's reward each round (a full-information baseline).
+
+    Every arm's ridge model is updated each round; ``alpha = 0`` by default (greedy on
+    the ridge prediction), as in the CABS experiments.
+    """
+
+    full_feedback = True
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0,
+                 lam: float = 10.0) -> None:
+        super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
+
+
+class LinTS(RidgeLearner):
+    """Linear Thompson sampling (Agrawal & Goyal 2013): ``theta~ ~ N(theta_k, v^2 A_k^{-1})``.
+
+    Only ``x^T theta~_k`` enters the argmax, and for one context it is distributed as
+    ``N(x^T theta_k, v^2 x^T A_k^{-1} x)``; sampling that scalar per arm gives the same
+    decision distribution as sampling ``theta~`` at ``O(K d^2)`` instead of the
+    ``O(K d^3)`` of a Cholesky factor per arm. With ``B > 1`` contexts each context gets
+    its own posterior draw.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        v: posterior scale.
+        lam: ridge regulariser.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, v: float = 1.0,
+                 lam: float = 10.0) -> None:
+        super().__init__(num_trials, num_arms, dim, lam)
+        self.v = v
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        x = context.x.to(self.theta.dtype)
+        mean = ridge_predict(self.theta, x)  # [R, B, K]
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        scores = mean + self.v * ridge_width(self.a_inv, x) * noise
+        action = argmax_random_ties(scores, generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+
+class EpsilonGreedy(RidgeLearner):
+    """Epsilon-greedy on the ridge prediction with a decaying exploration rate.
+
+    ``eps_t = max(eps_min, eps_0 / (1 + decay t))``; with probability ``eps_t`` a uniform
+    arm, else the greedy one.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        eps0: initial exploration rate (the CABS grid is ``{1, .5, .2, .1}``).
+        decay: decay rate per round.
+        eps_min: floor of the exploration rate.
+        lam: ridge regulariser.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, eps0: float = 0.5,
+                 decay: float = 1e-3, eps_min: float = 0.01, lam: float = 10.0) -> None:
+        super().__init__(num_trials, num_arms, dim, lam)
+        if not 0 <= eps_min <= eps0 <= 1:
+            raise ValueError(f"need 0 <= eps_min <= eps0 <= 1, got eps_min={eps_min}, eps0={eps0}")
+        self.eps0, self.decay, self.eps_min = eps0, decay, eps_min
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        x = context.x.to(self.theta.dtype)
+        greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
+        eps = (self.eps0 / (1 + self.decay * self.rounds.to(x.dtype))).clamp_min(self.eps_min)
+        eps = eps[:, None, None]  # [R, 1, 1]
+        probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
+        return Decision(probs=probs, action=sample_categorical(probs, generator))
+
+
+class SquareCB(RidgeLearner):
+    """SquareCB (Foster & Rakhlin 2020) on a ridge regression solver (CABS Algorithm 3).
+
+    ``p = IGW(r^; gamma, mu = K)`` (:func:`~torchroute.functional.squarecb.squarecb_probs`),
+    then mixed with the uniform distribution so that ``p_k >= eps_floor``.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        gamma: exploitation strength (4 in the CABS experiments).
+        mu: IGW constant, ``K`` when ``None``.
+        eps_floor: minimum probability (CABS Assumption 4.5).
+        lam: ridge regulariser.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, gamma: float = 4.0,
+                 mu: float | None = None, eps_floor: float = 1e-3, lam: float = 10.0) -> None:
+        super().__init__(num_trials, num_arms, dim, lam)
+        self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        x = context.x.to(self.theta.dtype)
+        probs = squarecb_probs(ridge_predict(self.theta, x), self.gamma, self.mu)
+        probs = probability_floor(probs, self.eps_floor)
+        return Decision(probs=probs, action=sample_categorical(probs, generator))

@@ -1,0 +1,61 @@
+"""Learners that do not learn from features: uniform random and the best single arm."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from torchroute.functional.sampling import one_hot_probs, sample_categorical
+from torchroute.learners.base import Learner
+from torchroute.types import Context, Decision, Feedback
+
+
+class RandomRouter(Learner):
+    """Uniform random routing: ``p_k = 1 / K`` every round.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+    """
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        r, b = context.x.shape[:2]
+        probs = context.x.new_full((r, b, self.num_arms), 1.0 / self.num_arms)
+        return Decision(probs=probs, action=sample_categorical(probs, generator))
+
+    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._tick(context)
+        return {}
+
+
+class BestSingleArm(Learner):
+    """Always routes to one fixed arm per trial, chosen offline on the train split.
+
+    The arm is the one with the largest mean utility ``clip(Y - rho C, 0, 1)`` on the
+    train split for the trial's ``rho`` (the "best single model" baseline).
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        train_mean_utility: ``[R, K]`` mean train-split utility of each arm per trial.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, train_mean_utility: Tensor) -> None:
+        super().__init__(num_trials, num_arms)
+        if tuple(train_mean_utility.shape) != (num_trials, num_arms):
+            raise ValueError(
+                f"train_mean_utility must be [R={num_trials}, K={num_arms}], "
+                f"got {tuple(train_mean_utility.shape)}"
+            )
+        self.register_buffer("arm", train_mean_utility.argmax(-1))  # [R]
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
+        probs = one_hot_probs(action, self.num_arms, context.x.dtype)
+        return Decision(probs=probs, action=action.clone())
+
+    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._tick(context)
+        return {}
