@@ -31,3 +31,30 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder not found at {SHARED_DATA} (set TORCHROUTE_SHARED_DATA)")
     return SHARED_DATA
+
+
+def make_table(n: int = 60, k: int = 4, d: int = 6, seed: int = 0):
+    """A small random routing table with embeddings and all three splits."""
+    from torchroute.data.table import RoutingTable
+
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(n, d, generator=g)
+    theta = torch.randn(d, k, generator=g)
+    scores = torch.sigmoid(emb @ theta)
+    costs = torch.rand(n, k, generator=g) * 1e-3
+    split = ["train"] * (n // 2) + ["val"] * (n // 6) + ["test"] * (n - n // 2 - n // 6)
+    return RoutingTable(
+        scores=scores,
+        costs=costs,
+        arm_names=[f"arm{i}" for i in range(k)],
+        query_ids=[f"q{i}" for i in range(n)],
+        split=split,
+        embeddings=emb,
+        text=[f"query number {i}" for i in range(n)],
+    )
+
+
+@pytest.fixture
+def tiny_table():
+    """60 queries x 4 arms with 6-d embeddings (30 train, 10 val, 20 test)."""
+    return make_table()

@@ -67,6 +67,10 @@ class RoutingTable:
             raise TableError(f"{src}: expected {k} distinct arm names, got {self.arm_names}")
         if len(self.query_ids) != n:
             raise TableError(f"{src}: expected {n} query ids, got {len(self.query_ids)}")
+        if len(set(self.query_ids)) != n:
+            seen: set[str] = set()
+            dup = [q for q in self.query_ids if q in seen or seen.add(q)][:3]
+            raise TableError(f"{src}: query ids must be distinct; repeated: {dup}")
         if len(self.split) != n:
             raise TableError(f"{src}: expected {n} split labels, got {len(self.split)}")
         bad_split = sorted(set(self.split) - set(SPLITS))
@@ -186,7 +190,9 @@ class RoutingTable:
 
     def __repr__(self) -> str:
         counts = {s: self.split.count(s) for s in SPLITS if s in self.split}
-        extras = [n for n in ("text", "embeddings", "facets", "groups") if getattr(self, n) is not None]
+        extras = [
+            n for n in ("text", "embeddings", "facets", "groups") if getattr(self, n) is not None
+        ]
         return (
             f"RoutingTable(source={self.source!r}, queries={self.num_queries}, "
             f"arms={self.num_arms}, splits={counts}, with={extras})"

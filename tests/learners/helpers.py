@@ -1,0 +1,129 @@
+"""Shared pieces of the learner tests: a factory per learner and a synthetic linear problem.
+
+To cover a new learner in the contract tests, add one entry to :data:`LEARNERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from torchroute.functional.sampling import one_hot_probs
+from torchroute.learners import (
+    BestSingleArm,
+    EpsilonGreedy,
+    FullFeedbackLinUCB,
+    Learner,
+    LinTS,
+    LinUCB,
+    RandomRouter,
+    SquareCB,
+)
+from torchroute.types import Context, Decision, Feedback
+
+F64 = torch.float64
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to build a learner for the tests and what it promises.
+
+    Attributes:
+        build: ``(R, K, d, seed) -> Learner``; ``seed`` only changes constructor data that
+            ``load_state_dict`` must overwrite (e.g. the arm of :class:`BestSingleArm`).
+        deterministic_probs: ``act``'s probs do not depend on the generator (no ties).
+        deterministic_action: ``act``'s action does not depend on the generator (no ties).
+        uses_dim: the learner checks the feature dimension ``d``.
+    """
+
+    build: Callable[[int, int, int, int], Learner]
+    deterministic_probs: bool
+    deterministic_action: bool
+    uses_dim: bool
+
+
+def _best_single_arm(r: int, k: int, d: int, seed: int) -> Learner:
+    utility = torch.rand(r, k, generator=torch.Generator().manual_seed(100 + seed))
+    return BestSingleArm(r, k, utility)
+
+
+LEARNERS: dict[str, Spec] = {
+    "RandomRouter": Spec(lambda r, k, d, s: RandomRouter(r, k), True, False, False),
+    "BestSingleArm": Spec(_best_single_arm, True, True, False),
+    "LinUCB": Spec(lambda r, k, d, s: LinUCB(r, k, d, alpha=1.0, lam=1.0), True, True, True),
+    "FullFeedbackLinUCB": Spec(
+        lambda r, k, d, s: FullFeedbackLinUCB(r, k, d, lam=1.0), True, True, True
+    ),
+    "LinTS": Spec(lambda r, k, d, s: LinTS(r, k, d, v=0.5, lam=1.0), False, False, True),
+    "EpsilonGreedy": Spec(
+        lambda r, k, d, s: EpsilonGreedy(r, k, d, eps0=0.5, lam=1.0), True, False, True
+    ),
+    "SquareCB": Spec(lambda r, k, d, s: SquareCB(r, k, d, gamma=4.0, lam=1.0), True, False, True),
+}
+
+
+def build(name: str, r: int, k: int, d: int, seed: int = 0, dtype: torch.dtype = F64) -> Learner:
+    return LEARNERS[name].build(r, k, d, seed).to(dtype)
+
+
+def feedback_for(learner: Learner, decision: Decision, reward: Tensor) -> Feedback:
+    """Bandit feedback (``observed = one_hot(action)``) or full feedback, as the learner asks."""
+    if learner.full_feedback:
+        observed = torch.ones_like(reward, dtype=torch.bool)
+    else:
+        observed = torch.nn.functional.one_hot(decision.action, reward.shape[-1]).bool()
+    return Feedback(reward=reward.masked_fill(~observed, 0.0), observed=observed)
+
+
+def forced_decision(action: Tensor, num_arms: int, dtype: torch.dtype = F64) -> Decision:
+    """A one-hot decision for the given ``[R, B]`` arms (to drive updates from the test)."""
+    return Decision(probs=one_hot_probs(action, num_arms, dtype), action=action)
+
+
+class LinearProblem:
+    """Synthetic linear contextual bandit: ``E[u | x, k] = x^T theta_k``.
+
+    ``x`` has a constant first feature (an intercept) and ``N(0, 1/d)`` others; rewards
+    carry Gaussian noise of scale ``noise``. All randomness comes from the problem's own
+    generator, so two problems with the same seed produce the same stream.
+    """
+
+    def __init__(self, r: int, k: int, d: int, seed: int = 0, noise: float = 0.1) -> None:
+        self.r, self.k, self.d, self.noise = r, k, d, noise
+        self.gen = torch.Generator().manual_seed(seed)
+        self.theta = torch.randn(r, k, d, generator=self.gen, dtype=F64)  # [R, K, d]
+        self.theta[..., 0] = 0.5 + 0.1 * self.theta[..., 0]
+
+    def context(self, b: int = 1) -> Context:
+        x = torch.randn(self.r, b, self.d, generator=self.gen, dtype=F64) / self.d**0.5
+        x[..., 0] = 1.0
+        return Context(x=x)
+
+    def mean_reward(self, context: Context) -> Tensor:
+        """``[R, B, K]`` expected rewards."""
+        return torch.einsum("rkd,rbd->rbk", self.theta, context.x)
+
+    def reward(self, context: Context) -> Tensor:
+        mean = self.mean_reward(context)
+        return mean + self.noise * torch.randn(mean.shape, generator=self.gen, dtype=F64)
+
+
+def run(
+    learner: Learner, problem: LinearProblem, rounds: int, seed: int = 0, b: int = 1
+) -> tuple[Tensor, Tensor]:
+    """Play ``rounds`` rounds; returns actions ``[T, R, B]`` and expected regret ``[T, R, B]``."""
+    gen = torch.Generator().manual_seed(seed)
+    actions, regrets = [], []
+    for _ in range(rounds):
+        context = problem.context(b)
+        decision = learner.act(context, gen)
+        mean = problem.mean_reward(context)
+        reward = problem.reward(context)
+        learner.update(context, decision, feedback_for(learner, decision, reward))
+        chosen = mean.gather(-1, decision.action[..., None])[..., 0]
+        actions.append(decision.action)
+        regrets.append(mean.amax(-1) - chosen)
+    return torch.stack(actions), torch.stack(regrets)

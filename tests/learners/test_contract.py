@@ -1,0 +1,197 @@
+"""The learner contract (STYLE.md section 2/7), parametrised over every learner."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from tests.learners.helpers import (
+    F64,
+    LEARNERS,
+    LinearProblem,
+    build,
+    feedback_for,
+    forced_decision,
+    run,
+)
+from torchroute.learners import Learner
+from torchroute.types import Context
+
+NAMES = sorted(LEARNERS)
+R, K, D = 4, 3, 5
+
+
+def _warm_up(learner: Learner, problem: LinearProblem, rounds: int = 2 * K, b: int = 1):
+    """Updates with test-chosen arms (every arm of every trial gets data), no generator."""
+    for t in range(rounds):
+        context = problem.context(b)
+        arms = (torch.arange(R)[:, None] + t + torch.arange(b)) % K  # [R, B]
+        decision = forced_decision(arms, K)
+        learner.update(context, decision, feedback_for(learner, decision, problem.reward(context)))
+
+
+def _buffers(learner: Learner) -> dict[str, torch.Tensor]:
+    return {name: buf.clone() for name, buf in learner.named_buffers()}
+
+
+def test_every_learner_is_registered():
+    import torchroute.learners as lib
+
+    concrete = {
+        name
+        for name in lib.__all__
+        if isinstance(getattr(lib, name), type)
+        and issubclass(getattr(lib, name), Learner)
+        and name not in {"Learner", "RidgeLearner"}
+    }
+    assert concrete <= set(LEARNERS), f"add {concrete - set(LEARNERS)} to tests/learners/helpers"
+
+
+@pytest.mark.parametrize("b", [1, 3])
+@pytest.mark.parametrize("name", NAMES)
+def test_decision_shapes_and_distribution(name, b):
+    learner = build(name, R, K, D)
+    problem = LinearProblem(R, K, D, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        context = problem.context(b)
+        decision = learner.act(context, gen)
+        probs, action = decision.probs, decision.action
+        assert probs.shape == (R, b, K) and probs.dtype == F64
+        assert action.shape == (R, b) and action.dtype == torch.long
+        assert (probs >= 0).all()
+        torch.testing.assert_close(probs.sum(-1), torch.ones(R, b, dtype=F64), rtol=0, atol=1e-12)
+        assert ((action >= 0) & (action < K)).all()
+        assert (probs.gather(-1, action[..., None]) > 0).all()
+        metrics = learner.update(
+            context, decision, feedback_for(learner, decision, problem.reward(context))
+        )
+        assert isinstance(metrics, dict)
+        for value in metrics.values():
+            assert isinstance(value, torch.Tensor) and value.shape[0] == R
+    assert torch.equal(learner.rounds, torch.full((R,), 4 * b))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_buffers_have_a_leading_trial_dimension(name):
+    learner = build(name, R, K, D)
+    for buf_name, buf in learner.named_buffers():
+        assert buf.shape[0] == R, buf_name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trial_equivariance(name):
+    """Permuting the trials of the state and the inputs permutes the outputs."""
+    spec = LEARNERS[name]
+    problem = LinearProblem(R, K, D, seed=2)
+    learner = build(name, R, K, D)
+    _warm_up(learner, problem)
+    learner.rounds.copy_(torch.tensor([6, 60, 600, 6000]))  # per-trial schedules differ
+    perm = torch.tensor([2, 0, 3, 1])
+
+    permuted = build(name, R, K, D, seed=1)
+    permuted.load_state_dict({k: v[perm] for k, v in learner.state_dict().items()})
+    context = problem.context(2)
+    context_p = Context(x=context.x[perm])
+    decision = learner.act(context, torch.Generator().manual_seed(3))
+    decision_p = permuted.act(context_p, torch.Generator().manual_seed(3))
+    if spec.deterministic_probs:
+        torch.testing.assert_close(decision_p.probs, decision.probs[perm], rtol=0, atol=1e-14)
+    if spec.deterministic_action:
+        assert torch.equal(decision_p.action, decision.action[perm])
+
+    # The update is deterministic for every learner: feed the permuted decision and feedback.
+    reward = problem.reward(context)
+    feedback = feedback_for(learner, decision, reward)
+    decision_pp = forced_decision(decision.action[perm], K)
+    feedback_p = feedback_for(permuted, decision_pp, reward[perm])
+    learner.update(context, decision, feedback)
+    permuted.update(context_p, decision_pp, feedback_p)
+    expected = {k: v[perm] for k, v in learner.state_dict().items()}
+    for key, value in permuted.state_dict().items():
+        torch.testing.assert_close(value, expected[key], rtol=0, atol=1e-13, msg=key)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_dict_round_trip(name):
+    problem = LinearProblem(R, K, D, seed=4)
+    learner = build(name, R, K, D)
+    run(learner, problem, rounds=5, seed=5)
+    buffer = io.BytesIO()
+    torch.save(learner.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert "rounds" in state
+
+    fresh = build(name, R, K, D, seed=1)  # different constructor data where it matters
+    fresh.load_state_dict(state)
+    for key, value in learner.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+    gen_a, gen_b = torch.Generator().manual_seed(6), torch.Generator().manual_seed(6)
+    for _ in range(3):
+        context = problem.context(2)
+        a, b = learner.act(context, gen_a), fresh.act(context, gen_b)
+        assert torch.equal(a.action, b.action) and torch.equal(a.probs, b.probs)
+        feedback = feedback_for(learner, a, problem.reward(context))
+        learner.update(context, a, feedback)
+        fresh.update(context, b, feedback)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cpu_float64_determinism(name):
+    actions = []
+    for _ in range(2):
+        learner = build(name, R, K, D)
+        acts, _ = run(learner, LinearProblem(R, K, D, seed=7), rounds=50, seed=8)
+        actions.append(acts)
+    assert torch.equal(actions[0], actions[1])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_to_float64(name):
+    learner = build(name, R, K, D, dtype=torch.float32)
+    for buf in learner.buffers():
+        assert buf.dtype in (torch.float32, torch.long)
+    learner = learner.to(torch.float64)
+    for buf_name, buf in learner.named_buffers():
+        assert buf.dtype in (F64, torch.long), buf_name
+    assert learner.rounds.dtype == torch.long
+    problem = LinearProblem(R, K, D, seed=9)
+    acts, _ = run(learner, problem, rounds=3)
+    assert acts.dtype == torch.long
+    decision = learner.act(problem.context(), torch.Generator().manual_seed(0))
+    assert decision.probs.dtype == F64
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wrong_number_of_trials_raises(name):
+    learner = build(name, R, K, D)
+    context = LinearProblem(R - 1, K, D).context()
+    with pytest.raises(ValueError, match=r"\[R, B, d\]"):
+        learner.act(context)
+    decision = forced_decision(torch.zeros(R - 1, 1, dtype=torch.long), K)
+    feedback = feedback_for(learner, decision, torch.zeros(R - 1, 1, K, dtype=F64))
+    with pytest.raises(ValueError, match=r"\[R, B, d\]"):
+        learner.update(context, decision, feedback)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if LEARNERS[n].uses_dim])
+def test_wrong_feature_dimension_raises(name):
+    learner = build(name, R, K, D)
+    context = LinearProblem(R, K, D + 1).context()
+    with pytest.raises(ValueError, match=f"d={D}.*d={D + 1}"):
+        learner.act(context)
+    decision = forced_decision(torch.zeros(R, 1, dtype=torch.long), K)
+    feedback = feedback_for(learner, decision, torch.zeros(R, 1, K, dtype=F64))
+    with pytest.raises(ValueError, match=f"d={D}.*d={D + 1}"):
+        learner.update(context, decision, feedback)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_constructor_rejects_bad_sizes(name):
+    with pytest.raises(ValueError, match="num_trials"):
+        LEARNERS[name].build(0, K, D, 0)
+    with pytest.raises(ValueError, match="num_arms"):
+        LEARNERS[name].build(R, 1, D, 0)

@@ -1,0 +1,124 @@
+"""End-to-end: the CLI in-process on the default preset (tiny sizes, wandb offline)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from torchroute.checkpoint import load_checkpoint
+from torchroute.cli import main
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def _args(out_dir, cache_dir, *extra):
+    return [
+        "simulate",
+        "experiment=default",
+        f"out_dir={out_dir}",
+        f"cache_dir={cache_dir}",
+        "data.num_queries=240",
+        "rhos=[0,400,900]",
+        "seeds=[0,1]",
+        "log_every=10",
+        "progress=false",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory, cache_dir):
+    out = tmp_path_factory.mktemp("default")
+    assert main(_args(out, cache_dir)) == 0
+    return out
+
+
+def test_simulate_writes_results_curves_config_checkpoints_and_wandb(default_run):
+    results = pd.read_csv(default_run / "results.csv")
+    expected = {
+        "random",
+        "best_single",
+        "linucb",
+        "linucb_full",
+        "lints",
+        "epsilon_greedy",
+        "squarecb",
+    }
+    assert set(results["learner"]) == expected
+    assert len(results) == len(expected) * 6  # 3 rho x 2 seeds per learner
+    for column in (
+        "learner",
+        "seed",
+        "rho",
+        "rounds",
+        "avg_utility",
+        "avg_regret",
+        "accuracy",
+        "avg_cost",
+    ):
+        assert column in results
+    assert (results["avg_regret"] >= -1e-9).all()
+    curves = pd.read_csv(default_run / "curves.csv")
+    assert {"learner", "rho", "seed", "round", "cum_regret"} <= set(curves)
+    assert (default_run / "config.yaml").is_file()
+    for name in expected:
+        ckpt = load_checkpoint(default_run / "checkpoints" / f"{name}.pt")
+        assert ckpt["round"] == results["rounds"].iloc[0]
+    assert list((default_run / "wandb").glob("offline-run-*"))
+    for name in (
+        "report.md",
+        "summary.csv",
+        "pareto.png",
+        "regret_curves.png",
+        "relative_regret.png",
+    ):
+        assert (default_run / name).stat().st_size > 0
+
+
+def test_report_prints_regimes(default_run, capsys):
+    assert main(["report", str(default_run)]) == 0
+    out = capsys.readouterr().out
+    assert "low" in out and "medium" in out and "high" in out and "linucb" in out
+
+
+def test_resume_from_checkpoint_reproduces_the_run(default_run, tmp_path, cache_dir):
+    out = tmp_path / "resumed"
+    ckpt = default_run / "checkpoints" / "squarecb.pt"
+    args = _args(out, cache_dir, "run_learners=[squarecb]", f"resume={ckpt}", "~logger")
+    assert main(args) == 0
+    before = pd.read_csv(default_run / "results.csv")
+    after = pd.read_csv(out / "results.csv")
+    pd.testing.assert_frame_equal(
+        after.reset_index(drop=True),
+        before[before["learner"] == "squarecb"].reset_index(drop=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["rhos=[-5]"], "rhos must be >= 0"),
+        (["run_learners=[linucb,nope]"], "unknown learners ['nope']"),
+        (["rounds=100000"], "rounds=100000"),
+        (["learners.linucb._target_=torchroute.learners.Nope"], "learners.linucb"),
+    ],
+)
+def test_bad_config_is_a_clear_error_and_writes_nothing(
+    tmp_path, cache_dir, capsys, extra, message
+):
+    out = tmp_path / "bad"
+    assert main(_args(out, cache_dir, "~logger", *extra)) == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "results.csv").exists()
+    assert not (out / "checkpoints").exists()
+
+
+def test_resume_with_another_config_is_refused(default_run, tmp_path, cache_dir, capsys):
+    ckpt = default_run / "checkpoints" / "linucb.pt"
+    out = tmp_path / "other"
+    assert main(_args(out, cache_dir, "learners.linucb.alpha=3.0", f"resume={ckpt}")) == 2
+    assert "another configuration" in capsys.readouterr().err
+    assert not out.exists()

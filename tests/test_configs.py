@@ -1,0 +1,44 @@
+"""Every config composes, and every learner config instantiates with tiny sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from torchroute.cli import compose_config, config_dir
+from torchroute.envs import SingleChoiceEnv
+from torchroute.experiment import build_learner
+from torchroute.learners import Learner
+
+EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+LEARNERS = sorted(p.stem for p in (config_dir() / "learner").glob("*.yaml"))
+
+
+def test_config_dir_ships_the_presets():
+    assert {"default", "routerbench_baselines"} <= set(EXPERIMENTS)
+    assert Path(config_dir(), "simulate.yaml").is_file()
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_presets_compose(experiment):
+    cfg = compose_config("simulate", [f"experiment={experiment}", "out_dir=x"])
+    assert cfg.learners and cfg.data._target_ and cfg.rhos and cfg.seeds
+
+
+def test_routerbench_preset_is_the_210_trial_grid():
+    cfg = compose_config("simulate", ["experiment=routerbench_baselines"])
+    assert len(cfg.seeds) == 10 and list(cfg.rhos) == list(range(0, 1001, 50))
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_learner_configs_instantiate_and_act(name, tiny_table):
+    learner_cfg = OmegaConf.load(config_dir() / "learner" / f"{name}.yaml")
+    env = SingleChoiceEnv(tiny_table, rho=[0.0, 800.0], seeds=[0, 1])
+    learner = build_learner(learner_cfg, env, name)
+    assert isinstance(learner, Learner)
+    decision = learner.act(env.context(0), torch.Generator().manual_seed(0))
+    assert decision.probs.shape == (2, 1, tiny_table.num_arms)
+    torch.testing.assert_close(decision.probs.sum(-1), torch.ones(2, 1))

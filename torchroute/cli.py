@@ -1,0 +1,116 @@
+"""The ``torchroute`` command: ``simulate``, ``report`` and ``pretrain``.
+
+Configs are composed with Hydra from ``configs/`` (shipped inside the package as
+``torchroute.configs``) and overridden from the command line::
+
+    torchroute simulate experiment=default out_dir=outputs/default rhos=[0,500] seeds=[0]
+    torchroute report outputs/default
+    torchroute pretrain experiment=routerbench_oracles out_dir=outputs/oracles
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+log = logging.getLogger("torchroute")
+
+
+def config_dir() -> Path:
+    """The folder holding ``simulate.yaml`` and the config groups."""
+    try:
+        path = Path(str(importlib.resources.files("torchroute.configs")))
+        if (path / "simulate.yaml").is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[1] / "configs"
+
+
+def compose_config(
+    name: str, overrides: Sequence[str], directory: str | Path | None = None
+) -> DictConfig:
+    """Compose ``<name>.yaml`` with Hydra-style ``key=value`` overrides."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(
+        config_dir=str(Path(directory or config_dir()).resolve()), version_base="1.3"
+    ):
+        return compose(config_name=name, overrides=list(overrides))
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    from torchroute.experiment import run_config
+    from torchroute.report import write_report
+
+    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    results = run_config(cfg)
+    print(f"wrote {Path(cfg.out_dir) / 'results.csv'} ({len(results)} rows)")
+    if cfg.get("report", True):
+        print(write_report([cfg.out_dir], reference=cfg.get("reference", "linucb")))
+
+
+def _report(args: argparse.Namespace) -> None:
+    from torchroute.report import write_report
+
+    print(write_report(args.dirs, out_dir=args.out, reference=args.reference))
+
+
+def _pretrain(args: argparse.Namespace) -> None:
+    from torchroute.trainers.pretrain import run_pretrain
+
+    cfg = compose_config("pretrain", args.overrides, args.config_dir)
+    metrics = run_pretrain(cfg)
+    for key, value in metrics.items():
+        print(f"{key}: {value}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``torchroute`` command."""
+    parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func, help_ in [
+        ("simulate", _simulate, "run an online routing experiment"),
+        ("pretrain", _pretrain, "pre-train oracle heads offline (Lightning)"),
+    ]:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("overrides", nargs="*", help="key=value config overrides")
+        p.add_argument("--config-dir", default=None, help="folder of YAML configs")
+        p.set_defaults(func=func)
+    p = sub.add_parser("report", help="tables and plots from simulate outputs")
+    p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")
+    p.add_argument("--out", default=None, help="where to write (default: the first folder)")
+    p.add_argument("--reference", default="linucb", help="learner for relative regret")
+    p.set_defaults(func=_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 for configuration and input errors)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    from hydra.errors import HydraException
+
+    from torchroute.checkpoint import CheckpointError
+    from torchroute.data.table import TableError
+
+    try:
+        args.func(args)
+    except (HydraException, CheckpointError, TableError, ValueError, FileNotFoundError) as exc:
+        print(f"torchroute {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

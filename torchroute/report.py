@@ -1,0 +1,152 @@
+"""Results tables and plots: per-regime utility, Pareto frontiers, regret curves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from torchroute.io import atomic_write, write_csv_atomic, write_text_atomic
+
+REGIMES = ("low", "medium", "high")
+
+
+def cost_regime(rho: float) -> str:
+    """CABS cost regimes: low ``rho <= 300``, medium ``300 < rho < 800``, high ``rho >= 800``."""
+    if rho <= 300:
+        return "low"
+    return "medium" if rho < 800 else "high"
+
+
+def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Concatenate ``results.csv`` and ``curves.csv`` of several output folders."""
+    results, curves = [], []
+    for d in map(Path, dirs):
+        path = d / "results.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
+        frame = pd.read_csv(path)
+        missing = {"learner", "rho", "seed", "avg_utility", "accuracy", "avg_cost"} - set(frame)
+        if missing:
+            raise ValueError(f"{path} lacks the columns {sorted(missing)}")
+        results.append(frame)
+        if (d / "curves.csv").is_file():
+            curves.append(pd.read_csv(d / "curves.csv"))
+    curve = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
+    return pd.concat(results, ignore_index=True), curve
+
+
+def regime_table(results: pd.DataFrame, value: str = "avg_utility") -> pd.DataFrame:
+    """Mean of ``value`` per learner (rows) and cost regime (columns), plus ``all``."""
+    frame = results.assign(regime=results["rho"].map(cost_regime))
+    table = frame.pivot_table(index="learner", columns="regime", values=value, aggfunc="mean")
+    table = table.reindex(columns=[r for r in REGIMES if r in table.columns])
+    table["all"] = frame.groupby("learner")[value].mean()
+    return table.sort_values("all", ascending=False)
+
+
+def relative_regret(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """``R_alg(t) - R_ref(t)`` per learner and round, matched on (rho, seed), then averaged."""
+    keys = ["rho", "seed", "round"]
+    ref = curves[curves["learner"] == reference][[*keys, "cum_regret"]]
+    merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
+    merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]
+    return merged.groupby(["learner", "round"], as_index=False)["relative"].mean()
+
+
+def write_report(
+    dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str = "linucb"
+) -> str:
+    """Write ``report.md``, ``summary.csv`` and PNG plots; return the markdown text.
+
+    Args:
+        dirs: output folders of ``torchroute simulate`` runs.
+        out_dir: where to write (the first folder by default).
+        reference: learner the relative regret is measured against.
+    """
+    results, curves = load_results(dirs)
+    out = Path(out_dir or dirs[0])
+    utility = regime_table(results)
+    summary = (
+        results.groupby("learner")[["avg_utility", "avg_regret", "accuracy", "avg_cost"]]
+        .mean()
+        .loc[utility.index]
+    )
+    write_csv_atomic(
+        out / "summary.csv", utility.add_prefix("utility_").join(summary).reset_index()
+    )
+    lines = [
+        "## Average utility per cost regime",
+        "",
+        "low: rho <= 300, medium: 300 < rho < 800, high: rho >= 800 "
+        f"({results['seed'].nunique()} seeds, rho in {sorted(results['rho'].unique().tolist())})",
+        "",
+        utility.to_markdown(floatfmt=".4f"),
+        "",
+        "## Overall means over trials",
+        "",
+        summary.to_markdown(floatfmt=".4f"),
+        "",
+    ]
+    _plot_pareto(results, out / "pareto.png")
+    if not curves.empty:
+        _plot_curves(curves, out / "regret_curves.png")
+        if reference in set(curves["learner"]):
+            _plot_relative(
+                relative_regret(curves, reference), reference, out / "relative_regret.png"
+            )
+    lines += ["![Pareto frontier](pareto.png)", "![Cumulative regret](regret_curves.png)"]
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(out / "report.md", text)
+    return text
+
+
+def _save(fig, path: Path) -> None:
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
+    points = results.groupby(["learner", "rho"], as_index=False)[["avg_cost", "accuracy"]].mean()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, group in points.groupby("learner"):
+        group = group.sort_values("rho")
+        ax.plot(group["avg_cost"], group["accuracy"], marker="o", ms=3, label=name)
+    ax.set_xlabel("average cost per query")
+    ax.set_ylabel("average accuracy")
+    ax.set_title("Cost-accuracy trade-off over rho")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _plot_curves(curves: pd.DataFrame, path: Path) -> None:
+    frame = curves.assign(regime=curves["rho"].map(cost_regime))
+    regimes = [r for r in REGIMES if r in set(frame["regime"])]
+    fig, axes = plt.subplots(1, len(regimes), figsize=(4.5 * len(regimes), 3.8), squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        part = frame[frame["regime"] == regime]
+        mean = part.groupby(["learner", "round"], as_index=False)["cum_regret"].mean()
+        for name, group in mean.groupby("learner"):
+            ax.plot(group["round"], group["cum_regret"], label=name)
+        ax.set_title(f"{regime} cost regime")
+        ax.set_xlabel("round")
+    axes[0][0].set_ylabel("cumulative regret")
+    axes[0][-1].legend(fontsize=8)
+    _save(fig, path)
+
+
+def _plot_relative(relative: pd.DataFrame, reference: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, group in relative.groupby("learner"):
+        ax.plot(group["round"], group["relative"], label=name)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"cumulative regret minus {reference}'s")
+    ax.legend(fontsize=8)
+    _save(fig, path)
