@@ -26,7 +26,18 @@ from torchroute.tracking import NullTracker
 log = logging.getLogger(__name__)
 
 #: keys that do not change the numbers of a run (left out of the checkpoint's config)
-_RUNTIME_KEYS = ("out_dir", "resume", "progress", "report", "ckpt_every", "logger", "device")
+_RUNTIME_KEYS = (
+    "out_dir",
+    "resume",
+    "progress",
+    "report",
+    "ckpt_every",
+    "logger",
+    "run_learners",
+    "cache_dir",
+    "reference",
+    "name",
+)
 
 
 class ConfigError(ValueError):

@@ -16,9 +16,12 @@ from torchroute.learners import (
     BestSingleArm,
     EpsilonGreedy,
     FullFeedbackLinUCB,
+    FullFeedbackNeuralUCB,
+    KNNRouter,
     Learner,
     LinTS,
     LinUCB,
+    NeuralUCB,
     RandomRouter,
     SquareCB,
 )
@@ -50,6 +53,24 @@ def _best_single_arm(r: int, k: int, d: int, seed: int) -> Learner:
     return BestSingleArm(r, k, utility)
 
 
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1000 + seed)
+
+
+def _static_data(k: int, d: int, n: int = 12) -> tuple[Tensor, Tensor, Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return (
+        torch.randn(n, d, generator=g),
+        torch.rand(n, k, generator=g),
+        torch.rand(n, k, generator=g),
+    )
+
+
+def _knn_router(r: int, k: int, d: int, seed: int) -> Learner:
+    x, scores, costs = _static_data(k, d)
+    return KNNRouter(r, k, torch.linspace(0.0, 0.5, r), x, scores, costs, k=3)
+
+
 LEARNERS: dict[str, Spec] = {
     "RandomRouter": Spec(lambda r, k, d, s: RandomRouter(r, k), True, False, False),
     "BestSingleArm": Spec(_best_single_arm, True, True, False),
@@ -62,6 +83,23 @@ LEARNERS: dict[str, Spec] = {
         lambda r, k, d, s: EpsilonGreedy(r, k, d, eps0=0.5, lam=1.0), True, False, True
     ),
     "SquareCB": Spec(lambda r, k, d, s: SquareCB(r, k, d, gamma=4.0, lam=1.0), True, False, True),
+    "NeuralUCB": Spec(
+        lambda r, k, d, s: NeuralUCB(
+            r, k, d, hidden=8, capacity=32, batch_size=4, generator=_gen(s)
+        ),
+        True,
+        True,
+        True,
+    ),
+    "FullFeedbackNeuralUCB": Spec(
+        lambda r, k, d, s: FullFeedbackNeuralUCB(
+            r, k, d, hidden=8, capacity=32, batch_size=4, generator=_gen(s)
+        ),
+        True,
+        True,
+        True,
+    ),
+    "KNNRouter": Spec(_knn_router, True, True, True),
 }
 
 

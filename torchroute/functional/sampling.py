@@ -16,8 +16,9 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
     Returns:
         ``[...]`` long tensor of arm indices.
     """
-    u = torch.rand((*probs.shape[:-1], 1), generator=generator, device=probs.device,
-                   dtype=probs.dtype)
+    u = torch.rand(
+        (*probs.shape[:-1], 1), generator=generator, device=probs.device, dtype=probs.dtype
+    )
     cdf = probs.cumsum(-1)
     # Count the arms whose cumulative mass lies below u; clamp guards rounding at the top end.
     # torch.rand can return exactly 0: leading arms with no mass (cdf == 0) are counted too,

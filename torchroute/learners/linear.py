@@ -33,8 +33,9 @@ class LinUCB(RidgeLearner):
         ``act``: ``x [R, B, d]`` -> ``probs [R, B, K]`` (one-hot), ``action [R, B]``.
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0,
-                 lam: float = 10.0) -> None:
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0, lam: float = 10.0
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self.alpha = alpha
 
@@ -57,8 +58,9 @@ class FullFeedbackLinUCB(LinUCB):
 
     full_feedback = True
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0,
-                 lam: float = 10.0) -> None:
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0, lam: float = 10.0
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
 
 
@@ -79,8 +81,9 @@ class LinTS(RidgeLearner):
         lam: ridge regulariser.
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, v: float = 1.0,
-                 lam: float = 10.0) -> None:
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, v: float = 1.0, lam: float = 10.0
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self.v = v
 
@@ -111,9 +114,17 @@ class EpsilonGreedy(RidgeLearner):
         lam: ridge regulariser.
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, eps0: float = 0.5,
-                 decay: float = 1e-3, eps_min: float = 0.01, eps_floor: float = 1e-3,
-                 lam: float = 10.0) -> None:
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        eps0: float = 0.5,
+        decay: float = 1e-3,
+        eps_min: float = 0.01,
+        eps_floor: float = 1e-3,
+        lam: float = 10.0,
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         if not 0 <= eps_min <= eps0 <= 1:
             raise ValueError(f"need 0 <= eps_min <= eps0 <= 1, got eps_min={eps_min}, eps0={eps0}")
@@ -146,8 +157,16 @@ class SquareCB(RidgeLearner):
         lam: ridge regulariser.
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, gamma: float = 4.0,
-                 mu: float | None = None, eps_floor: float = 1e-3, lam: float = 10.0) -> None:
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        gamma: float = 4.0,
+        mu: float | None = None,
+        eps_floor: float = 1e-3,
+        lam: float = 10.0,
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 

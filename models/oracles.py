@@ -1,0 +1,226 @@
+"""Reward and affinity oracles (``ALGORITHMS.md`` section 3) and the oracle artifact on disk.
+
+- :class:`RewardOracle`: surrogate utilities ``s_j = clip(y_i + delta^_j - rho c^_j, 0, 1)``
+  for the arms a played arm ``i`` did not reveal, with the IQR pruning switch.
+- :class:`AffinityOracle`: ``R[i, j] = 1 - 2 |y_bar_i - y_bar_j|`` (diagonal ``-inf``) and the
+  feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))`` of CABS-C line 6.
+- :func:`save_oracle` / :func:`load_oracle`: one self-describing ``torch.save`` dict, written
+  atomically and loadable with ``weights_only=True`` (no Lightning needed).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from torchroute.models.heads import MultiHeadOracle
+
+ORACLE_FORMAT = 1
+ORACLE_KIND = "torchroute.MultiHeadOracle"
+
+
+class OracleArtifactError(ValueError):
+    """An oracle file is missing, not an oracle artifact, or does not fit the data."""
+
+
+def iqr_keep_mask(delta: Tensor, anchor: Tensor) -> Tensor:
+    """IQR pruning of surrogate observations (CABS Appendix D).
+
+    Keeps arm ``j != i`` only if ``|delta^_j| > Q3 + 1.5 (Q3 - Q1)``, the quartiles taken over
+    the ``K - 1`` values ``|delta^_j|``, ``j != i``, of the same round (the anchor's own
+    ``delta^_i = 0`` is not a prediction and is left out). Quartiles interpolate linearly,
+    as ``numpy.percentile`` does by default.
+
+    Args:
+        delta: predicted differences ``[..., K]``.
+        anchor: the played arm ``[...]`` (long).
+
+    Returns:
+        ``keep [..., K]`` bool, ``False`` at the anchor.
+    """
+    k = delta.shape[-1]
+    arms = torch.arange(k, device=delta.device)
+    off = arms != anchor[..., None]  # [..., K]
+    # Off-anchor |delta| of each row, [..., K-1] (every row has exactly K - 1 of them).
+    values = delta.abs()[off].reshape(*delta.shape[:-1], k - 1)
+    q = torch.quantile(
+        values, torch.tensor([0.25, 0.75], dtype=values.dtype, device=values.device), dim=-1
+    )  # [2, ...]
+    threshold = q[1] + 1.5 * (q[1] - q[0])
+    return (delta.abs() > threshold[..., None]) & off
+
+
+class RewardOracle(nn.Module):
+    """Surrogate utilities of the unplayed arms from one observed score.
+
+    ``s_j = clip(y_i + delta^_j(x, i, y_i) - rho c^_j(x), 0, 1)`` with ``delta^`` from the
+    propagation head and ``c^`` from the cost head of ``oracle``.
+
+    Args:
+        oracle: a module with ``propagation(e, anchor, y_anchor) -> [n, K]`` and
+            ``cost(e) -> [n, K]`` (a :class:`MultiHeadOracle`).
+        prune: apply :func:`iqr_keep_mask` (on by default, as in the CABS paper).
+
+    Shapes:
+        ``e [R, B, d_e]``, ``anchor [R, B]``, ``y_anchor [R, B]``, ``rho [R]`` ->
+        ``(s [R, B, K], keep [R, B, K] bool)``; ``keep`` is ``False`` at the anchor.
+    """
+
+    def __init__(self, oracle: nn.Module, prune: bool = True) -> None:
+        super().__init__()
+        self.oracle = oracle
+        self.prune = prune
+
+    def forward(
+        self, e: Tensor, anchor: Tensor, y_anchor: Tensor, rho: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        r, b, d = e.shape
+        flat = e.reshape(r * b, d)
+        delta = self.oracle.propagation(flat, anchor.reshape(-1), y_anchor.reshape(-1))
+        delta = delta.reshape(r, b, -1)  # [R, B, K]
+        cost = self.oracle.cost(flat).reshape(r, b, -1)  # [R, B, K]
+        y_tilde = y_anchor.to(delta.dtype)[..., None] + delta
+        s = (y_tilde - rho.to(delta.dtype)[:, None, None] * cost).clamp(0.0, 1.0)
+        if self.prune:
+            keep = iqr_keep_mask(delta, anchor)
+        else:
+            keep = torch.arange(delta.shape[-1], device=delta.device) != anchor[..., None]
+        return s, keep
+
+
+def affinity_from_accuracy(y_bar: Tensor) -> Tensor:
+    """``R[i, j] = 1 - 2 |y_bar_i - y_bar_j|``, diagonal ``-inf``: ``[..., K]`` -> ``[..., K, K]``.
+
+    The diagonal is ``-inf`` so that self-loops are always drawn (CABS-C line 6).
+    """
+    aff = 1.0 - 2.0 * (y_bar[..., :, None] - y_bar[..., None, :]).abs()
+    eye = torch.eye(y_bar.shape[-1], dtype=torch.bool, device=y_bar.device)
+    return aff.masked_fill(eye, float("-inf"))
+
+
+def sample_graph(affinity: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))``, ``A[i, i] = 1``.
+
+    Args:
+        affinity: ``R`` ``[..., K, K]`` (e.g. ``[R, B, K, K]``), diagonal ``-inf``.
+        generator: the run's generator (on the device of ``affinity``).
+
+    Returns:
+        ``A [..., K, K]`` bool; row ``i`` is the neighbourhood revealed by playing ``i``.
+    """
+    prob = torch.sigmoid((1.0 - affinity) / 2.0)
+    u = torch.rand(affinity.shape, generator=generator, device=affinity.device, dtype=prob.dtype)
+    eye = torch.eye(affinity.shape[-1], dtype=torch.bool, device=affinity.device)
+    return (u < prob) | eye
+
+
+class AffinityOracle(nn.Module):
+    """Arm affinities from the context-only accuracy head (CABS-C line 6).
+
+    Args:
+        oracle: a module with ``accuracy(e) -> [n, K]`` (a :class:`MultiHeadOracle`).
+
+    Shapes:
+        ``forward``: ``e [..., d_e]`` -> ``R [..., K, K]`` with ``-inf`` on the diagonal;
+        ``sample``: ``e [R, B, d_e]`` -> ``A [R, B, K, K]`` bool.
+    """
+
+    def __init__(self, oracle: nn.Module) -> None:
+        super().__init__()
+        self.oracle = oracle
+
+    def forward(self, e: Tensor) -> Tensor:
+        lead, d = e.shape[:-1], e.shape[-1]
+        y_bar = self.oracle.accuracy(e.reshape(-1, d))
+        return affinity_from_accuracy(y_bar.reshape(*lead, -1))
+
+    def sample(self, e: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Draw the feedback graph for contexts ``e [R, B, d_e]`` -> ``[R, B, K, K]``."""
+        return sample_graph(self(e), generator)
+
+
+# ---------------------------------------------------------------------------- artifact
+def save_oracle(
+    oracle: MultiHeadOracle, path: str | os.PathLike, extra: dict[str, Any] | None = None
+) -> Path:
+    """Write ``oracle`` to ``path`` atomically (temporary file, then ``os.replace``).
+
+    The file is a plain dict ``{"format", "kind", "arm_names", "embed_dim",
+    "encoder_name", "config", "state_dict", "extra"}`` readable with
+    ``torch.load(path, weights_only=True)``; ``extra`` must hold plain Python values.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": ORACLE_FORMAT,
+        "kind": ORACLE_KIND,
+        "arm_names": list(oracle.arm_names) if oracle.arm_names is not None else None,
+        "embed_dim": oracle.embed_dim,
+        "encoder_name": oracle.encoder_name,
+        "config": oracle.config(),
+        "state_dict": {k: v.detach().cpu() for k, v in oracle.state_dict().items()},
+        "extra": dict(extra or {}),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_oracle(
+    path: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+    arm_names: Sequence[str] | None = None,
+    embed_dim: int | None = None,
+) -> MultiHeadOracle:
+    """Load a :class:`MultiHeadOracle` written by :func:`save_oracle` (no Lightning needed).
+
+    Args:
+        path: the artifact (``oracle.pt``).
+        map_location: device for the weights.
+        arm_names: when given, the arms the caller's data has; a different arm set or
+            order raises :class:`OracleArtifactError`.
+        embed_dim: when given, the caller's embedding dimension; checked likewise.
+
+    Returns:
+        the oracle in eval mode.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise OracleArtifactError(f"no oracle artifact at {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # pickle or zip errors: say what the file should have been
+        raise OracleArtifactError(
+            f"{path} is not a torchroute oracle artifact (torch.load failed: {exc})"
+        ) from exc
+    if not isinstance(payload, dict) or payload.get("kind") != ORACLE_KIND:
+        raise OracleArtifactError(
+            f"{path} is not a torchroute oracle artifact (expected a dict with "
+            f"kind={ORACLE_KIND!r}; a Lightning .ckpt is not one: use the oracle.pt "
+            "that pretraining writes)"
+        )
+    if payload.get("format") != ORACLE_FORMAT:
+        raise OracleArtifactError(
+            f"{path} has oracle format {payload.get('format')!r}; this version reads "
+            f"format {ORACLE_FORMAT}"
+        )
+    oracle = MultiHeadOracle(**payload["config"])
+    oracle.load_state_dict(payload["state_dict"])
+    try:
+        oracle.check_compatible(arm_names, embed_dim, source=f"oracle {path}")
+    except ValueError as exc:
+        raise OracleArtifactError(str(exc)) from None
+    return oracle.to(map_location).eval()

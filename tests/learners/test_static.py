@@ -1,0 +1,120 @@
+"""Static routers: kNN against a brute-force numpy kNN, the regressor's argmax rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+
+from torchroute.learners.static import KNNRouter, RegressorRouter
+from torchroute.types import Context, Feedback
+
+R, K = 3, 4
+RHO = torch.tensor([0.0, 50.0, 500.0])
+
+
+def _numpy_knn(train_x, train_y, train_c, queries, rho, k=3):
+    tx = train_x / np.linalg.norm(train_x, axis=1, keepdims=True)
+    q = queries / np.linalg.norm(queries, axis=-1, keepdims=True)
+    actions = np.zeros(queries.shape[:2], dtype=np.int64)
+    for r in range(queries.shape[0]):
+        for b in range(queries.shape[1]):
+            nn_idx = np.argsort(-(tx @ q[r, b]))[:k]
+            value = train_y[nn_idx].mean(0) - rho[r] * train_c[nn_idx].mean(0)
+            actions[r, b] = int(np.argmax(value))
+    return actions
+
+
+def test_knn_matches_brute_force():
+    rng = np.random.default_rng(0)
+    train_x = rng.normal(size=(60, 5))
+    train_y = rng.uniform(size=(60, K))
+    train_c = rng.uniform(size=(60, K)) * 1e-3
+    queries = rng.normal(size=(R, 7, 5))
+    router = KNNRouter(
+        R, K, RHO, torch.tensor(train_x), torch.tensor(train_y), torch.tensor(train_c), k=3
+    )
+    dec = router.act(
+        Context(torch.tensor(queries, dtype=torch.float32)), torch.Generator().manual_seed(0)
+    )
+    expected = _numpy_knn(train_x, train_y, train_c, queries, RHO.numpy())
+    np.testing.assert_array_equal(dec.action.numpy(), expected)
+    assert torch.equal(dec.probs, torch.nn.functional.one_hot(dec.action, K).float())
+    # index mode: the table's features looked up by row give the same decisions
+    features = torch.tensor(queries.reshape(-1, 5), dtype=torch.float32)
+    index = torch.arange(R * 7).reshape(R, 7)
+    by_index = KNNRouter(
+        R,
+        K,
+        RHO,
+        torch.tensor(train_x),
+        torch.tensor(train_y),
+        torch.tensor(train_c),
+        features=features,
+    )
+    ctx = Context(torch.zeros(R, 7, 2), index=index)  # x is ignored
+    assert torch.equal(by_index.act(ctx).action, dec.action)
+
+
+def test_knn_neighbours_are_cosine_nearest():
+    train_x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
+    router = KNNRouter(1, 2, torch.zeros(1), train_x, torch.rand(4, 2), torch.rand(4, 2), k=2)
+    idx = router.neighbours(Context(torch.tensor([[[10.0, 1.0]]])))
+    assert sorted(idx.flatten().tolist()) == [0, 2]
+
+
+class _Oracle(nn.Module):
+    def __init__(self, y: Tensor, c: Tensor) -> None:
+        super().__init__()
+        self.y, self.c = y, c
+
+    def accuracy(self, e: Tensor) -> Tensor:
+        return self.y[e[:, 0].long()]
+
+    def cost(self, e: Tensor) -> Tensor:
+        return self.c[e[:, 0].long()]
+
+
+def test_regressor_picks_argmax_of_utility():
+    gen = torch.Generator().manual_seed(0)
+    n = 10
+    y_hat = torch.rand(n, K, generator=gen)
+    c_hat = torch.rand(n, K, generator=gen) * 1e-3
+    index = torch.randint(0, n, (R, 5), generator=gen)
+    expected = (y_hat[index] - RHO[:, None, None] * c_hat[index]).argmax(-1)
+    router = RegressorRouter(R, K, RHO, predicted_scores=y_hat, predicted_costs=c_hat)
+    ctx = Context(torch.zeros(R, 5, 3), index=index)
+    assert torch.equal(router.act(ctx).action, expected)
+    # the same through an oracle module reading context.x (the stand-in keys on x[..., 0])
+    with_oracle = RegressorRouter(R, K, RHO, oracle=_Oracle(y_hat, c_hat))
+    x = torch.zeros(R, 5, 3)
+    x[..., 0] = index.float()
+    assert torch.equal(with_oracle.act(Context(x)).action, expected)
+    assert not torch.equal(expected[0], expected[2])  # rho matters in this instance
+
+
+def test_static_update_only_ticks_and_checks():
+    router = RegressorRouter(
+        R, K, RHO, predicted_scores=torch.rand(4, K), predicted_costs=torch.rand(4, K)
+    )
+    before = {k: v.clone() for k, v in router.state_dict().items() if k != "rounds"}
+    ctx = Context(torch.zeros(R, 1, 2), index=torch.zeros(R, 1, dtype=torch.long))
+    dec = router.act(ctx)
+    fb = Feedback(reward=torch.rand(R, 1, K), observed=torch.ones(R, 1, K, dtype=torch.bool))
+    assert router.update(ctx, dec, fb) == {}
+    assert router.rounds.tolist() == [1] * R
+    for k, v in before.items():
+        assert torch.equal(router.state_dict()[k], v)
+    with pytest.raises(ValueError, match="either oracle"):
+        RegressorRouter(R, K, RHO)
+    with pytest.raises(ValueError, match="rho"):
+        RegressorRouter(
+            R,
+            K,
+            torch.zeros(2),
+            predicted_scores=torch.rand(4, K),
+            predicted_costs=torch.rand(4, K),
+        )
+    with pytest.raises(ValueError, match="k must be"):
+        KNNRouter(R, K, RHO, torch.rand(2, 3), torch.rand(2, K), torch.rand(2, K), k=3)

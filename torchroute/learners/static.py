@@ -1,0 +1,202 @@
+"""Static routers fitted offline: a regressor on oracle heads and cosine k-nearest neighbours.
+
+Both pick ``argmax_k y^_k - rho c^_k`` per trial (each trial has its own ``rho``) and do not
+learn online (``update`` only counts rounds). The core never imports
+:mod:`torchroute.models`: the oracle module or the precomputed tensors come in as
+constructor arguments.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.learners.base import Learner
+from torchroute.types import Context, Decision, Feedback
+
+
+def _check_rho(rho: Tensor, num_trials: int) -> Tensor:
+    rho = torch.as_tensor(rho, dtype=torch.float32)
+    if rho.shape != (num_trials,):
+        raise ValueError(f"rho must be [R={num_trials}], got {tuple(rho.shape)}")
+    if (rho < 0).any():
+        raise ValueError(f"rho must be >= 0, got {rho.tolist()}")
+    return rho
+
+
+def _check_table(name: str, value: Tensor | None, num_arms: int) -> Tensor | None:
+    if value is None:
+        return None
+    value = torch.as_tensor(value).float()
+    if value.ndim != 2 or value.shape[1] != num_arms:
+        raise ValueError(f"{name} must be [n, K={num_arms}], got {tuple(value.shape)}")
+    return value
+
+
+class _StaticRouter(Learner):
+    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break)."""
+
+    def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
+        super().__init__(num_trials, num_arms)
+        self.register_buffer("rho", _check_rho(rho, num_trials))  # [R]
+
+    def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        """Predicted scores and costs, each ``[R, B, K]``."""
+        raise NotImplementedError
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        with torch.no_grad():
+            y_hat, c_hat = self.predict(context)
+            value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
+        action = argmax_random_ties(value, generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
+
+    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        self._tick(context)
+        return {}
+
+
+class RegressorRouter(_StaticRouter):
+    """Route with pre-trained score and cost regressors: ``argmax_k y^_k(x) - rho c^_k(x)``.
+
+    Give either ``oracle`` (a module with ``accuracy(e) -> [n, K]`` and ``cost(e) -> [n, K]``,
+    e.g. ``torchroute.models.MultiHeadOracle``), which then reads ``context.x`` as encoder
+    embeddings ``[R, B, d_e]``; or per-query predictions ``predicted_scores`` and
+    ``predicted_costs`` ``[n, K]`` of the whole table, looked up with ``context.index``.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        rho: cost sensitivity per trial, ``[R]``.
+        oracle: the regressor module (kept in eval mode; its weights join the state_dict).
+        predicted_scores: ``[n, K]`` precomputed ``y^``.
+        predicted_costs: ``[n, K]`` precomputed ``c^``.
+
+    Shapes:
+        ``act``: ``Context(x [R, B, d], index [R, B])`` -> one-hot ``probs [R, B, K]``.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        rho: Tensor,
+        oracle: nn.Module | None = None,
+        predicted_scores: Tensor | None = None,
+        predicted_costs: Tensor | None = None,
+    ) -> None:
+        super().__init__(num_trials, num_arms, rho)
+        tables = (predicted_scores is not None, predicted_costs is not None)
+        if (oracle is not None) == all(tables) or any(tables) != all(tables):
+            raise ValueError("give either oracle, or both predicted_scores and predicted_costs")
+        scores = _check_table("predicted_scores", predicted_scores, num_arms)
+        costs = _check_table("predicted_costs", predicted_costs, num_arms)
+        if scores is not None and costs is not None and scores.shape != costs.shape:
+            raise ValueError(
+                f"predicted_scores {tuple(scores.shape)} and predicted_costs "
+                f"{tuple(costs.shape)} must have the same shape"
+            )
+        self.oracle = oracle.eval() if oracle is not None else None
+        self.register_buffer("predicted_scores", scores, persistent=False)  # [n, K] or None
+        self.register_buffer("predicted_costs", costs, persistent=False)
+
+    def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        if self.oracle is None:
+            if context.index is None:
+                raise ValueError(
+                    "RegressorRouter with precomputed predictions needs "
+                    "Context.index (rows of the table)"
+                )
+            return self.predicted_scores[context.index], self.predicted_costs[context.index]
+        r, b, d = context.x.shape
+        self.oracle.eval()
+        flat = context.x.reshape(r * b, d)
+        y_hat = self.oracle.accuracy(flat).reshape(r, b, -1)
+        c_hat = self.oracle.cost(flat).reshape(r, b, -1)
+        if y_hat.shape[-1] != self.num_arms:
+            raise ValueError(
+                f"the oracle predicts {y_hat.shape[-1]} arms, the router has {self.num_arms}"
+            )
+        return y_hat, c_hat
+
+
+class KNNRouter(_StaticRouter):
+    """k-nearest-neighbour routing: average score and cost of the ``k`` most similar train queries.
+
+    Similarity is the cosine of the contexts (``context.x``, or rows of ``features`` looked
+    up with ``context.index`` when given) and the train features; the prediction for each
+    arm is the plain mean over the ``k`` neighbours, then ``argmax_k y_k - rho c_k``.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        rho: ``[R]``.
+        train_x: ``[n_train, d]`` features of the training queries.
+        train_scores: ``[n_train, K]``.
+        train_costs: ``[n_train, K]``.
+        k: number of neighbours (3).
+        features: optional ``[n, d]`` features of the whole table, read by ``context.index``.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        rho: Tensor,
+        train_x: Tensor,
+        train_scores: Tensor,
+        train_costs: Tensor,
+        k: int = 3,
+        features: Tensor | None = None,
+    ) -> None:
+        super().__init__(num_trials, num_arms, rho)
+        train_x = torch.as_tensor(train_x).float()
+        scores = _check_table("train_scores", train_scores, num_arms)
+        costs = _check_table("train_costs", train_costs, num_arms)
+        if train_x.ndim != 2 or len({train_x.shape[0], scores.shape[0], costs.shape[0]}) != 1:
+            raise ValueError("train_x [n, d], train_scores and train_costs [n, K] must share n")
+        if not 1 <= k <= train_x.shape[0]:
+            raise ValueError(f"k must be in [1, n_train={train_x.shape[0]}], got {k}")
+        self.k = k
+        self.register_buffer("train_unit", F.normalize(train_x, dim=-1), persistent=False)
+        self.register_buffer("train_scores", scores, persistent=False)
+        self.register_buffer("train_costs", costs, persistent=False)
+        feats = None if features is None else torch.as_tensor(features).float()
+        if feats is not None and (feats.ndim != 2 or feats.shape[1] != train_x.shape[1]):
+            raise ValueError(
+                f"features must be [n, d={train_x.shape[1]}], got {tuple(feats.shape)}"
+            )
+        self.register_buffer("features", feats, persistent=False)
+
+    def _check_context(self, context: Context) -> None:
+        super()._check_context(context)
+        d = self.train_unit.shape[-1]
+        if self.features is None and context.x.shape[-1] != d:
+            raise ValueError(
+                f"KNNRouter was built for d={d} features but the context has "
+                f"d={context.x.shape[-1]}"
+            )
+
+    def neighbours(self, context: Context) -> Tensor:
+        """Indices of the ``k`` most cosine-similar train queries, ``[R, B, k]``."""
+        x = context.x
+        if self.features is not None:
+            if context.index is None:
+                raise ValueError("KNNRouter with features needs Context.index")
+            x = self.features[context.index]
+        if x.shape[-1] != self.train_unit.shape[-1]:
+            raise ValueError(
+                f"KNNRouter was built for d={self.train_unit.shape[-1]} features but the "
+                f"context has d={x.shape[-1]}"
+            )
+        sim = F.normalize(x.to(self.train_unit.dtype), dim=-1) @ self.train_unit.T  # [R, B, n]
+        return sim.topk(self.k, dim=-1).indices
+
+    def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        idx = self.neighbours(context)  # [R, B, k]
+        return self.train_scores[idx].mean(-2), self.train_costs[idx].mean(-2)

@@ -1,0 +1,155 @@
+"""The ``LightningModule`` that pre-trains a :class:`~torchroute.models.MultiHeadOracle`.
+
+Losses (``ALGORITHMS.md`` section 3): L1 or Huber for the accuracy head and the propagation
+head (every arm of each query in turn is the anchor; the loss covers the ``K - 1`` other
+arms), MSE on z-scored costs for the cost head; Adam, lr ``1e-4``. One step function serves
+train, val and test.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from torchroute.models.heads import MultiHeadOracle
+
+LossName = Literal["l1", "huber"]
+
+
+def unfreeze_top_layers(encoder: nn.Module, num_layers: int) -> int:
+    """Freeze ``encoder`` except its top ``num_layers`` transformer blocks.
+
+    The blocks are the longest ``nn.ModuleList`` whose name ends in ``layer`` or
+    ``layers`` (``encoder.layer`` in BERT, MiniLM and DeBERTa-v2). Returns the number of
+    trainable parameters left; raises ``ValueError`` when no such list exists.
+    """
+    for p in encoder.parameters():
+        p.requires_grad_(False)
+    if num_layers <= 0:
+        return 0
+    blocks = [
+        m
+        for name, m in encoder.named_modules()
+        if isinstance(m, nn.ModuleList) and name.split(".")[-1] in ("layer", "layers")
+    ]
+    if not blocks:
+        raise ValueError(
+            f"found no transformer block list (…layer / …layers) in "
+            f"{type(encoder).__name__}; cannot unfreeze its top layers"
+        )
+    stack = max(blocks, key=len)
+    for block in list(stack)[-num_layers:]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in encoder.parameters() if p.requires_grad)
+
+
+class OracleModule(L.LightningModule):
+    """Trains the accuracy, propagation and cost heads (and the shared feature trunk).
+
+    Args:
+        oracle: the heads (its cost head's ``mean``/``std`` must already be set).
+        encoder: a text encoder to fine-tune (batches then carry ``input_ids`` and
+            ``attention_mask``); ``None`` when batches carry cached embeddings ``x``.
+        lr: Adam learning rate of the heads.
+        encoder_lr: Adam learning rate of the unfrozen encoder layers.
+        weight_decay: Adam weight decay.
+        loss: ``"l1"`` or ``"huber"`` for the accuracy and propagation heads.
+        huber_delta: Huber threshold (scores lie in ``[0, 1]``).
+        accuracy_weight, propagation_weight, cost_weight: weights of the three losses.
+
+    Shapes:
+        batch: ``x [b, d_e]`` (or ``input_ids``/``attention_mask [b, L]``), ``scores [b, K]``,
+        ``costs [b, K]``.
+    """
+
+    def __init__(
+        self,
+        oracle: MultiHeadOracle,
+        encoder: nn.Module | None = None,
+        lr: float = 1e-4,
+        encoder_lr: float = 1e-5,
+        weight_decay: float = 0.0,
+        loss: LossName = "l1",
+        huber_delta: float = 0.1,
+        accuracy_weight: float = 1.0,
+        propagation_weight: float = 1.0,
+        cost_weight: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if loss not in ("l1", "huber"):
+            raise ValueError(f"loss must be 'l1' or 'huber', got {loss!r}")
+        self.save_hyperparameters(ignore=["oracle", "encoder"])
+        self.oracle = oracle
+        self.encoder = encoder
+
+    def embed(self, batch: dict[str, Tensor]) -> Tensor:
+        """Encoder embeddings ``[b, d_e]`` of a batch."""
+        if "x" in batch:
+            return batch["x"]
+        if self.encoder is None:
+            raise ValueError("the batch carries token ids but the module has no encoder")
+        return self.encoder(batch["input_ids"], batch["attention_mask"]).float()
+
+    def _regression(self, pred: Tensor, target: Tensor) -> Tensor:
+        if self.hparams.loss == "l1":
+            return F.l1_loss(pred, target, reduction="none")
+        return F.huber_loss(pred, target, reduction="none", delta=self.hparams.huber_delta)
+
+    def losses(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The three head losses and their weighted sum ``"loss"`` (scalars)."""
+        scores = batch["scores"]  # [b, K]
+        b, k = scores.shape
+        phi = self.oracle.features(self.embed(batch))  # [b, d_phi]
+        acc = self._regression(self.oracle.accuracy_head(phi), scores).mean()
+        c_z = self.oracle.cost_head.normalized(phi)
+        cost = F.mse_loss(c_z, self.oracle.cost_head.normalize(batch["costs"]))
+        # Every arm as the anchor: [b*K] rows (query-major), targets Y[x, :] - Y[x, i].
+        anchor = torch.arange(k, device=scores.device).repeat(b)
+        rows = scores.repeat_interleave(k, 0)  # [b*K, K]
+        y_anchor = rows.gather(1, anchor[:, None])[:, 0]
+        delta = self.oracle.propagation_head(phi.repeat_interleave(k, 0), anchor, y_anchor)
+        off = (torch.arange(k, device=scores.device) != anchor[:, None]).to(delta.dtype)
+        prop_err = self._regression(delta, rows - y_anchor[:, None])
+        prop = (prop_err * off).sum() / off.sum()
+        hp = self.hparams
+        total = hp.accuracy_weight * acc + hp.propagation_weight * prop + hp.cost_weight * cost
+        return {"loss": total, "accuracy_loss": acc, "propagation_loss": prop, "cost_loss": cost}
+
+    def _shared_step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
+        out = self.losses(batch)
+        self.log_dict(
+            {f"{stage}/{name}": v for name, v in out.items()},
+            on_step=False,
+            on_epoch=True,
+            prog_bar=stage != "test",
+            batch_size=batch["scores"].shape[0],
+            sync_dist=stage != "train",
+        )
+        return out["loss"]
+
+    def on_train_epoch_start(self) -> None:
+        if self.encoder is not None:  # text encoders are loaded in eval mode
+            self.encoder.train()
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        groups = [{"params": list(self.oracle.parameters()), "lr": hp.lr}]
+        if self.encoder is not None:
+            trainable = [p for p in self.encoder.parameters() if p.requires_grad]
+            if trainable:
+                groups.append({"params": trainable, "lr": hp.encoder_lr})
+        return torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
