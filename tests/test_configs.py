@@ -13,12 +13,19 @@ from torchroute.envs import SingleChoiceEnv
 from torchroute.experiment import build_learner
 from torchroute.learners import Learner
 
-EXPERIMENTS = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
-LEARNERS = sorted(p.stem for p in (config_dir() / "learner").glob("*.yaml"))
+PRESETS = sorted((config_dir() / "experiment").glob("*.yaml"))
+#: presets whose header names the pretrain command compose with pretrain.yaml
+PRETRAIN = sorted(p.stem for p in PRESETS if "torchroute pretrain" in p.read_text())
+EXPERIMENTS = sorted(p.stem for p in PRESETS if p.stem not in PRETRAIN)
+#: learners that need a pre-trained oracle are built in tests/trainers
+LEARNERS = sorted(
+    p.stem for p in (config_dir() / "learner").glob("*.yaml") if "oracle" not in p.read_text()
+)
 
 
 def test_config_dir_ships_the_presets():
-    assert {"default", "routerbench_baselines"} <= set(EXPERIMENTS)
+    assert {"default", "routerbench_baselines", "routerbench_static"} <= set(EXPERIMENTS)
+    assert PRETRAIN == ["routerbench_oracles"]
     assert Path(config_dir(), "simulate.yaml").is_file()
 
 
@@ -26,6 +33,12 @@ def test_config_dir_ships_the_presets():
 def test_experiment_presets_compose(experiment):
     cfg = compose_config("simulate", [f"experiment={experiment}", "out_dir=x"])
     assert cfg.learners and cfg.data._target_ and cfg.rhos and cfg.seeds
+
+
+@pytest.mark.parametrize("experiment", PRETRAIN)
+def test_pretrain_presets_compose(experiment):
+    cfg = compose_config("pretrain", [f"experiment={experiment}", "out_dir=x"])
+    assert cfg.data._target_ and cfg.trainer.max_epochs > 0 and cfg.train.lr > 0
 
 
 def test_routerbench_preset_is_the_210_trial_grid():

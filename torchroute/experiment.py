@@ -97,7 +97,8 @@ def build_learner(node: DictConfig, env: SingleChoiceEnv, name: str) -> Learner:
     """Instantiate one learner config, passing the run's shapes to the constructor.
 
     The constructor receives those of ``num_trials``, ``num_arms``, ``dim``,
-    ``train_mean_utility`` and ``rho`` that its signature names.
+    ``train_mean_utility``, ``rho`` and the train split's ``train_x``, ``train_scores``,
+    ``train_costs`` that its signature names.
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
@@ -108,6 +109,9 @@ def build_learner(node: DictConfig, env: SingleChoiceEnv, name: str) -> Learner:
         "dim": lambda: env.dim,
         "train_mean_utility": lambda: env.train_mean_utility(),
         "rho": lambda: env.rho,
+        "train_x": lambda: env.split_data("train")[0],
+        "train_scores": lambda: env.split_data("train")[1],
+        "train_costs": lambda: env.split_data("train")[2],
     }
     params = inspect.signature(factory.func).parameters
     kwargs = {k: make() for k, make in available.items() if k in params}

@@ -298,3 +298,17 @@ def _finish(
     save_oracle(oracle, out_dir / "oracle.pt", extra={"metrics": metrics, "source": table.source})
     write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+def load_or_pretrain(checkpoint: str | Path | None, config: Mapping[str, Any]) -> MultiHeadOracle:
+    """The oracle saved at ``checkpoint`` (an ``oracle.pt`` or the folder holding it), or,
+    when ``checkpoint`` is ``None``, a fresh one pre-trained with :func:`run_pretrain`
+    on ``config`` (its ``out_dir`` receives the artifact).
+
+    Lets a simulation config name ``oracle_ckpt=<pretrain out_dir>`` or pre-train first.
+    """
+    if checkpoint is None:
+        run_pretrain(config)
+        checkpoint = Path(str(config["out_dir"]))
+    path = Path(str(checkpoint))
+    return load_oracle(path / "oracle.pt" if path.is_dir() else path)

@@ -149,6 +149,11 @@ class SingleChoiceEnv:
         rows = torch.as_tensor(self.table.rows(split), device=self.device)
         return self.utilities(rows.expand(self.num_trials, -1)).mean(1)
 
+    def split_data(self, split: str = "train") -> tuple[Tensor, Tensor, Tensor]:
+        """Features ``[n_s, d]``, scores and costs ``[n_s, K]`` of the rows of ``split``."""
+        rows = torch.as_tensor(self.table.rows(split), device=self.device)
+        return self._features[rows], self._scores[rows], self._costs[rows]
+
     def state_dict(self) -> dict:
         """What identifies this environment (checked when resuming)."""
         return {
