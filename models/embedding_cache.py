@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.io import atomic_write
 from torchroute.models.encoders import TextEncoder
 
 CACHE_FORMAT = 1
@@ -131,23 +131,14 @@ class EmbeddingCache:
         return emb
 
     def _save(self, path: Path, encoder: TextEncoder, digests: Tensor, emb: Tensor) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         blob = {
             "format": CACHE_FORMAT,
             "encoder": encoder.spec,
             "text_sha256": digests,
             "embeddings": emb.detach().float().cpu().contiguous(),
         }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(blob, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_write(path, "wb") as f:
+            torch.save(blob, f)
 
     def __repr__(self) -> str:
         return f"EmbeddingCache(root={str(self.root)!r})"

@@ -17,8 +17,8 @@ import numpy as np
 from torchroute.data.generic import model_costs
 from torchroute.data.splits import (
     DefaultSplit,
+    kept_table,
     missing_rows,
-    resolve_splits,
     split_from_name,
     strip_split,
 )
@@ -106,26 +106,20 @@ def load_json_scores(
     cost = np.broadcast_to(model_costs(costs, models), scores.shape).copy()
     source = str(path)
     keep = missing_rows(scores, cost, models, ids, source=source, drop_missing=drop_missing)
-    split = resolve_splits(
-        [m for m, k in zip(marks, keep, strict=True) if k],
+    return kept_table(
+        scores,
+        cost,
+        models,
+        ids,
+        text,
+        groups,
+        marks,
+        keep,
+        source,
         default_split=default_split,
         test_fraction=test_fraction,
         val_fraction=val_fraction,
         seed=seed,
-    )
-
-    def kept(values: list[str]) -> tuple[str, ...]:
-        return tuple(v for v, k in zip(values, keep, strict=True) if k)
-
-    return RoutingTable(
-        scores=scores[keep],
-        costs=cost[keep],
-        arm_names=tuple(models),
-        query_ids=kept(ids),
-        split=split,
-        text=kept(text),
-        groups=kept(groups),
-        source=source,
     )
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 from torchroute.data.generic import read_frame
 from torchroute.data.splits import (
     DefaultSplit,
+    kept_table,
     missing_rows,
-    resolve_splits,
     split_from_name,
     unique_ids,
 )
@@ -119,26 +119,20 @@ def load_routerbench(
     score, cost = np.concatenate(scores), np.concatenate(costs)
     ids = list(unique_ids(ids))
     keep = missing_rows(score, cost, arms, ids, source=source, drop_missing=drop_missing)
-    split = resolve_splits(
-        [m for m, k in zip(marks, keep, strict=True) if k],
+    return kept_table(
+        score,
+        cost,
+        arms,
+        ids,
+        text,
+        groups,
+        marks,
+        keep,
+        source,
         default_split=default_split,
         test_fraction=test_fraction,
         val_fraction=val_fraction,
         seed=seed,
-    )
-
-    def kept(values: list[str]) -> tuple[str, ...]:
-        return tuple(v for v, k in zip(values, keep, strict=True) if k)
-
-    return RoutingTable(
-        scores=score[keep],
-        costs=cost[keep],
-        arm_names=tuple(arms),
-        query_ids=kept(ids),
-        split=split,
-        text=kept(text),
-        groups=kept(groups),
-        source=source,
     )
 
 

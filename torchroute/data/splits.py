@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from torchroute.data.table import SPLITS, TableError
+from torchroute.data.table import SPLITS, RoutingTable, TableError
 
 DefaultSplit = Literal["train", "val", "test", "random"]
 
@@ -156,3 +156,37 @@ def missing_rows(
         stacklevel=3,
     )
     return ~rows
+
+
+def kept_table(
+    scores: np.ndarray,
+    costs: np.ndarray,
+    arms: Sequence[str],
+    ids: Sequence[str],
+    text: Sequence[str],
+    groups: Sequence[str],
+    marks: Sequence[str | None],
+    keep: np.ndarray,
+    source: str,
+    **split_options: Any,
+) -> RoutingTable:
+    """The table of the rows with ``keep`` true (``[n]`` bool), splits from the file marks.
+
+    ``marks`` are the per-row splits read from file names (``None`` where a name has none);
+    ``split_options`` go to :func:`resolve_splits`.
+    """
+
+    def kept(values: Sequence[str]) -> tuple[str, ...]:
+        return tuple(v for v, k in zip(values, keep, strict=True) if k)
+
+    split = resolve_splits([m for m, k in zip(marks, keep, strict=True) if k], **split_options)
+    return RoutingTable(
+        scores=scores[keep],
+        costs=costs[keep],
+        arm_names=tuple(arms),
+        query_ids=kept(ids),
+        split=split,
+        text=kept(text),
+        groups=kept(groups),
+        source=source,
+    )
