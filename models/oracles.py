@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from torchroute.io import atomic_write
 from torchroute.models.heads import MultiHeadOracle
 
 ORACLE_FORMAT = 1
@@ -167,15 +167,8 @@ def save_oracle(
         "state_dict": {k: v.detach().cpu() for k, v in oracle.state_dict().items()},
         "extra": dict(extra or {}),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "wb") as fh:
+        torch.save(payload, fh)
     return path
 
 
