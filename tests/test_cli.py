@@ -84,13 +84,34 @@ def test_report_prints_regimes(default_run, capsys):
     assert "low" in out and "medium" in out and "high" in out and "linucb" in out
 
 
-def test_resume_from_checkpoint_reproduces_the_run(default_run, tmp_path, cache_dir):
+def test_interrupted_run_resumes_to_the_same_results(default_run, tmp_path, cache_dir, monkeypatch):
+    """Ctrl-C at round 15 of a run checkpointing every 10 rounds; resume runs rounds 10.."""
+    from torchroute.envs import SingleChoiceEnv
+
+    context = SingleChoiceEnv.context
+    seen: list[int] = []
+    armed = [True]
+
+    def interrupt_at_15(self, t):
+        seen.append(t)
+        if t == 15 and armed:  # once: the resumed run passes round 15 again
+            armed.clear()
+            raise KeyboardInterrupt
+        return context(self, t)
+
+    monkeypatch.setattr(SingleChoiceEnv, "context", interrupt_at_15)
     out = tmp_path / "resumed"
-    ckpt = default_run / "checkpoints" / "squarecb.pt"
-    args = _args(out, cache_dir, "run_learners=[squarecb]", f"resume={ckpt}", "~logger")
-    assert main(args) == 0
+    common = ("run_learners=[squarecb]", "~logger", "ckpt_every=10")
+    with pytest.raises(KeyboardInterrupt):
+        main(_args(out, cache_dir, *common))
+    ckpt = out / "checkpoints" / "squarecb.pt"
+    assert load_checkpoint(ckpt)["round"] == 10
+    assert not (out / "results.csv").exists()
+    seen.clear()
+    assert main(_args(out, cache_dir, *common, f"resume={ckpt}")) == 0
     before = pd.read_csv(default_run / "results.csv")
     after = pd.read_csv(out / "results.csv")
+    assert seen[0] == 10 and len(seen) == after["rounds"].iloc[0] - 10
     pd.testing.assert_frame_equal(
         after.reset_index(drop=True),
         before[before["learner"] == "squarecb"].reset_index(drop=True),

@@ -34,9 +34,8 @@ class SimulationResult:
 
 
 def _same_env(a: dict, b: dict) -> bool:
-    return (
-        all(torch.equal(a[k], b[k]) if isinstance(a[k], Tensor) else a[k] == b[k] for k in a)
-        and a.keys() == b.keys()
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], Tensor) else a[k] == b[k] for k in a
     )
 
 

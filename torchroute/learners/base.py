@@ -61,3 +61,13 @@ class Learner(nn.Module):
 
     def _tick(self, context: Context) -> None:
         self.rounds += context.batch_size
+
+
+class FixedPolicy(Learner):
+    """A learner that does not learn online: ``update`` only validates and counts rounds."""
+
+    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        self._tick(context)
+        return {}

@@ -6,11 +6,11 @@ import torch
 from torch import Tensor
 
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
-from torchroute.learners.base import Learner
-from torchroute.types import Context, Decision, Feedback
+from torchroute.learners.base import FixedPolicy
+from torchroute.types import Context, Decision
 
 
-class RandomRouter(Learner):
+class RandomRouter(FixedPolicy):
     """Uniform random routing: ``p_k = 1 / K`` every round.
 
     Args:
@@ -24,14 +24,8 @@ class RandomRouter(Learner):
         probs = context.x.new_full((r, b, self.num_arms), 1.0 / self.num_arms)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
-        self._check_context(context)
-        self._check_feedback(context, feedback)
-        self._tick(context)
-        return {}
 
-
-class BestSingleArm(Learner):
+class BestSingleArm(FixedPolicy):
     """Always routes to one fixed arm per trial, chosen offline on the train split.
 
     The arm is the one with the largest mean utility ``clip(Y - rho C, 0, 1)`` on the
@@ -57,9 +51,3 @@ class BestSingleArm(Learner):
         action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)
         return Decision(probs=probs, action=action.clone())
-
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
-        self._check_context(context)
-        self._check_feedback(context, feedback)
-        self._tick(context)
-        return {}

@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
-from torchroute.learners.base import Learner
-from torchroute.types import Context, Decision, Feedback
+from torchroute.learners.base import FixedPolicy
+from torchroute.types import Context, Decision
 
 
 def _check_rho(rho: Tensor, num_trials: int) -> Tensor:
@@ -35,7 +35,7 @@ def _check_table(name: str, value: Tensor | None, num_arms: int) -> Tensor | Non
     return value
 
 
-class _StaticRouter(Learner):
+class _StaticRouter(FixedPolicy):
     """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break)."""
 
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
@@ -53,12 +53,6 @@ class _StaticRouter(Learner):
             value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
         action = argmax_random_ties(value, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
-
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
-        self._check_context(context)
-        self._check_feedback(context, feedback)
-        self._tick(context)
-        return {}
 
 
 class RegressorRouter(_StaticRouter):
