@@ -1,9 +1,22 @@
-"""One simulation experiment from a composed config: data -> features -> learners -> results."""
+"""One simulation experiment from a composed config: data -> env -> learners -> results.
+
+Output folder layout (``out_dir``)::
+
+    config.yaml              the composed configuration
+    fingerprint.json         hash of the keys that change the numbers (see ``runtime_keys``)
+    results.csv, curves.csv  one row per learner x trial / per learner x trial x logged round
+    runs/<learner>/          summary.csv, curve.csv and fingerprint.json of each learner
+    checkpoints/<learner>.pt the learner's last checkpoint (resume from it)
+
+A folder written by another configuration is refused unless ``overwrite=true``; results of
+a learner are reused (on ``resume``) only when their fingerprint matches.
+"""
 
 from __future__ import annotations
 
-import inspect
+import hashlib
 import itertools
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,28 +29,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.data.table import RoutingTable
-from torchroute.envs.single_choice import SingleChoiceEnv
+from torchroute.envs.base import Env
 from torchroute.features import project_features
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
 from torchroute.tracking import NullTracker
+from torchroute.types import Problem
 
 log = logging.getLogger(__name__)
 
-#: keys that do not change the numbers of a run (left out of the checkpoint's config)
-_RUNTIME_KEYS = (
-    "out_dir",
-    "resume",
-    "progress",
-    "report",
-    "ckpt_every",
-    "logger",
-    "run_learners",
-    "cache_dir",
-    "reference",
-    "name",
-)
+_DTYPES = ("float32", "float64")
 
 
 class ConfigError(ValueError):
@@ -50,28 +52,56 @@ def trial_grid(rhos: list[float], seeds: list[int]) -> tuple[list[float], list[i
     return [float(r) for r, _ in pairs], [int(s) for _, s in pairs]
 
 
+def _number_list(cfg: DictConfig, key: str, kind: type) -> list:
+    values = list(cfg.get(key) or [])
+    if not values:
+        raise ConfigError(f"{key} must be a non-empty list, got {values}")
+    out = []
+    for v in values:
+        try:
+            number = kind(v)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or isinstance(v, bool) or (kind is int and float(v) != number):
+            raise ConfigError(f"{key} must hold {kind.__name__} values, got {v!r} in {values}")
+        out.append(number)
+    return out
+
+
 def _validate(cfg: DictConfig) -> None:
     if not cfg.get("learners"):
         raise ConfigError("no learners configured: set learners (see configs/learner/)")
-    rhos, seeds = list(cfg.rhos), list(cfg.seeds)
-    if not rhos or not seeds:
-        raise ConfigError(f"rhos and seeds must be non-empty, got rhos={rhos}, seeds={seeds}")
-    bad = [r for r in rhos if not float(r) >= 0]
+    rhos = _number_list(cfg, "rhos", float)
+    _number_list(cfg, "seeds", int)
+    bad = [r for r in rhos if not (r >= 0 and r < float("inf"))]
     if bad:
-        raise ConfigError(f"rhos must be >= 0 (cost sensitivity), got {bad}")
+        raise ConfigError(f"rhos must be finite and >= 0 (cost sensitivity), got {bad}")
     if cfg.get("run_learners"):
         unknown = sorted(set(cfg.run_learners) - set(cfg.learners))
         if unknown:
             raise ConfigError(
                 f"run_learners names unknown learners {unknown}; configured: {sorted(cfg.learners)}"
             )
-    if cfg.get("rounds") is not None and int(cfg.rounds) < 1:
-        raise ConfigError(f"rounds must be >= 1 or null, got {cfg.rounds}")
+    rounds = cfg.get("rounds")
+    if rounds is not None and (
+        not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1
+    ):
+        raise ConfigError(f"rounds must be an integer >= 1 or null, got {rounds!r}")
+    if cfg.get("dtype", "float32") not in _DTYPES:
+        raise ConfigError(f"dtype must be one of {list(_DTYPES)}, got {cfg.get('dtype')!r}")
+    for key in ("log_every", "ckpt_every"):
+        value = cfg.get(key)
+        if value is None and key == "ckpt_every":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{key} must be an integer >= 1, got {value!r}")
 
 
 def load_features(cfg: DictConfig) -> tuple[RoutingTable, torch.Tensor]:
     """Instantiate the table (``cfg.data``), embed it (``cfg.encoder``), build features."""
     table = _instantiate(cfg.data, "data")
+    if not isinstance(table, RoutingTable):
+        raise ConfigError(f"data built a {type(table).__name__}, not a RoutingTable")
     if cfg.get("encoder") is not None:
         table = _instantiate(cfg.encoder, "encoder")(table)
     if table.embeddings is None:
@@ -90,84 +120,104 @@ def _instantiate(node: Any, key: str, **kwargs: Any) -> Any:
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as exc:
-        raise ConfigError(f"cannot build {key!r} from its config: {exc}") from exc
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"cannot build {key!r} from its config: {cause}") from exc
 
 
-def build_learner(node: DictConfig, env: SingleChoiceEnv, name: str) -> Learner:
-    """Instantiate one learner config, passing the run's shapes to the constructor.
+def build_env(cfg: DictConfig) -> Env:
+    """The environment of ``cfg.env`` on the configured table, trials, device and dtype."""
+    rhos, seeds = trial_grid(_number_list(cfg, "rhos", float), _number_list(cfg, "seeds", int))
+    device = _device(str(cfg.get("device", "cpu")))
+    dtype = getattr(torch, cfg.get("dtype", "float32"))
+    table, feats = load_features(cfg)
+    # Objects are passed to the partial, not to instantiate (which would merge them into
+    # the config and convert dataclasses such as the table).
+    factory = _instantiate(cfg.env, "env", _partial_=True)
+    try:
+        env = factory(
+            table=table, rho=rhos, seeds=seeds, features=feats, device=device, dtype=dtype
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env: {exc}") from exc
+    if not isinstance(env, Env):
+        raise ConfigError(f"env built a {type(env).__name__}, not a torchroute.envs.Env")
+    return env
 
-    The constructor receives those of ``num_trials``, ``num_arms``, ``dim``,
-    ``train_mean_utility``, ``rho`` and the train split's ``train_x``, ``train_scores``,
-    ``train_costs`` that its signature names.
+
+def build_learner(node: DictConfig, problem: Problem, name: str) -> Learner:
+    """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
+
+    Hyper-parameters are validated here, before anything of the run is written.
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
-    factory = _instantiate(node, f"learners.{name}", _partial_=True)
-    available = {
-        "num_trials": lambda: env.num_trials,
-        "num_arms": lambda: env.num_arms,
-        "dim": lambda: env.dim,
-        "train_mean_utility": lambda: env.train_mean_utility(),
-        "rho": lambda: env.rho,
-        "train_x": lambda: env.split_data("train")[0],
-        "train_scores": lambda: env.split_data("train")[1],
-        "train_costs": lambda: env.split_data("train")[2],
-    }
-    params = inspect.signature(factory.func).parameters
-    kwargs = {k: make() for k, make in available.items() if k in params}
-    learner = factory(**kwargs)
+    factory = _instantiate(node, f"learners.{name}")
+    if not callable(factory) or isinstance(factory, Learner):
+        raise ConfigError(
+            f"learners.{name} must be a factory called with the Problem (a "
+            "'<Learner>.from_problem' _target_ with _partial_: true)"
+        )
+    try:
+        learner = factory(problem)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"learners.{name}: {exc}") from exc
     if not isinstance(learner, Learner):
         raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
-    return learner.to(env.device)
+    return learner.to(problem.device)
+
+
+def config_fingerprint(cfg: DictConfig) -> dict[str, Any]:
+    """The configuration without the keys of ``cfg.runtime_keys`` (they leave numbers alone)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    runtime = set(plain.get("runtime_keys") or ()) | {"runtime_keys"}
+    return {k: v for k, v in plain.items() if k not in runtime}
+
+
+def _digest(config: dict[str, Any]) -> str:
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def run_config(cfg: DictConfig) -> pd.DataFrame:
-    """Run every configured learner on the configured table; write results under ``out_dir``.
+    """Run every configured learner on the configured env; write results under ``out_dir``.
 
-    Writes ``results.csv`` (one row per learner x trial), ``curves.csv``,
-    ``config.yaml`` and ``checkpoints/<learner>.pt``; returns the results frame.
+    Everything is validated and built (table, env, every learner) before the first file
+    is written. Writes ``results.csv`` (one row per learner x trial), ``curves.csv``,
+    ``config.yaml``, ``fingerprint.json``, ``runs/<learner>/`` and
+    ``checkpoints/<learner>.pt``; returns the results frame.
     """
     _validate(cfg)
-    out_dir = Path(cfg.out_dir)
+    out_dir = Path(str(cfg.out_dir))
     names = list(cfg.run_learners or cfg.learners)
-    run_config_dict = _numbers_config(cfg)
-    resume_name = _check_resume(cfg, run_config_dict)
-    rhos, seeds = trial_grid(list(cfg.rhos), list(cfg.seeds))
-    device = _device(cfg.get("device", "cpu"))
-    dtype = getattr(torch, cfg.get("dtype", "float32"))
-    table, feats = load_features(cfg)
-    env = SingleChoiceEnv(
-        table,
-        rhos,
-        seeds,
-        split=cfg.split,
-        horizon=cfg.get("rounds"),
-        features=feats,
-        feedback=cfg.feedback,
-        device=device,
-        dtype=dtype,
-    )
-    learners = {name: build_learner(cfg.learners[name], env, name) for name in names}
+    numbers = config_fingerprint(cfg)
+    digest = _digest(numbers)
+    _check_out_dir(out_dir, digest, bool(cfg.get("overwrite", False)))
+    resume_name = _check_resume(cfg, numbers)
+    env = build_env(cfg)
+    problem = env.problem()
+    learners = {name: build_learner(cfg.learners[name], problem, name) for name in names}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomic(out_dir / "fingerprint.json", json.dumps({"config": digest}) + "\n")
     log.info(
         "%s: %d trials x %d rounds, d=%d, K=%d",
-        table.source,
+        type(env).__name__,
         env.num_trials,
         env.horizon,
-        env.dim,
+        problem.dim,
         env.num_arms,
     )
     summaries, curves = [], []
     for name, learner in learners.items():
         run_dir = out_dir / "runs" / name
-        if cfg.get("resume") and name != resume_name and (run_dir / "summary.csv").is_file():
-            summary, curve = (
-                pd.read_csv(run_dir / "summary.csv"),
-                pd.read_csv(run_dir / "curve.csv"),
-            )
+        learner_digest = _digest({**numbers, "learner": name})
+        reused = None
+        if cfg.get("resume") and name != resume_name:
+            reused = _reusable(run_dir, learner_digest)
+        if reused is not None:
+            summary, curve = reused
         else:
-            tracker = _tracker(cfg, name, run_config_dict)
+            tracker = _tracker(cfg, name, numbers)
             result = simulate(
                 learner,
                 env,
@@ -177,7 +227,7 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
                 ckpt_path=out_dir / "checkpoints" / f"{name}.pt",
                 resume_from=cfg.resume if name == resume_name else None,
                 tracker=tracker,
-                config={**run_config_dict, "learner": name},
+                config={**numbers, "learner": name},
                 progress=bool(cfg.progress),
                 desc=name,
             )
@@ -188,6 +238,9 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
             tracker.finish()
             write_csv_atomic(run_dir / "summary.csv", summary)
             write_csv_atomic(run_dir / "curve.csv", curve)
+            write_text_atomic(
+                run_dir / "fingerprint.json", json.dumps({"config": learner_digest}) + "\n"
+            )
         summaries.append(summary)
         curves.append(curve)
     results = pd.concat(summaries, ignore_index=True)
@@ -196,9 +249,38 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
     return results
 
 
-def _numbers_config(cfg: DictConfig) -> dict:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    return {k: v for k, v in plain.items() if k not in _RUNTIME_KEYS}
+def _read_digest(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _check_out_dir(out_dir: Path, digest: str, overwrite: bool) -> None:
+    """Refuse an ``out_dir`` holding the results of another configuration (unless told)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"out_dir={str(out_dir)!r} exists and is not a folder")
+    if overwrite or not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    stored = _read_digest(out_dir / "fingerprint.json")
+    if stored == digest:
+        return
+    what = "another configuration" if stored else "files that are not a torchroute run"
+    raise ConfigError(
+        f"out_dir={str(out_dir)!r} holds the results of {what}; choose another out_dir, or "
+        "pass overwrite=true to replace them"
+    )
+
+
+def _reusable(run_dir: Path, digest: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The finished results of ``run_dir`` when the same configuration wrote them."""
+    files = [run_dir / "summary.csv", run_dir / "curve.csv"]
+    if not all(f.is_file() for f in files):
+        return None
+    if _read_digest(run_dir / "fingerprint.json") != digest:
+        log.warning("%s was written by another configuration: running it again", run_dir)
+        return None
+    return pd.read_csv(files[0]), pd.read_csv(files[1])
 
 
 def _check_resume(cfg: DictConfig, numbers: dict) -> str | None:
@@ -219,9 +301,17 @@ def _check_resume(cfg: DictConfig, numbers: dict) -> str | None:
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"device={name!r} is not a device; use cpu, cuda, cuda:N or auto"
+        ) from exc
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device={name!r} is not supported; use cpu, cuda, cuda:N or auto")
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={name!r} but CUDA is not available here; use device=cpu")
-    return torch.device(name)
+    return device
 
 
 def _tracker(cfg: DictConfig, name: str, config: dict):

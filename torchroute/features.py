@@ -34,7 +34,7 @@ def project_features(
     x = embeddings.double()
     if pca_dim is not None:
         if not 1 <= pca_dim <= x.shape[1]:
-            raise ValueError(f"pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
+            raise ValueError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
         fit = x[torch.as_tensor(fit_rows, dtype=torch.long)]
         mean = fit.mean(0, keepdim=True)
         # Exact SVD of the (n_fit x D) train block: D is a few hundred, this is instant.

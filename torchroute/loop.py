@@ -12,10 +12,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from torchroute.envs.single_choice import SingleChoiceEnv
+from torchroute.envs.base import Env
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
 from torchroute.tracking import NullTracker, Tracker
+
+
+class NonFiniteError(FloatingPointError):
+    """A learner's state or the run's metrics became NaN or infinite."""
 
 
 @dataclass
@@ -23,25 +27,25 @@ class SimulationResult:
     """The outcome of :func:`simulate`.
 
     Attributes:
-        summary: per-trial metrics, columns ``rho, seed, rounds, avg_utility, avg_regret,
-            accuracy, avg_cost`` (one row per trial).
-        curve: cumulative regret per logged round, columns ``trial, rho, seed, round,
-            cum_regret``.
+        summary: one row per trial: the env's trial labels (e.g. ``rho, seed``),
+            ``rounds``, then the env's result columns (e.g. ``avg_utility, avg_regret,
+            accuracy, avg_cost``).
+        curve: one row per trial and logged round: ``trial``, the labels, ``round`` and
+            ``cum_<name>`` for each of the env's ``curve_keys`` (e.g. ``cum_regret``).
     """
 
     summary: pd.DataFrame
     curve: pd.DataFrame
 
 
-def _same_env(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        torch.equal(a[k], b[k]) if isinstance(a[k], Tensor) else a[k] == b[k] for k in a
-    )
+def check_compatible(learner: Learner, env: Env) -> None:
+    """A one-line error when ``learner`` was built for another env (``R``, ``K``, ``d``)."""
+    learner.check_problem(env.problem(), who=f"{type(env).__name__}")
 
 
 def simulate(
     learner: Learner,
-    env: SingleChoiceEnv,
+    env: Env,
     *,
     seed: int = 0,
     log_every: int = 100,
@@ -57,15 +61,16 @@ def simulate(
 
     Per round: ``context -> learner.act -> env.step -> learner.update``, all batched over
     ``R`` trials with no host sync. Every ``log_every`` rounds the running metrics are
-    synced once, recorded in the regret curve and sent to ``tracker``; every
-    ``ckpt_every`` rounds (and at the end) a checkpoint is written atomically to
-    ``ckpt_path``. ``resume_from`` continues a run from such a checkpoint; the result is
-    bit-for-bit the same as an uninterrupted run on the same device.
+    synced once, checked for NaN/inf together with the learner's state, recorded in the
+    curves and sent to ``tracker``; every ``ckpt_every`` rounds (and at the end) a
+    checkpoint is written atomically to ``ckpt_path``. ``resume_from`` continues a run
+    from such a checkpoint; the result is bit-for-bit the same as an uninterrupted run on
+    the same device.
 
     Args:
         learner: the learner, already on ``env.device``.
         env: the environment.
-        seed: seed of the run's generator (action draws and tie-breaks).
+        seed: seed of the run's generator (action draws, tie-breaks, env noise, updates).
         log_every: logging interval in rounds.
         ckpt_every: checkpoint interval in rounds (``None``: only at the end).
         ckpt_path: checkpoint file; no checkpoints when ``None``.
@@ -73,19 +78,24 @@ def simulate(
         tracker: receives metrics (means over trials) at each logging interval.
         config: stored in checkpoints and compared when resuming.
         progress: show a progress bar.
-        desc: progress-bar label.
+        desc: progress-bar label (also names the learner in errors).
 
     Returns:
         A :class:`SimulationResult`.
+
+    Raises:
+        NonFiniteError: the learner's state or the metrics became NaN/inf (the round and
+            the learner are named).
     """
     if log_every < 1:
         raise ValueError(f"log_every must be >= 1, got {log_every}")
     if ckpt_every is not None and ckpt_every < 1:
         raise ValueError(f"ckpt_every must be >= 1 or None, got {ckpt_every}")
+    check_compatible(learner, env)
     tracker = tracker or NullTracker()
-    device = env.device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    metrics = RunningMetrics(env.num_trials, device)
+    generator = torch.Generator(device=env.device).manual_seed(seed)
+    metrics = RunningMetrics(env.num_trials, env.device, env.curve_keys)
+    name = desc or type(learner).__name__
     start = 0
     if resume_from is not None:
         start = _restore(resume_from, learner, env, generator, metrics, config)
@@ -100,31 +110,56 @@ def simulate(
                     "round": t,
                     "generator": generator.get_state(),
                     "env": env.state_dict(),
+                    "env_fingerprint": env.fingerprint(),
                     "metrics": metrics.state_dict(),
                     "config": config or {},
                 },
             )
 
-    full = learner.full_feedback or env.feedback == "full"
     bar = tqdm(total=env.horizon, initial=start, desc=desc, disable=not progress, leave=False)
     for t in range(start, env.horizon):
         context = env.context(t)
         decision = learner.act(context, generator)
-        feedback, outcome = env.step(context, decision, full=full)
-        learner.update(context, decision, feedback)
+        feedback, outcome = env.step(context, decision, generator)
+        learner.update(context, decision, feedback, generator)
         metrics.add(outcome)
         done = t + 1
         if done % log_every == 0 or done == env.horizon:
+            _check_finite(learner, metrics, name, done)
             metrics.mark()
-            means = {k: float(v.mean()) for k, v in metrics.summary().items()}
+            columns = env.summarize(metrics.sums, metrics.rounds)
+            means = {k: float(v.mean()) for k, v in columns.items() if v.ndim == 1}
             tracker.log({**means, "round": done}, step=done)
-            bar.set_postfix(regret=f"{means['avg_regret']:.4f}", refresh=False)
+            if means:
+                key = "avg_regret" if "avg_regret" in means else next(iter(means))
+                bar.set_postfix({key: f"{means[key]:.4f}"}, refresh=False)
             bar.update(done - bar.n)
         if ckpt_every is not None and done % ckpt_every == 0 and done < env.horizon:
             checkpoint(done)
     bar.close()
     checkpoint(env.horizon)
     return _result(env, metrics)
+
+
+def _check_finite(learner: Learner, metrics: RunningMetrics, name: str, done: int) -> None:
+    """One host sync: every floating tensor of the learner's state and the sums are finite."""
+    flags = [torch.isfinite(t).all() for t in learner.state_dict().values() if _is_float(t)]
+    flags.append(metrics.all_finite())
+    if not bool(torch.stack([f.to(metrics.device) for f in flags]).all()):
+        bad = sorted(
+            key
+            for key, t in learner.state_dict().items()
+            if _is_float(t) and not bool(torch.isfinite(t).all())
+        )
+        where = f"its state {bad}" if bad else "the metrics (a NaN/inf reward or cost?)"
+        raise NonFiniteError(
+            f"learner {name!r}: non-finite values in {where} by round {done}; check the "
+            "data and the hyper-parameters"
+        )
+
+
+def _is_float(t: Any) -> bool:
+    return isinstance(t, Tensor) and t.is_floating_point()
 
 
 def _restore(path, learner, env, generator, metrics, config) -> int:
@@ -139,32 +174,43 @@ def _restore(path, learner, env, generator, metrics, config) -> int:
             f"checkpoint {path} holds a {payload.get('learner_class')}, not a "
             f"{type(learner).__name__}"
         )
-    if not _same_env(payload["env"], env.state_dict()):
-        raise CheckpointError(f"checkpoint {path} was written for another table, stream or rho")
+    if payload.get("env_fingerprint") != env.fingerprint():
+        raise CheckpointError(
+            f"checkpoint {path} was written for another environment (table, stream, rho or "
+            "trial labels differ)"
+        )
+    done = payload.get("round")
+    if not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= env.horizon:
+        raise CheckpointError(
+            f"checkpoint {path} has round {done!r}; expected an integer in 0..{env.horizon}"
+        )
     try:
         learner.load_state_dict(payload["learner"])
-    except RuntimeError as exc:
-        raise CheckpointError(f"checkpoint {path} does not fit this learner: {exc}") from exc
-    generator.set_state(payload["generator"])
-    metrics.load_state_dict(payload["metrics"])
-    return int(payload["round"])
+        env.load_state_dict(payload["env"])
+        generator.set_state(payload["generator"])
+        metrics.load_state_dict(payload["metrics"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint {path} does not fit this run: {exc}") from exc
+    return done
 
 
-def _result(env: SingleChoiceEnv, metrics: RunningMetrics) -> SimulationResult:
-    rho = env.rho.double().cpu().numpy()
-    seeds = env.seeds.cpu().numpy()
-    summary = pd.DataFrame({"rho": rho, "seed": seeds, "rounds": metrics.rounds})
-    for name, values in metrics.summary().items():
-        summary[name] = values.numpy()
-    rounds, values = metrics.curve()  # [P, R]
-    p, r = values.shape
-    curve = pd.DataFrame(
-        {
-            "trial": torch.arange(r).repeat(p).numpy(),
-            "rho": rho[None].repeat(p, 0).reshape(-1),
-            "seed": seeds[None].repeat(p, 0).reshape(-1),
-            "round": torch.tensor(rounds, dtype=torch.long).repeat_interleave(r).numpy(),
-            "cum_regret": values.reshape(-1).numpy(),
-        }
-    )
+def _result(env: Env, metrics: RunningMetrics) -> SimulationResult:
+    labels = env.trials().reset_index(drop=True)
+    summary = labels.copy()
+    summary["rounds"] = metrics.rounds
+    for name, values in env.summarize(metrics.sums_cpu(), metrics.rounds).items():
+        values = values.cpu()
+        if values.ndim == 1:
+            summary[name] = values.numpy()
+        else:
+            for j in range(values.shape[1]):
+                summary[f"{name}_{j}"] = values[:, j].numpy()
+    rounds, values = metrics.curve()  # [P, C, R]
+    p, r = len(rounds), env.num_trials
+    curve = pd.DataFrame({"trial": torch.arange(r).repeat(p).numpy()})
+    for column in labels.columns:
+        curve[column] = labels[column].to_numpy()[None].repeat(p, 0).reshape(-1)
+    curve["round"] = torch.tensor(rounds, dtype=torch.long).repeat_interleave(r).numpy()
+    for c, key in enumerate(env.curve_keys):
+        curve[f"cum_{key}"] = values[:, c].reshape(-1).numpy()
     return SimulationResult(summary=summary, curve=curve)

@@ -1,67 +1,95 @@
-"""Running metrics of a simulation, accumulated on the device without host syncs."""
+"""Running sums of whatever per-round quantities an environment emits, kept on the device."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
 
-from torchroute.types import Outcome
-
-#: per-trial summary columns written to results.csv
-SUMMARY_COLUMNS = ("avg_utility", "avg_regret", "accuracy", "avg_cost")
-
 
 class RunningMetrics:
-    """Sums of utility, regret, accuracy and cost per trial, plus a cumulative-regret curve.
+    """Sums over rounds of every outcome an environment emits, plus curve points.
 
-    Everything stays on the device; :meth:`summary` and :meth:`curve` sync.
+    Each outcome ``[R, B]`` (or ``[R, B, c]``) is summed over ``B`` and accumulated in
+    float64 as ``[R]`` (or ``[R, c]``). :meth:`mark` records the running sums of
+    ``curve_keys``. Nothing syncs with the host except :meth:`state_dict` and the readers
+    the loop calls at logging intervals.
 
     Args:
         num_trials: ``R``.
         device: device of the sums.
+        curve_keys: outcome names whose running sums :meth:`mark` records.
     """
 
-    def __init__(self, num_trials: int, device: torch.device | str) -> None:
-        self.sums = torch.zeros(4, num_trials, dtype=torch.float64, device=device)  # [4, R]
+    def __init__(
+        self, num_trials: int, device: torch.device | str, curve_keys: tuple[str, ...] = ()
+    ) -> None:
+        self.num_trials = num_trials
+        self.device = torch.device(device)
+        self.curve_keys = tuple(curve_keys)
+        self.sums: dict[str, Tensor] = {}
         self.rounds = 0
         self.curve_rounds: list[int] = []
-        self.curve_values: list[Tensor] = []  # each [R], cumulative regret
+        self.curve_values: list[Tensor] = []  # each [len(curve_keys), R]
 
-    def add(self, outcome: Outcome) -> None:
-        """Accumulate one round (``Outcome`` fields ``[R, B]``)."""
-        regret = outcome.best_utility - outcome.utility
-        batch = torch.stack([outcome.utility, regret, outcome.score, outcome.cost])  # [4, R, B]
-        self.sums += batch.sum(-1).to(torch.float64)
-        self.rounds += outcome.utility.shape[1]
+    def add(self, outcome: Mapping[str, Tensor]) -> None:
+        """Accumulate one round: ``{name: [R, B] or [R, B, c]}``."""
+        batch = None
+        for name, value in outcome.items():
+            if value.ndim not in (2, 3) or value.shape[0] != self.num_trials:
+                raise ValueError(
+                    f"outcome {name!r} must be [R={self.num_trials}, B] or [R, B, c], "
+                    f"got {tuple(value.shape)}"
+                )
+            if batch is None:
+                batch = value.shape[1]
+            total = value.sum(1).to(torch.float64)
+            if name in self.sums:
+                self.sums[name] += total
+            else:
+                self.sums[name] = total.clone()
+        self.rounds += batch or 0
 
     def mark(self) -> None:
-        """Record the current cumulative regret as a point of the curve."""
+        """Record the running sums of ``curve_keys`` as one point of the curves."""
         self.curve_rounds.append(self.rounds)
-        self.curve_values.append(self.sums[1].clone())
+        self.curve_values.append(torch.stack([self.sums[k] for k in self.curve_keys]))
 
-    def summary(self) -> dict[str, Tensor]:
-        """Per-trial averages ``[R]`` (on the CPU): utility, regret, accuracy, cost."""
-        avg = (self.sums / max(self.rounds, 1)).cpu()
-        return dict(zip(SUMMARY_COLUMNS, avg))
+    def sums_cpu(self) -> dict[str, Tensor]:
+        """The running sums on the CPU (syncs)."""
+        return {k: v.cpu() for k, v in self.sums.items()}
 
     def curve(self) -> tuple[list[int], Tensor]:
-        """``(rounds, cumulative regret [n_points, R])`` on the CPU."""
+        """``(rounds, sums [n_points, len(curve_keys), R])`` on the CPU."""
         if not self.curve_values:
-            return [], torch.zeros(0, self.sums.shape[1], dtype=torch.float64)
+            empty = torch.zeros(0, len(self.curve_keys), self.num_trials, dtype=torch.float64)
+            return [], empty
         return list(self.curve_rounds), torch.stack(self.curve_values).cpu()
+
+    def all_finite(self) -> Tensor:
+        """A 0-d bool tensor (on the device): every running sum is finite."""
+        if not self.sums:
+            return torch.ones((), dtype=torch.bool, device=self.device)
+        return torch.stack([torch.isfinite(v).all() for v in self.sums.values()]).all()
 
     def state_dict(self) -> dict:
         rounds, values = self.curve()
         return {
-            "sums": self.sums.cpu(),
+            "sums": self.sums_cpu(),
             "rounds": self.rounds,
+            "curve_keys": list(self.curve_keys),
             "curve_rounds": torch.tensor(rounds, dtype=torch.long),
             "curve_values": values,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        device = self.sums.device
-        self.sums = state["sums"].to(device)
+        if list(state["curve_keys"]) != list(self.curve_keys):
+            raise ValueError(
+                f"metrics state records curves {state['curve_keys']}, "
+                f"expected {list(self.curve_keys)}"
+            )
+        self.sums = {k: v.to(self.device) for k, v in state["sums"].items()}
         self.rounds = int(state["rounds"])
         self.curve_rounds = [int(r) for r in state["curve_rounds"]]
-        self.curve_values = [v.to(device) for v in state["curve_values"]]
+        self.curve_values = [v.to(self.device) for v in state["curve_values"]]

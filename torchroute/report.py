@@ -1,4 +1,10 @@
-"""Results tables and plots: per-regime utility, Pareto frontiers, regret curves."""
+"""Results tables and plots from ``simulate`` outputs, for any environment.
+
+Every numeric result column is averaged per learner; where the results carry the
+single-choice columns (``rho``, ``avg_utility``, ``accuracy``, ``avg_cost``) the report adds
+the CABS cost-regime table and the Pareto frontier, and every ``cum_<name>`` column of the
+curves gets a plot (``cum_regret`` also the regret relative to a reference learner).
+"""
 
 from __future__ import annotations
 
@@ -31,9 +37,8 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
         frame = pd.read_csv(path)
-        missing = {"learner", "rho", "seed", "avg_utility", "accuracy", "avg_cost"} - set(frame)
-        if missing:
-            raise ValueError(f"{path} lacks the columns {sorted(missing)}")
+        if "learner" not in frame or frame.empty:
+            raise ValueError(f"{path} has no rows or no 'learner' column")
         results.append(frame)
         if (d / "curves.csv").is_file():
             curves.append(pd.read_csv(d / "curves.csv"))
@@ -59,6 +64,10 @@ def relative_regret(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
     return merged.groupby(["learner", "round"], as_index=False)["relative"].mean()
 
 
+#: result columns that label trials rather than measure them
+LABELS = ("learner", "trial", "seed", "rounds")
+
+
 def write_report(
     dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str = "linucb"
 ) -> str:
@@ -71,37 +80,44 @@ def write_report(
     """
     results, curves = load_results(dirs)
     out = Path(out_dir or dirs[0])
-    utility = regime_table(results)
-    summary = (
-        results.groupby("learner")[["avg_utility", "avg_regret", "accuracy", "avg_cost"]]
-        .mean()
-        .loc[utility.index]
-    )
-    write_csv_atomic(
-        out / "summary.csv", utility.add_prefix("utility_").join(summary).reset_index()
-    )
-    lines = [
-        "## Average utility per cost regime",
-        "",
-        "low: rho <= 300, medium: 300 < rho < 800, high: rho >= 800 "
-        f"({results['seed'].nunique()} seeds, rho in {sorted(results['rho'].unique().tolist())})",
-        "",
-        utility.to_markdown(floatfmt=".4f"),
-        "",
-        "## Overall means over trials",
-        "",
-        summary.to_markdown(floatfmt=".4f"),
-        "",
+    lines: list[str] = []
+    measured = [
+        c
+        for c in results.columns
+        if c not in LABELS and c != "rho" and pd.api.types.is_numeric_dtype(results[c])
     ]
-    _plot_pareto(results, out / "pareto.png")
-    if not curves.empty:
-        _plot_curves(curves, out / "regret_curves.png")
-        if reference in set(curves["learner"]):
+    summary = results.groupby("learner")[measured].mean()
+    images: list[str] = []
+    if {"rho", "avg_utility", "accuracy", "avg_cost"} <= set(results):  # single choice
+        utility = regime_table(results)
+        summary = summary.loc[utility.index]
+        table = utility.add_prefix("utility_").join(summary)
+        lines += [
+            "## Average utility per cost regime",
+            "",
+            "low: rho <= 300, medium: 300 < rho < 800, high: rho >= 800 "
+            f"({results['seed'].nunique()} seeds, "
+            f"rho in {sorted(results['rho'].unique().tolist())})",
+            "",
+            utility.to_markdown(floatfmt=".4f"),
+            "",
+        ]
+        _plot_pareto(results, out / "pareto.png")
+        images.append("![Pareto frontier](pareto.png)")
+    else:
+        table = summary
+    write_csv_atomic(out / "summary.csv", table.reset_index())
+    lines += ["## Overall means over trials", "", summary.to_markdown(floatfmt=".4g"), ""]
+    for column in [c for c in curves.columns if c.startswith("cum_")]:
+        name = column[len("cum_") :]
+        path = "regret_curves.png" if name == "regret" else f"curves_{name}.png"
+        _plot_curves(curves.dropna(subset=[column]), column, out / path)
+        images.append(f"![Cumulative {name}]({path})")
+        if name == "regret" and "rho" in curves and reference in set(curves["learner"]):
             _plot_relative(
                 relative_regret(curves, reference), reference, out / "relative_regret.png"
             )
-    lines += ["![Pareto frontier](pareto.png)", "![Cumulative regret](regret_curves.png)"]
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines + images) + "\n"
     write_text_atomic(out / "report.md", text)
     return text
 
@@ -125,18 +141,22 @@ def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def _plot_curves(curves: pd.DataFrame, path: Path) -> None:
-    frame = curves.assign(regime=curves["rho"].map(cost_regime))
-    regimes = [r for r in REGIMES if r in set(frame["regime"])]
+def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
+    """One panel per cost regime (when the curves carry ``rho``), else one panel."""
+    if "rho" in curves:
+        frame = curves.assign(regime=curves["rho"].map(cost_regime))
+        regimes = [r for r in REGIMES if r in set(frame["regime"])]
+    else:
+        frame, regimes = curves.assign(regime="all"), ["all"]
     fig, axes = plt.subplots(1, len(regimes), figsize=(4.5 * len(regimes), 3.8), squeeze=False)
     for ax, regime in zip(axes[0], regimes):
         part = frame[frame["regime"] == regime]
-        mean = part.groupby(["learner", "round"], as_index=False)["cum_regret"].mean()
+        mean = part.groupby(["learner", "round"], as_index=False)[column].mean()
         for name, group in mean.groupby("learner"):
-            ax.plot(group["round"], group["cum_regret"], label=name)
-        ax.set_title(f"{regime} cost regime")
+            ax.plot(group["round"], group[column], label=name)
+        ax.set_title(f"{regime} cost regime" if regime != "all" else "all trials")
         ax.set_xlabel("round")
-    axes[0][0].set_ylabel("cumulative regret")
+    axes[0][0].set_ylabel(column.replace("cum_", "cumulative "))
     axes[0][-1].legend(fontsize=8)
     _save(fig, path)
 

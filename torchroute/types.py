@@ -1,11 +1,12 @@
 """Typed containers passed between environments, learners and the loop.
 
 Dimension letters (see the README): ``R`` trials, ``B`` contexts per round, ``K`` arms,
-``d`` features, ``m`` subset size.
+``d`` features, ``e`` encoder embedding size, ``m`` subset size, ``n`` queries of a split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -17,6 +18,13 @@ def _check(name: str, tensor: Tensor, ndim: int, what: str) -> None:
         raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(tensor).__name__}")
     if tensor.ndim != ndim:
         raise ValueError(f"{name} must have shape {what}, got {tuple(tensor.shape)}")
+
+
+def _check_lead(name: str, tensor: Tensor | None, lead: tuple[int, ...], what: str) -> None:
+    if tensor is not None and tuple(tensor.shape[: len(lead)]) != lead:
+        raise ValueError(
+            f"{name} has shape {tuple(tensor.shape)}, expected {what} with leading {lead}"
+        )
 
 
 class _TensorContainer:
@@ -36,23 +44,30 @@ class Context(_TensorContainer):
     """What a learner sees before it decides.
 
     Attributes:
-        x: features, shape ``[R, B, d]``.
-        index: row of each context in the routing table, shape ``[R, B]`` (long), or
-            ``None`` when the contexts come from outside a table (serving).
+        x: bandit features, ``[R, B, d]``.
+        index: row of each context in the routing table, ``[R, B]`` (long), or ``None``
+            when the contexts come from outside a table (serving, simulators).
+        embedding: the encoder output of each query, ``[R, B, e]``, for learners whose
+            oracles read embeddings while their bandit features stay in ``x``.
+
+    Example:
+        >>> Context(x=torch.zeros(4, 1, 8)).num_trials
+        4
     """
 
     x: Tensor
     index: Tensor | None = None
+    embedding: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check("Context.x", self.x, 3, "[R, B, d]")
+        lead = tuple(self.x.shape[:2])
         if self.index is not None:
             _check("Context.index", self.index, 2, "[R, B]")
-            if self.index.shape != self.x.shape[:2]:
-                raise ValueError(
-                    f"Context.index has shape {tuple(self.index.shape)}, expected "
-                    f"{tuple(self.x.shape[:2])} to match Context.x [R, B, d]"
-                )
+            _check_lead("Context.index", self.index, lead, "[R, B] matching Context.x")
+        if self.embedding is not None:
+            _check("Context.embedding", self.embedding, 3, "[R, B, e]")
+            _check_lead("Context.embedding", self.embedding, lead, "[R, B, e] matching x")
 
     @property
     def num_trials(self) -> int:
@@ -70,12 +85,16 @@ class Decision(_TensorContainer):
     Attributes:
         probs: sampling distribution over arms, ``[R, B, K]`` (one-hot for deterministic
             rules); rows sum to one.
-        action: the drawn arm, ``[R, B]`` (long), or the drawn multiset ``[R, B, m]`` for
+        action: the drawn arm ``[R, B]`` (long), or the drawn multiset ``[R, B, m]`` for
             subset routing.
+        observe: optional ``[R, B, K]`` bool, the arms whose true feedback the learner asks
+            for besides ``action`` (a feedback graph's out-neighbours; all ``True`` for a
+            full-information learner). The environment reveals ``action | observe``.
     """
 
     probs: Tensor
     action: Tensor
+    observe: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check("Decision.probs", self.probs, 3, "[R, B, K]")
@@ -84,6 +103,19 @@ class Decision(_TensorContainer):
                 f"Decision.action must have shape [R, B] or [R, B, m] matching probs "
                 f"{tuple(self.probs.shape)}, got {tuple(self.action.shape)}"
             )
+        if self.observe is not None:
+            if self.observe.shape != self.probs.shape:
+                raise ValueError(
+                    f"Decision.observe must be [R, B, K] = {tuple(self.probs.shape)} like "
+                    f"Decision.probs, got {tuple(self.observe.shape)}"
+                )
+            if self.observe.dtype != torch.bool:
+                raise TypeError(f"Decision.observe must be bool, got {self.observe.dtype}")
+
+    @property
+    def is_subset(self) -> bool:
+        """Whether ``action`` is a multiset ``[R, B, m]`` (subset routing)."""
+        return self.action.ndim == 3
 
 
 @dataclass(frozen=True)
@@ -94,15 +126,23 @@ class Feedback(_TensorContainer):
         reward: utilities ``u(t, k) = clip(y - rho * c, 0, 1)``, ``[R, B, K]``; entries
             that are not observed are zero.
         observed: which entries of ``reward`` were revealed, ``[R, B, K]`` bool (one-hot
-            rows for bandit feedback, all ``True`` for full information).
+            rows for bandit feedback, all ``True`` for full information, graph rows for
+            side observations). Learners use it as given.
         score: quality ``y`` of the observed arms, ``[R, B, K]`` (zero where unobserved).
         cost: cost ``c`` of the observed arms, ``[R, B, K]`` (zero where unobserved).
+        set_reward: the reward of the whole routed set, ``[R, B]`` (subset routing, where
+            only the set's reward is observed).
+        only_played: ``True`` when ``observed`` is known, without looking at it, to be the
+            one-hot of ``Decision.action`` (plain bandit feedback); a hint that lets a
+            learner take a cheaper update path. ``False`` promises nothing.
     """
 
     reward: Tensor
     observed: Tensor
     score: Tensor | None = None
     cost: Tensor | None = None
+    set_reward: Tensor | None = None
+    only_played: bool = False
 
     def __post_init__(self) -> None:
         _check("Feedback.reward", self.reward, 3, "[R, B, K]")
@@ -116,20 +156,95 @@ class Feedback(_TensorContainer):
                     f"Feedback.{name} has shape {tuple(value.shape)}, expected "
                     f"{tuple(self.reward.shape)} (the shape of Feedback.reward)"
                 )
+        if self.set_reward is not None:
+            _check("Feedback.set_reward", self.set_reward, 2, "[R, B]")
+            _check_lead(
+                "Feedback.set_reward", self.set_reward, tuple(self.reward.shape[:2]), "[R, B]"
+            )
+
+
+#: Per-round quantities an environment emits for the metrics (never shown to the learner):
+#: a mapping of names to ``[R, B]`` or ``[R, B, c]`` tensors, e.g. ``utility``, ``regret``,
+#: ``score``, ``cost`` for single-choice routing, a cost vector for budgeted subsets.
+Outcome = Mapping[str, Tensor]
 
 
 @dataclass(frozen=True)
-class Outcome(_TensorContainer):
-    """Per-round quantities the loop turns into metrics (never shown to the learner).
+class TrainSplit(_TensorContainer):
+    """The offline data a learner may fit before the online run.
 
     Attributes:
-        utility: utility of the chosen arm, ``[R, B]``.
-        best_utility: ``max_k u(t, k)``, ``[R, B]``.
-        score: quality of the chosen arm, ``[R, B]``.
-        cost: cost of the chosen arm, ``[R, B]``.
+        features: bandit features of the train queries, ``[n, d]``.
+        scores: ``[n, K]`` quality.
+        costs: ``[n, K]`` cost.
+        embeddings: encoder embeddings ``[n, e]`` when the env has them.
     """
 
-    utility: Tensor
-    best_utility: Tensor
-    score: Tensor
-    cost: Tensor
+    features: Tensor
+    scores: Tensor
+    costs: Tensor
+    embeddings: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a learner may know before the first round; learner factories are called with it.
+
+    Attributes:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``, the size of ``Context.x``.
+        rho: cost sensitivity of each trial, ``[R]``.
+        arm_names: the ``K`` arm names.
+        prices: mean cost of each arm per query, ``[K]`` (on the train split when there is
+            one), or ``None`` when unknown.
+        embed_dim: ``e``, the size of ``Context.embedding``, or ``None`` when the env gives
+            no embeddings.
+        train: the train split, or ``None`` when the env has none.
+        horizon: ``T``, the number of rounds.
+        device: where the env's tensors live (learners are moved there).
+        dtype: the floating dtype of contexts and rewards.
+
+    Example:
+        >>> problem = env.problem()                              # doctest: +SKIP
+        >>> learner = LinUCB.from_problem(problem, alpha=1.0)    # doctest: +SKIP
+    """
+
+    num_trials: int
+    num_arms: int
+    dim: int
+    rho: Tensor
+    arm_names: tuple[str, ...]
+    prices: Tensor | None = None
+    embed_dim: int | None = None
+    train: TrainSplit | None = None
+    horizon: int | None = None
+    device: torch.device | str = "cpu"
+    dtype: torch.dtype = torch.float32
+
+    def __post_init__(self) -> None:
+        if tuple(self.rho.shape) != (self.num_trials,):
+            raise ValueError(
+                f"Problem.rho must be [R={self.num_trials}], got {tuple(self.rho.shape)}"
+            )
+        if len(self.arm_names) != self.num_arms:
+            raise ValueError(
+                f"Problem.arm_names has {len(self.arm_names)} names for K={self.num_arms}"
+            )
+
+    def require_train(self, who: str) -> TrainSplit:
+        """The train split, or a one-line error saying that ``who`` needs one."""
+        if self.train is None:
+            raise ValueError(
+                f"{who} needs a train split (Problem.train), but the environment has none; "
+                "use a table with a train split or another learner"
+            )
+        return self.train
+
+    def train_mean_utility(self, who: str = "this learner") -> Tensor:
+        """Mean utility of each arm on the train split for each trial's rho, ``[R, K]``."""
+        from torchroute.functional.utility import utility
+
+        train = self.require_train(who)
+        rho = self.rho.to(train.scores.dtype)[:, None, None]  # [R, 1, 1]
+        return utility(train.scores[None], train.costs[None], rho).mean(1)

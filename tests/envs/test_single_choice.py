@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from tests.conftest import make_table
 from torchroute.envs import SingleChoiceEnv
+from torchroute.learners import BestSingleArm
 from torchroute.types import Decision
 
 
@@ -39,20 +42,64 @@ def test_step_rewards_and_outcome_match_the_closed_form(tiny_table):
     rho = torch.tensor([0.0, 500.0, 0.0], dtype=torch.float64)
     util = (tiny_table.scores[rows] - rho[:, None] * tiny_table.costs[rows]).clamp(0, 1)
     chosen = util[torch.arange(3), action[:, 0]]
-    torch.testing.assert_close(out.utility[:, 0], chosen)
-    torch.testing.assert_close(out.best_utility[:, 0], util.max(1).values)
+    torch.testing.assert_close(out["utility"][:, 0], chosen)
+    torch.testing.assert_close(out["regret"][:, 0], util.max(1).values - chosen)
+    torch.testing.assert_close(out["score"][:, 0], tiny_table.scores[rows, action[:, 0]])
+    torch.testing.assert_close(out["cost"][:, 0], tiny_table.costs[rows, action[:, 0]])
+    assert fb.only_played
     assert fb.observed.sum().item() == 3 and fb.observed[torch.arange(3), 0, action[:, 0]].all()
     torch.testing.assert_close(fb.reward[:, 0], util * fb.observed[:, 0])
-    full, _ = env.step(ctx, Decision(probs, action), full=True)
-    assert full.observed.all()
+    full_env = _env(tiny_table, feedback="full")
+    full, _ = full_env.step(ctx, Decision(probs, action))
+    assert full.observed.all() and not full.only_played
     torch.testing.assert_close(full.reward[:, 0], util)
+    torch.testing.assert_close(full.score[:, 0], tiny_table.scores[rows])
 
 
-def test_train_mean_utility_uses_the_train_split(tiny_table):
+def test_env_reveals_the_played_arm_and_the_requested_ones(tiny_table):
     env = _env(tiny_table)
+    ctx = env.context(0)
+    action = torch.tensor([[1], [1], [0]])
+    probs = torch.nn.functional.one_hot(action, 4).double()
+    observe = torch.zeros(3, 1, 4, dtype=torch.bool)
+    observe[0, 0, 3] = True  # trial 0 asks for arm 3 too
+    fb, _ = env.step(ctx, Decision(probs, action, observe=observe))
+    expected = torch.nn.functional.one_hot(action, 4).bool() | observe
+    assert torch.equal(fb.observed, expected) and not fb.only_played
+    util = env.utilities(ctx.index)
+    torch.testing.assert_close(fb.reward, torch.where(expected, util, 0.0))
+
+
+def test_mismatched_decisions_are_one_line_errors(tiny_table):
+    env = _env(tiny_table)
+    ctx = env.context(0)
+    subset = torch.zeros(3, 1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"one arm.*\[R, B, m\]"):
+        env.step(ctx, Decision(torch.full((3, 1, 4), 0.25), subset))
+    with pytest.raises(ValueError, match=r"K=4 arms.*\(3, 1, 5\)"):
+        env.step(ctx, Decision(torch.full((3, 1, 5), 0.2), torch.zeros(3, 1, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"Decision.observe must be \[R, B, K\]"):
+        Decision(
+            torch.full((3, 1, 4), 0.25),
+            torch.zeros(3, 1, dtype=torch.long),
+            observe=torch.ones(3, 1, 3, dtype=torch.bool),
+        )
+
+
+def test_problem_exposes_the_train_split_and_prices(tiny_table):
+    env = _env(tiny_table)
+    problem = env.problem()
     rows = tiny_table.rows("train")
+    assert (problem.num_trials, problem.num_arms, problem.dim) == (3, 4, 6)
+    assert problem.arm_names == tiny_table.arm_names and problem.embed_dim == 6
+    torch.testing.assert_close(problem.train.scores, tiny_table.scores[rows])
+    torch.testing.assert_close(problem.prices, tiny_table.costs[rows].mean(0))
+    # independent reference: the table's own float64 utility on the train rows
     expected = tiny_table.utility(500.0)[rows].mean(0)
-    torch.testing.assert_close(env.train_mean_utility()[1], expected)
+    torch.testing.assert_close(problem.train_mean_utility()[1], expected)
+    no_train = replace(tiny_table, split=("test",) * tiny_table.num_queries)
+    with pytest.raises(ValueError, match="BestSingleArm needs a train split"):
+        BestSingleArm.from_problem(_env(no_train).problem())
 
 
 @pytest.mark.parametrize(
@@ -72,8 +119,6 @@ def test_bad_arguments_are_named(tiny_table, kwargs, message):
 
 def test_table_without_embeddings_needs_features():
     table = make_table()
-    from dataclasses import replace
-
     bare = replace(table, embeddings=None)
     with pytest.raises(ValueError, match="no embeddings"):
         SingleChoiceEnv(bare, rho=[0.0], seeds=[0])

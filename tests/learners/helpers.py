@@ -40,12 +40,17 @@ class Spec:
         deterministic_probs: ``act``'s probs do not depend on the generator (no ties).
         deterministic_action: ``act``'s action does not depend on the generator (no ties).
         uses_dim: the learner checks the feature dimension ``d``.
+        without_draws: builds the same learner with an ``update`` that draws nothing from
+            the generator (per-trial random draws cannot be equivariant under a shared
+            generator; the trial equivariance test uses this build, and the learner's own
+            tests check its random part trial by trial against a reference).
     """
 
     build: Callable[[int, int, int, int], Learner]
     deterministic_probs: bool
     deterministic_action: bool
     uses_dim: bool
+    without_draws: Callable[[int, int, int, int], Learner] | None = None
 
 
 def _best_single_arm(r: int, k: int, d: int, seed: int) -> Learner:
@@ -90,6 +95,7 @@ LEARNERS: dict[str, Spec] = {
         True,
         True,
         True,
+        lambda r, k, d, s: NeuralUCB(r, k, d, hidden=8, capacity=32, steps=0, generator=_gen(s)),
     ),
     "FullFeedbackNeuralUCB": Spec(
         lambda r, k, d, s: FullFeedbackNeuralUCB(
@@ -98,6 +104,9 @@ LEARNERS: dict[str, Spec] = {
         True,
         True,
         True,
+        lambda r, k, d, s: FullFeedbackNeuralUCB(
+            r, k, d, hidden=8, capacity=32, steps=0, generator=_gen(s)
+        ),
     ),
     "KNNRouter": Spec(_knn_router, True, True, True),
 }
@@ -108,17 +117,22 @@ def build(name: str, r: int, k: int, d: int, seed: int = 0, dtype: torch.dtype =
 
 
 def feedback_for(learner: Learner, decision: Decision, reward: Tensor) -> Feedback:
-    """Bandit feedback (``observed = one_hot(action)``) or full feedback, as the learner asks."""
-    if learner.full_feedback:
-        observed = torch.ones_like(reward, dtype=torch.bool)
-    else:
-        observed = torch.nn.functional.one_hot(decision.action, reward.shape[-1]).bool()
-    return Feedback(reward=reward.masked_fill(~observed, 0.0), observed=observed)
+    """What a bandit env reveals: the played arm plus the arms of ``decision.observe``."""
+    observed = torch.nn.functional.one_hot(decision.action, reward.shape[-1]).bool()
+    if decision.observe is not None:
+        observed = observed | decision.observe
+    return Feedback(
+        reward=reward.masked_fill(~observed, 0.0),
+        observed=observed,
+        only_played=decision.observe is None,
+    )
 
 
-def forced_decision(action: Tensor, num_arms: int, dtype: torch.dtype = F64) -> Decision:
+def forced_decision(
+    action: Tensor, num_arms: int, dtype: torch.dtype = F64, observe: Tensor | None = None
+) -> Decision:
     """A one-hot decision for the given ``[R, B]`` arms (to drive updates from the test)."""
-    return Decision(probs=one_hot_probs(action, num_arms, dtype), action=action)
+    return Decision(probs=one_hot_probs(action, num_arms, dtype), action=action, observe=observe)
 
 
 class LinearProblem:
@@ -160,7 +174,7 @@ def run(
         decision = learner.act(context, gen)
         mean = problem.mean_reward(context)
         reward = problem.reward(context)
-        learner.update(context, decision, feedback_for(learner, decision, reward))
+        learner.update(context, decision, feedback_for(learner, decision, reward), gen)
         chosen = mean.gather(-1, decision.action[..., None])[..., 0]
         actions.append(decision.action)
         regrets.append(mean.amax(-1) - chosen)

@@ -24,16 +24,46 @@ R, K, D = 4, 3, 5
 
 
 def _warm_up(learner: Learner, problem: LinearProblem, rounds: int = 2 * K, b: int = 1):
-    """Updates with test-chosen arms (every arm of every trial gets data), no generator."""
+    """Updates with test-chosen arms (every arm of every trial gets data)."""
+    gen = torch.Generator().manual_seed(11)
     for t in range(rounds):
         context = problem.context(b)
         arms = (torch.arange(R)[:, None] + t + torch.arange(b)) % K  # [R, B]
         decision = forced_decision(arms, K)
-        learner.update(context, decision, feedback_for(learner, decision, problem.reward(context)))
+        feedback = feedback_for(learner, decision, problem.reward(context))
+        learner.update(context, decision, feedback, gen)
 
 
-def _buffers(learner: Learner) -> dict[str, torch.Tensor]:
-    return {name: buf.clone() for name, buf in learner.named_buffers()}
+def _tensors(state, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a (possibly nested: optimizer extra state) state dict, by path."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    if isinstance(state, dict):
+        items = list(state.items())
+    elif isinstance(state, (list, tuple)):
+        items = list(enumerate(state))
+    else:
+        return {}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in items:
+        out.update(_tensors(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _is_step_count(path: str, value: torch.Tensor) -> bool:
+    """An optimizer's step counter: one scalar shared by the trials, which step together."""
+    return value.ndim == 0 and path.endswith(".step")
+
+
+def _permute(state, perm: torch.Tensor):
+    """``state`` with every per-trial tensor permuted along its leading dimension."""
+    if isinstance(state, torch.Tensor):
+        return state if state.ndim == 0 else state[perm]
+    if isinstance(state, dict):
+        return {k: _permute(v, perm) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_permute(v, perm) for v in state)
+    return state
 
 
 def test_every_learner_is_registered():
@@ -78,22 +108,24 @@ def test_decision_shapes_and_distribution(name, b):
 def test_state_has_a_leading_trial_dimension(name):
     """Every tensor of the state (``state_dict``) is per trial; fixed data is not state."""
     learner = build(name, R, K, D)
-    for key, value in learner.state_dict().items():
-        assert value.shape[0] == R, key
+    _warm_up(learner, LinearProblem(R, K, D, seed=3))  # optimizers create their state lazily
+    for key, value in _tensors(learner.state_dict()).items():
+        assert _is_step_count(key, value) or value.shape[0] == R, key
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_trial_equivariance(name):
     """Permuting the trials of the state and the inputs permutes the outputs."""
     spec = LEARNERS[name]
+    make = spec.without_draws or spec.build
     problem = LinearProblem(R, K, D, seed=2)
-    learner = build(name, R, K, D)
+    learner = make(R, K, D, 0).to(F64)
     _warm_up(learner, problem)
     learner.rounds.copy_(torch.tensor([6, 60, 600, 6000]))  # per-trial schedules differ
     perm = torch.tensor([2, 0, 3, 1])
 
-    permuted = build(name, R, K, D, seed=1)
-    permuted.load_state_dict({k: v[perm] for k, v in learner.state_dict().items()})
+    permuted = make(R, K, D, 1).to(F64)
+    permuted.load_state_dict(_permute(learner.state_dict(), perm))
     context = problem.context(2)
     context_p = Context(x=context.x[perm])
     decision = learner.act(context, torch.Generator().manual_seed(3))
@@ -106,12 +138,13 @@ def test_trial_equivariance(name):
     # The update is deterministic for every learner: feed the permuted decision and feedback.
     reward = problem.reward(context)
     feedback = feedback_for(learner, decision, reward)
-    decision_pp = forced_decision(decision.action[perm], K)
+    observe = None if decision.observe is None else decision.observe[perm]
+    decision_pp = forced_decision(decision.action[perm], K, observe=observe)
     feedback_p = feedback_for(permuted, decision_pp, reward[perm])
-    learner.update(context, decision, feedback)
-    permuted.update(context_p, decision_pp, feedback_p)
-    expected = {k: v[perm] for k, v in learner.state_dict().items()}
-    for key, value in permuted.state_dict().items():
+    learner.update(context, decision, feedback, torch.Generator().manual_seed(4))
+    permuted.update(context_p, decision_pp, feedback_p, torch.Generator().manual_seed(4))
+    expected = _tensors(_permute(learner.state_dict(), perm))
+    for key, value in _tensors(permuted.state_dict()).items():
         torch.testing.assert_close(value, expected[key], rtol=0, atol=1e-13, msg=key)
 
 
@@ -128,16 +161,20 @@ def test_state_dict_round_trip(name):
 
     fresh = build(name, R, K, D, seed=1)  # different constructor data where it matters
     fresh.load_state_dict(state)
-    for key, value in learner.state_dict().items():
-        assert torch.equal(fresh.state_dict()[key], value), key
+    fresh_state = _tensors(fresh.state_dict())
+    for key, value in _tensors(learner.state_dict()).items():
+        assert torch.equal(fresh_state[key], value), key
     gen_a, gen_b = torch.Generator().manual_seed(6), torch.Generator().manual_seed(6)
     for _ in range(3):
         context = problem.context(2)
         a, b = learner.act(context, gen_a), fresh.act(context, gen_b)
         assert torch.equal(a.action, b.action) and torch.equal(a.probs, b.probs)
         feedback = feedback_for(learner, a, problem.reward(context))
-        learner.update(context, a, feedback)
-        fresh.update(context, b, feedback)
+        learner.update(context, a, feedback, gen_a)
+        fresh.update(context, b, feedback, gen_b)
+    fresh_state = _tensors(fresh.state_dict())
+    for key, value in _tensors(learner.state_dict()).items():
+        assert torch.equal(fresh_state[key], value), key
 
 
 @pytest.mark.parametrize("name", NAMES)

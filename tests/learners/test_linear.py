@@ -143,8 +143,9 @@ def _dense_refit(lam: float, xs, ys, ws):
 def test_bandit_and_batched_updates_match_a_dense_refit(name, side_observations):
     """Rounds of B = 1 (single played arm) and of B = 3 (Woodbury) against a dense refit.
 
-    Some entries are unobserved (weight 0); with ``side_observations`` a bandit learner also
-    sees other arms' rewards, which it must ignore (only the played arm is fitted).
+    Some entries are unobserved (weight 0, their reward cells hold NaN, which must never be
+    read); with ``side_observations`` other arms' rewards are revealed too, and every
+    learner fits every observed entry (the feedback is used as given).
     """
     gen = torch.Generator().manual_seed(13)
     problem = LinearProblem(R, K, D, seed=14)
@@ -156,16 +157,18 @@ def test_bandit_and_batched_updates_match_a_dense_refit(name, side_observations)
         action = torch.randint(K, (R, b), generator=gen)
         decision = forced_decision(action, K)
         reward = problem.reward(context)
-        if learner.full_feedback or side_observations:
+        if side_observations:
             observed = torch.rand(R, b, K, generator=gen) < 0.8
         else:
             observed = torch.nn.functional.one_hot(action, K).bool()
             observed &= torch.rand(R, b, 1, generator=gen) < 0.8
-        feedback = Feedback(reward=reward.masked_fill(~observed, 0.0), observed=observed)
+        feedback = Feedback(
+            reward=reward.masked_fill(~observed, float("nan")),
+            observed=observed,
+            only_played=not side_observations,
+        )
         learner.update(context, decision, feedback)
         fitted = observed.to(F64)
-        if not learner.full_feedback:
-            fitted = fitted * torch.nn.functional.one_hot(action, K).to(F64)
         xs.append(context.x.transpose(0, 1))  # [B, R, d]
         ys.append(reward.transpose(0, 1))
         ws.append(fitted.transpose(0, 1))

@@ -86,11 +86,15 @@ def test_regressor_picks_argmax_of_utility():
     router = RegressorRouter(R, K, RHO, predicted_scores=y_hat, predicted_costs=c_hat)
     ctx = Context(torch.zeros(R, 5, 3), index=index)
     assert torch.equal(router.act(ctx).action, expected)
-    # the same through an oracle module reading context.x (the stand-in keys on x[..., 0])
+    # the same through an oracle module reading context.embedding (the stand-in keys on
+    # embedding[..., 0]); the bandit features x are not read
     with_oracle = RegressorRouter(R, K, RHO, oracle=_Oracle(y_hat, c_hat))
-    x = torch.zeros(R, 5, 3)
-    x[..., 0] = index.float()
-    assert torch.equal(with_oracle.act(Context(x)).action, expected)
+    emb = torch.zeros(R, 5, 3)
+    emb[..., 0] = index.float()
+    ctx = Context(torch.full((R, 5, 2), float("nan")), embedding=emb)
+    assert torch.equal(with_oracle.act(ctx).action, expected)
+    with pytest.raises(ValueError, match="Context.embedding"):
+        with_oracle.act(Context(emb))
     assert not torch.equal(expected[0], expected[2])  # rho matters in this instance
 
 

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
+import pandas as pd
 import torch
 from torch import Tensor
 
 from torchroute.data.table import RoutingTable
-from torchroute.types import Context, Decision, Feedback, Outcome
+from torchroute.envs.base import Env
+from torchroute.functional.utility import utility
+from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
 
 
-class SingleChoiceEnv:
+class SingleChoiceEnv(Env):
     """Replays the queries of one split of a routing table to ``R`` batched trials.
 
     Trial ``r`` sees the split in its own random order (a permutation drawn from
     ``seeds[r]``) with its own cost sensitivity ``rho[r]``. The utility of arm ``k`` on a
-    query is ``clip(Y - rho C, 0, 1)`` (ALGORITHMS.md section 1).
+    query is ``clip(Y - rho C, 0, 1)`` (ALGORITHMS.md section 1). The env reveals the
+    played arm, the arms of ``Decision.observe``, or every arm with ``feedback="full"``.
 
     Args:
         table: the routing table; contexts are ``features`` or ``table.embeddings``.
@@ -26,15 +30,23 @@ class SingleChoiceEnv:
             order whatever the other trials are).
         split: the split (or splits) replayed.
         horizon: rounds ``T``; the whole split when ``None``.
-        features: ``[n, d]`` context features for every table row (overrides embeddings).
-        feedback: ``"bandit"`` (the played arm only) or ``"full"`` (every arm).
+        features: ``[n, d]`` bandit features for every table row (defaults to the
+            table's embeddings).
+        feedback: ``"bandit"`` (the played arm and the requested ones) or ``"full"``.
         device: where every tensor lives.
         dtype: floating dtype of contexts and rewards.
 
     Shapes:
-        ``context(t).x``: ``[R, 1, d]``; ``step`` returns ``Feedback`` ``[R, 1, K]`` and
-        ``Outcome`` ``[R, 1]``.
+        ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
+        table's embeddings, when it has them); ``step`` returns ``Feedback`` ``[R, 1, K]``
+        and the outcome ``{utility, regret, score, cost}``, each ``[R, 1]``.
+
+    Example:
+        >>> env = SingleChoiceEnv(table, rho=[0.0, 500.0], seeds=[0, 0])  # doctest: +SKIP
+        >>> learner = LinUCB.from_problem(env.problem())                 # doctest: +SKIP
     """
+
+    curve_keys = ("regret",)
 
     def __init__(
         self,
@@ -68,6 +80,8 @@ class SingleChoiceEnv:
             raise ValueError(
                 f"features must be [n={table.num_queries}, d], got {tuple(feats.shape)}"
             )
+        if not torch.isfinite(feats).all():
+            raise ValueError(f"{table.source}: the features contain NaN or infinite values")
         rows = torch.as_tensor(table.rows(split), dtype=torch.long)
         n_stream = rows.numel()
         horizon = n_stream if horizon is None else int(horizon)
@@ -93,6 +107,8 @@ class SingleChoiceEnv:
         )[:, :horizon]
         self._stream = rows[perms].to(device)  # [R, T] table rows
         self._features = feats.to(device=device, dtype=dtype)  # [n, d]
+        emb = table.embeddings
+        self._embeddings = None if emb is None else emb.to(device=device, dtype=dtype)  # [n, e]
         self._scores = table.scores.to(device=device, dtype=dtype)  # [n, K]
         self._costs = table.costs.to(device=device, dtype=dtype)  # [n, K]
         self.rho = rho_t.to(device=device, dtype=dtype)  # [R]
@@ -101,66 +117,113 @@ class SingleChoiceEnv:
     def device(self) -> torch.device:
         return self._stream.device
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._features.dtype
+
+    def trials(self) -> pd.DataFrame:
+        """``rho`` and ``seed`` of every trial."""
+        return pd.DataFrame(
+            {"rho": self.rho.double().cpu().numpy(), "seed": self.seeds.cpu().numpy()}
+        )
+
+    def problem(self) -> Problem:
+        """R, K, d, rho, arm names, mean train prices and the train split (when present)."""
+        train = None
+        prices = None
+        if "train" in self.table.split:
+            rows = torch.as_tensor(self.table.rows("train"), device=self.device)
+            emb = None if self._embeddings is None else self._embeddings[rows]
+            train = TrainSplit(
+                self._features[rows], self._scores[rows], self._costs[rows], embeddings=emb
+            )
+            prices = train.costs.mean(0)
+        return Problem(
+            num_trials=self.num_trials,
+            num_arms=self.num_arms,
+            dim=self.dim,
+            rho=self.rho,
+            arm_names=tuple(self.table.arm_names),
+            prices=prices,
+            embed_dim=None if self._embeddings is None else self._embeddings.shape[1],
+            train=train,
+            horizon=self.horizon,
+            device=self.device,
+            dtype=self.dtype,
+        )
+
     def context(self, t: int) -> Context:
         """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]``."""
         index = self._stream[:, t : t + 1]  # [R, 1]
-        return Context(x=self._features[index], index=index)
+        emb = None if self._embeddings is None else self._embeddings[index]
+        return Context(x=self._features[index], index=index, embedding=emb)
 
     def utilities(self, index: Tensor) -> Tensor:
         """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``."""
-        rho = self.rho[:, None, None]
-        return (self._scores[index] - rho * self._costs[index]).clamp_(0.0, 1.0)
+        return utility(self._scores[index], self._costs[index], self.rho[:, None, None])
 
     def step(
-        self, context: Context, decision: Decision, full: bool | None = None
+        self, context: Context, decision: Decision, generator: torch.Generator | None = None
     ) -> tuple[Feedback, Outcome]:
-        """Reveal the feedback of ``decision`` and the round's metrics.
+        """Reveal the played arm's (and the requested arms') feedback and the round's metrics.
 
         Args:
             context: the context returned by :meth:`context`.
-            decision: the learner's decision (``action [R, B]``).
-            full: reveal every arm (defaults to ``feedback == "full"``).
+            decision: the learner's decision (``action [R, B]``, optional ``observe``).
+            generator: unused (the table is deterministic given the stream).
         """
+        self.check_decision(decision)
+        if decision.is_subset:
+            raise ValueError(
+                "SingleChoiceEnv routes each query to one arm (Decision.action [R, B]), but "
+                f"the learner chose subsets {tuple(decision.action.shape)} ([R, B, m])"
+            )
         index = context.index
-        utility = self.utilities(index)  # [R, B, K]
+        utility_ = self.utilities(index)  # [R, B, K]
         scores, costs = self._scores[index], self._costs[index]
         action = decision.action[..., None]  # [R, B, 1]
-        full = self.feedback == "full" if full is None else full
-        if full:
-            observed = torch.ones_like(utility, dtype=torch.bool)
+        only_played = self.feedback == "bandit" and decision.observe is None
+        if self.feedback == "full":
+            observed = torch.ones_like(utility_, dtype=torch.bool)
         else:
-            observed = torch.zeros_like(utility, dtype=torch.bool).scatter_(-1, action, True)
+            observed = torch.zeros_like(utility_, dtype=torch.bool).scatter_(-1, action, True)
+            if decision.observe is not None:
+                observed |= decision.observe
+        zero = utility_.new_zeros(())
         feedback = Feedback(
-            reward=utility * observed,
+            reward=torch.where(observed, utility_, zero),
             observed=observed,
-            score=scores * observed,
-            cost=costs * observed,
+            score=torch.where(observed, scores, zero),
+            cost=torch.where(observed, costs, zero),
+            only_played=only_played,
         )
-        outcome = Outcome(
-            utility=utility.gather(-1, action)[..., 0],
-            best_utility=utility.amax(-1),
-            score=scores.gather(-1, action)[..., 0],
-            cost=costs.gather(-1, action)[..., 0],
-        )
+        chosen = utility_.gather(-1, action)[..., 0]
+        outcome = {
+            "utility": chosen,
+            "regret": utility_.amax(-1) - chosen,
+            "score": scores.gather(-1, action)[..., 0],
+            "cost": costs.gather(-1, action)[..., 0],
+        }
         return feedback, outcome
 
-    def train_mean_utility(self, split: str = "train") -> Tensor:
-        """Mean utility of each arm on ``split`` for each trial's ``rho``: ``[R, K]``."""
-        rows = torch.as_tensor(self.table.rows(split), device=self.device)
-        return self.utilities(rows.expand(self.num_trials, -1)).mean(1)
-
-    def split_data(self, split: str = "train") -> tuple[Tensor, Tensor, Tensor]:
-        """Features ``[n_s, d]``, scores and costs ``[n_s, K]`` of the rows of ``split``."""
-        rows = torch.as_tensor(self.table.rows(split), device=self.device)
-        return self._features[rows], self._scores[rows], self._costs[rows]
-
-    def state_dict(self) -> dict:
-        """What identifies this environment (checked when resuming)."""
+    def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
+        """``avg_utility``, ``avg_regret``, ``accuracy`` (mean score), ``avg_cost``: ``[R]``."""
+        n = max(rounds, 1)
         return {
+            "avg_utility": sums["utility"] / n,
+            "avg_regret": sums["regret"] / n,
+            "accuracy": sums["score"] / n,
+            "avg_cost": sums["cost"] / n,
+        }
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Table hash, split, horizon, feedback mode, seeds and rho (resume compares it)."""
+        return {
+            "env": type(self).__name__,
             "table": self.table.fingerprint(),
             "split": list(self.split) if not isinstance(self.split, str) else self.split,
             "horizon": self.horizon,
             "feedback": self.feedback,
-            "seeds": self.seeds.clone(),
-            "rho": self.rho.detach().cpu().double(),
+            "seeds": self.seeds.tolist(),
+            "rho": self.rho.detach().cpu().double().tolist(),
         }

@@ -40,10 +40,8 @@ def ridge_width(a_inv: Tensor, x: Tensor) -> Tensor:
     """
     r, k, d, _ = a_inv.shape
     b = x.shape[1]
-    # [R, K*d, d] @ [R, d, B] reads every A_k once for all B contexts. Measured on CPU (K=11,
-    # B=1, R=210/d=128 and R=32/d=384, 2 threads): bmm runs at ~80% of a plain streaming sum
-    # over A_inv; x^T A_k as a bmm over R*K batches is 1.4-2x slower, einsum 2-4x and
-    # (A * x).sum 6-10x.
+    # [R, K*d, d] @ [R, d, B] reads every A_k once for all B contexts (the fastest of the
+    # forms compared in benchmarks/linucb_throughput.py).
     ax = torch.bmm(a_inv.reshape(r, k * d, d), x.transpose(1, 2)).reshape(r, k, d, b)
     quad = torch.einsum("rkdb,rbd->rbk", ax, x)
     return quad.clamp_min(0.0).sqrt()
@@ -68,10 +66,8 @@ def sherman_morrison(
         ``(a_inv', theta')`` with the input shapes.
     """
     ax, u, theta_step = _sherman_morrison_terms(a_inv, theta, x, y, w)
-    # One fused pass a_inv - u ax^T (addcmul broadcasts the outer product without
-    # materialising it). Measured on CPU ([R, d, d] with R=210/d=128 and R=32/d=384): 3-5x
-    # faster than building the outer product and subtracting it, 1.4-5x faster than an
-    # out-of-place baddbmm.
+    # One fused pass a_inv - u ax^T: addcmul broadcasts the outer product without
+    # materialising it (see benchmarks/linucb_throughput.py for the alternatives timed).
     a_inv_new = torch.addcmul(a_inv, u[..., :, None], ax[..., None, :], value=-1.0)
     return a_inv_new, theta + theta_step
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from torchroute.types import Context, Decision, Feedback
+from torchroute.checks import check_number
+from torchroute.types import Context, Decision, Feedback, Problem
 
 
 class Learner(nn.Module):
@@ -14,34 +17,75 @@ class Learner(nn.Module):
     A learner holds ``R`` independent trials; every buffer starts with that dimension, so
     ``.to(device)``, ``state_dict()`` and ``load_state_dict()`` move, save and restore a
     whole batched run. Subclasses implement :meth:`act` and :meth:`update`; neither
-    synchronises with the host.
+    synchronises with the host. Configs build learners with :meth:`from_problem`.
 
     Args:
         num_trials: ``R``.
         num_arms: ``K``.
+
+    Example:
+        A learner that always plays arm 0::
+
+            class FirstArm(Learner):
+                def act(self, context, generator=None):
+                    action = context.x.new_zeros(context.x.shape[:2], dtype=torch.long)
+                    return Decision(one_hot_probs(action, self.num_arms, context.x.dtype), action)
+
+                def update(self, context, decision, feedback, generator=None):
+                    self._tick(context)
+                    return {}
+
+            learner = FirstArm.from_problem(env.problem())
     """
 
-    #: learners that want every arm's reward each round (full information) say so here;
-    #: the environment then reveals all of them.
-    full_feedback: bool = False
+    #: the size of ``Context.x`` the learner reads (``None``: it does not read ``x``)
+    dim: int | None = None
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
-        if num_trials < 1:
-            raise ValueError(f"num_trials must be >= 1, got {num_trials}")
-        if num_arms < 2:
-            raise ValueError(f"num_arms must be >= 2, got {num_arms}")
-        self.num_trials = num_trials
-        self.num_arms = num_arms
+        name = type(self).__name__
+        check_number(name, "num_trials", num_trials, ge=1, integer=True)
+        check_number(name, "num_arms", num_arms, ge=2, integer=True)
+        self.num_trials = int(num_trials)
+        self.num_arms = int(num_arms)
         # Round counter per trial; doubles as the device/dtype anchor (no self.device).
         self.register_buffer("rounds", torch.zeros(num_trials, dtype=torch.long))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hparams: Any) -> Learner:
+        """Build the learner for ``problem`` with hyper-parameters ``hparams``.
+
+        The default passes ``R`` and ``K``; learners that need more of the problem
+        (the feature size, rho, the train split) override it.
+        """
+        return cls(problem.num_trials, problem.num_arms, **hparams)
+
+    def check_problem(self, problem: Problem, who: str = "the environment") -> None:
+        """A one-line error when this learner was built for another ``R``, ``K`` or ``d``."""
+        name = type(self).__name__
+        for what, mine, theirs in (
+            ("R (trials)", self.num_trials, problem.num_trials),
+            ("K (arms)", self.num_arms, problem.num_arms),
+            ("d (features)", self.dim, problem.dim if self.dim is not None else None),
+        ):
+            if mine != theirs:
+                raise ValueError(f"{name} was built for {what}={mine} but {who} has {theirs}")
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         """Choose arms: ``context.x [R, B, d]`` -> ``Decision(probs [R, B, K], action [R, B])``."""
         raise NotImplementedError
 
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
-        """Learn from ``feedback`` (``[R, B, K]`` rewards and mask); returns per-trial metrics."""
+    def update(
+        self,
+        context: Context,
+        decision: Decision,
+        feedback: Feedback,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Tensor]:
+        """Learn from ``feedback`` (``[R, B, K]`` rewards and mask); returns per-trial metrics.
+
+        ``generator`` is the run's generator (mini-batch draws and the like).
+        """
         raise NotImplementedError
 
     def _check_context(self, context: Context) -> None:
@@ -49,6 +93,11 @@ class Learner(nn.Module):
             raise ValueError(
                 f"{type(self).__name__} holds {self.num_trials} trials but the context has "
                 f"{context.num_trials} (Context.x is [R, B, d])"
+            )
+        if self.dim is not None and context.x.shape[-1] != self.dim:
+            raise ValueError(
+                f"{type(self).__name__} was built for d={self.dim} features but the context "
+                f"has d={context.x.shape[-1]}"
             )
 
     def _check_feedback(self, context: Context, feedback: Feedback) -> None:
@@ -66,7 +115,13 @@ class Learner(nn.Module):
 class FixedPolicy(Learner):
     """A learner that does not learn online: ``update`` only validates and counts rounds."""
 
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+    def update(
+        self,
+        context: Context,
+        decision: Decision,
+        feedback: Feedback,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Tensor]:
         self._check_context(context)
         self._check_feedback(context, feedback)
         self._tick(context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from torchroute.checks import check_number
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.functional.sampling import (
     argmax_random_ties,
@@ -37,6 +38,7 @@ class LinUCB(RidgeLearner):
         self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0, lam: float = 10.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
+        check_number(type(self).__name__, "alpha", alpha, ge=0)
         self.alpha = alpha
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
@@ -52,16 +54,20 @@ class LinUCB(RidgeLearner):
 class FullFeedbackLinUCB(LinUCB):
     """LinUCB that observes every arm's reward each round (a full-information baseline).
 
-    Every arm's ridge model is updated each round; ``alpha = 0`` by default (greedy on
-    the ridge prediction), as in the CABS experiments.
+    ``act`` asks for every arm's feedback (``Decision.observe`` all ``True``), so every
+    arm's ridge model is updated each round; ``alpha = 0`` by default (greedy on the ridge
+    prediction), as in the CABS experiments.
     """
-
-    full_feedback = True
 
     def __init__(
         self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0, lam: float = 10.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        decision = super().act(context, generator)
+        observe = torch.ones_like(decision.probs, dtype=torch.bool)
+        return Decision(probs=decision.probs, action=decision.action, observe=observe)
 
 
 class LinTS(RidgeLearner):
@@ -85,6 +91,7 @@ class LinTS(RidgeLearner):
         self, num_trials: int, num_arms: int, dim: int, v: float = 1.0, lam: float = 10.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
+        check_number(type(self).__name__, "v", v, ge=0)
         self.v = v
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
@@ -126,8 +133,11 @@ class EpsilonGreedy(RidgeLearner):
         lam: float = 10.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
-        if not 0 <= eps_min <= eps0 <= 1:
-            raise ValueError(f"need 0 <= eps_min <= eps0 <= 1, got eps_min={eps_min}, eps0={eps0}")
+        name = type(self).__name__
+        check_number(name, "eps0", eps0, ge=0, le=1)
+        check_number(name, "eps_min", eps_min, ge=0, le=eps0)
+        check_number(name, "decay", decay, ge=0)
+        check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
         self.eps0, self.decay, self.eps_min, self.eps_floor = eps0, decay, eps_min, eps_floor
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
@@ -168,6 +178,11 @@ class SquareCB(RidgeLearner):
         lam: float = 10.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
+        name = type(self).__name__
+        check_number(name, "gamma", gamma, gt=0)
+        if mu is not None:
+            check_number(name, "mu", mu, ge=num_arms)
+        check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:

@@ -1,117 +1,45 @@
 """NeuralUCB (Neural-LinUCB form) trained online, batched over trials (``ALGORITHMS.md`` §2).
 
-Each trial owns an MLP ``f(x, k)``: a shared ReLU trunk of width ``h`` whose output is the
-last-layer feature ``phi(x)``, then one linear output per arm. The weights of all ``R``
-trials are stacked (``w [R, d_in, d_out]``) and applied with ``torch.baddbmm``, so one
-forward or gradient step serves every trial without a Python loop, and the summed loss
-gives each trial exactly its own gradient. Uncertainty: per arm
+Each trial owns an MLP ``f(x, k)`` (:mod:`torchroute.functional.mlp`); the weights of all
+``R`` trials are stacked ``nn.Parameter`` s ``[R, ...]`` trained by a ``torch.optim``
+optimizer on the loss summed over trials. Uncertainty: per arm
 ``Z_k = lambda I + sum phi phi^T`` kept as ``Z_k^{-1}`` (Sherman–Morrison / Woodbury),
 bonus ``nu sqrt(phi^T Z_k^{-1} phi)``.
-
-The functions below are the batched MLP math; :class:`torchroute.models.NeuralUCBHead` wraps
-the same functions as a stand-alone module.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from torchroute.functional.ridge import ridge_width, woodbury
+from torchroute.checks import check_number
+from torchroute.functional.mlp import mlp_forward, mlp_init, mlp_param_names, z_inverse_update
+from torchroute.functional.ridge import ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
-from torchroute.types import Context, Decision, Feedback
-
-_MASK32 = 0xFFFFFFFF
-
-
-def mlp_param_names(num_layers: int) -> list[str]:
-    """Names of the stacked weights: ``w0, b0, ..., w{L-1}, b{L-1}, w_out, b_out``."""
-    names = [f"{p}{i}" for i in range(num_layers) for p in ("w", "b")]
-    return [*names, "w_out", "b_out"]
-
-
-def mlp_init(
-    num_trials: int,
-    dim: int,
-    num_arms: int,
-    hidden: int = 64,
-    num_layers: int = 1,
-    generator: torch.Generator | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, Tensor]:
-    """He-uniform weights for ``R`` independent MLPs (zero biases).
-
-    Returns:
-        ``{"w0": [R, d, h], "b0": [R, h], ..., "w_out": [R, h, K], "b_out": [R, K]}``.
-    """
-    sizes = [dim] + [hidden] * num_layers
-    params: dict[str, Tensor] = {}
-    for i, (d_in, d_out) in enumerate(itertools.pairwise(sizes)):
-        bound = math.sqrt(6.0 / d_in)
-        w = torch.rand(num_trials, d_in, d_out, generator=generator, dtype=dtype)
-        params[f"w{i}"], params[f"b{i}"] = (
-            (2 * w - 1) * bound,
-            torch.zeros(num_trials, d_out, dtype=dtype),
-        )
-    bound = 1.0 / math.sqrt(hidden)
-    w = torch.rand(num_trials, hidden, num_arms, generator=generator, dtype=dtype)
-    params["w_out"], params["b_out"] = (
-        (2 * w - 1) * bound,
-        torch.zeros(num_trials, num_arms, dtype=dtype),
-    )
-    return params
-
-
-def mlp_forward(params: dict[str, Tensor], x: Tensor) -> tuple[Tensor, Tensor]:
-    """Batched MLP: ``x [R, B, d]`` -> ``(f [R, B, K], phi [R, B, h])``."""
-    h = x
-    for i in range(len(params) // 2 - 1):
-        h = torch.relu(torch.baddbmm(params[f"b{i}"][:, None, :], h, params[f"w{i}"]))
-    f = torch.baddbmm(params["b_out"][:, None, :], h, params["w_out"])
-    return f, h
-
-
-def z_inverse_update(z_inv: Tensor, phi: Tensor, weight: Tensor) -> Tensor:
-    """``Z_k <- Z_k + sum_b w[b, k] phi_b phi_b^T`` on the inverse (Sherman–Morrison/Woodbury).
-
-    Args:
-        z_inv: ``[R, K, h, h]``.
-        phi: ``[R, B, h]`` features.
-        weight: ``[R, B, K]`` (0 leaves arm ``k`` unchanged, 1 adds the observation).
-
-    Returns:
-        the updated ``[R, K, h, h]``.
-    """
-    r, k, h, _ = z_inv.shape
-    phis = phi[:, None].expand(r, k, phi.shape[1], h)  # [R, K, B, h]
-    dummy = z_inv.new_zeros(r, k, h)
-    w = weight.transpose(1, 2).to(z_inv.dtype)  # [R, K, B]
-    return woodbury(z_inv, dummy, phis, torch.zeros_like(w), w)[0]
-
-
-def _hash32(x: Tensor) -> Tensor:
-    """A 32-bit integer mix (int64 arithmetic that never overflows)."""
-    x = x & _MASK32
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
-    return (x >> 16) ^ x
+from torchroute.types import Context, Decision, Feedback, Problem
 
 
 class NeuralUCB(Learner):
-    """NeuralUCB with last-layer uncertainty (Neural-LinUCB form), trained online by SGD.
+    """NeuralUCB with last-layer uncertainty (Neural-LinUCB form), trained online.
 
-    Each round: ``act`` scores ``f(x, k) + nu sqrt(phi^T Z_k^{-1} phi)`` and plays the
-    argmax; ``update`` stores the observed rewards in a per-trial replay buffer
-    (``[R, capacity, ...]``, oldest overwritten), adds the observed arms' ``phi phi^T`` to
-    ``Z_k``, then takes ``steps`` gradient steps on the squared error of mini-batches of
-    ``batch_size`` stored contexts (all observed arms of each). Mini-batch indices are a
-    hash of a per-trial seed and the write count, so runs are reproducible and the state is
-    all in buffers (weights, optimizer moments, replay, seeds): ``state_dict()`` round-trips.
+    NeuralUCB (Zhou et al. 2020) in the last-layer form of Neural-LinUCB (Xu et al. 2020), the
+    neural reward model of the CABS paper (``ALGORITHMS.md`` section 2).
+    ``act`` plays the argmax of ``f(x, k) + nu sqrt(phi^T Z_k^{-1} phi)`` (random tie-break).
+    ``update`` adds the observed arms' ``phi phi^T`` to ``Z_k`` (only when ``nu != 0``), stores
+    the contexts with their observed rewards in a per-trial replay (``[R, capacity, ...]``,
+    oldest overwritten), then takes ``steps`` optimizer steps, each on the squared error of
+    ``batch_size`` replay rows drawn uniformly (with ``generator``) among the filled ones, over
+    every observed arm of each row. ``feedback.observed`` is used as given.
+
+    The weights are ``nn.Parameter`` s stacked over trials, trained by ``torch.optim.Adam`` or
+    ``torch.optim.SGD`` on the loss summed over trials: trials get their own gradients, and as
+    both optimizers act elementwise each trial follows exactly its own optimizer. The
+    optimizer state travels in ``state_dict()`` as extra state. Being parameters, the weights
+    can also be trained offline by any ``torch.optim`` optimizer, with :meth:`loss`.
 
     Args:
         num_trials: ``R``.
@@ -119,19 +47,24 @@ class NeuralUCB(Learner):
         dim: ``d`` context features.
         hidden: trunk width ``h`` (64 in the CABS paper).
         num_layers: trunk depth.
-        nu: exploration width (0: greedy).
+        nu: exploration width (0: greedy on ``f``).
         lam: ``lambda`` of ``Z_k`` (1e-3 in the CABS paper).
         lr: learning rate (1e-3 in the CABS paper).
         optimizer: ``"adam"`` (default) or plain ``"sgd"``.
-        weight_decay: L2 penalty on the weights.
+        weight_decay: L2 penalty on the weights (added to the gradient).
         capacity: replay size per trial.
-        batch_size: mini-batch size per gradient step.
-        steps: gradient steps per ``update``.
-        generator: draws the initial weights and per-trial seeds.
-        dtype: dtype of the state.
+        batch_size: mini-batch size per optimizer step.
+        steps: optimizer steps per ``update``.
+        generator: draws the initial weights.
+        dtype: dtype of the weights and the state.
 
     Shapes:
-        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``;
+        ``forward``: ``x [R, B, d]`` -> ``(f [R, B, K], phi [R, B, h])``;
+        ``z_inv``: ``[R, K, h, h]``; ``update`` returns ``{"loss": [R]}``.
+
+    Example:
+        >>> learner = NeuralUCB.from_problem(env.problem(), hidden=64)  # doctest: +SKIP
     """
 
     def __init__(
@@ -153,126 +86,202 @@ class NeuralUCB(Learner):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__(num_trials, num_arms)
+        name = type(self).__name__
+        for arg, value, bounds in (
+            ("dim", dim, {"ge": 1, "integer": True}),
+            ("hidden", hidden, {"ge": 1, "integer": True}),
+            ("num_layers", num_layers, {"ge": 1, "integer": True}),
+            ("nu", nu, {"ge": 0}),
+            ("lam", lam, {"gt": 0}),
+            ("lr", lr, {"gt": 0}),
+            ("weight_decay", weight_decay, {"ge": 0}),
+            ("capacity", capacity, {"ge": 1, "integer": True}),
+            ("batch_size", batch_size, {"ge": 1, "integer": True}),
+            ("steps", steps, {"ge": 0, "integer": True}),
+        ):
+            check_number(name, arg, value, **bounds)
         if optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
-        if lam <= 0 or capacity < 1 or batch_size < 1 or steps < 0:
-            raise ValueError("need lam > 0, capacity >= 1, batch_size >= 1, steps >= 0")
-        self.dim, self.hidden, self.num_layers = dim, hidden, num_layers
-        self.nu, self.lam, self.lr, self.optimizer = nu, lam, lr, optimizer
-        self.weight_decay, self.capacity = weight_decay, capacity
-        self.batch_size, self.steps = batch_size, steps
-        self.param_names = mlp_param_names(num_layers)
-        params = mlp_init(num_trials, dim, num_arms, hidden, num_layers, generator, dtype)
-        for name, value in params.items():
-            self.register_buffer(name, value)
-            if optimizer == "adam":
-                self.register_buffer(f"adam_m_{name}", torch.zeros_like(value))
-                self.register_buffer(f"adam_v_{name}", torch.zeros_like(value))
-        eye = torch.eye(hidden, dtype=dtype) / lam
-        self.register_buffer("z_inv", eye.expand(num_trials, num_arms, hidden, hidden).clone())
-        self.register_buffer("replay_x", torch.zeros(num_trials, capacity, dim, dtype=dtype))
-        self.register_buffer("replay_y", torch.zeros(num_trials, capacity, num_arms, dtype=dtype))
-        self.register_buffer(
-            "replay_mask", torch.zeros(num_trials, capacity, num_arms, dtype=torch.bool)
+            raise ValueError(f"{name}: optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+        self.dim, self.hidden, self.num_layers = int(dim), int(hidden), int(num_layers)
+        self.nu, self.lam, self.lr, self.optimizer = float(nu), float(lam), float(lr), optimizer
+        self.weight_decay, self.capacity = float(weight_decay), int(capacity)
+        self.batch_size, self.steps = int(batch_size), int(steps)
+        self.param_names = mlp_param_names(self.num_layers)
+        init = mlp_init(
+            num_trials, self.dim, num_arms, self.hidden, self.num_layers, generator, dtype
         )
-        self.register_buffer("replay_count", torch.zeros(num_trials, dtype=torch.long))
-        self.register_buffer("opt_steps", torch.zeros(num_trials, dtype=torch.long))
-        seed = torch.randint(0, 2**31 - 1, (num_trials,), generator=generator)
-        self.register_buffer("seed", seed)
+        for key, value in init.items():
+            self.register_parameter(key, nn.Parameter(value))
+        eye = torch.eye(self.hidden, dtype=dtype) / self.lam
+        self.register_buffer("z_inv", eye.expand(num_trials, num_arms, *eye.shape).clone())
+        r, c = num_trials, self.capacity
+        self.register_buffer("replay_x", torch.zeros(r, c, self.dim, dtype=dtype))
+        self.register_buffer("replay_y", torch.zeros(r, c, num_arms, dtype=dtype))
+        self.register_buffer("replay_mask", torch.zeros(r, c, num_arms, dtype=torch.bool))
+        self.register_buffer("replay_count", torch.zeros(r, dtype=torch.long))
+        self._optim = self._make_optimizer()
 
-    def params(self) -> dict[str, Tensor]:
-        """The stacked MLP weights (views of the buffers)."""
-        return {n: getattr(self, n) for n in self.param_names}
+    @classmethod
+    def from_problem(cls, problem: Problem, **hparams: Any) -> NeuralUCB:
+        return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
 
-    def _check_context(self, context: Context) -> None:
-        super()._check_context(context)
-        if context.x.shape[-1] != self.dim:
+    # ----------------------------------------------------------------- optimizer state
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = list(self.params().values())
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The optimizer's ``state_dict()`` (moments ``[R, ...]``; Adam's ``step`` is a scalar)."""
+        return self._optim.state_dict()
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Load an optimizer ``state_dict()`` saved by :meth:`get_extra_state`."""
+        if ("betas" in state["param_groups"][0]) != (self.optimizer == "adam"):
             raise ValueError(
-                f"{type(self).__name__} was built for d={self.dim} features but "
-                f"the context has d={context.x.shape[-1]}"
+                f"{type(self).__name__}: the checkpoint's optimizer state does not belong to "
+                f"optimizer={self.optimizer!r}"
             )
+        # Optimizer.load_state_dict keeps tensors that already have the right device and
+        # dtype; clone them so that this learner never shares moments with the source.
+        state = {
+            "state": {
+                i: {k: v.clone() if isinstance(v, Tensor) else v for k, v in s.items()}
+                for i, s in state["state"].items()
+            },
+            "param_groups": state["param_groups"],
+        }
+        self._optim = self._make_optimizer()
+        self._optim.load_state_dict(state)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> NeuralUCB:
+        super()._apply(fn, recurse)
+        if "_optim" in self.__dict__:
+            # Re-bind the optimizer to the (possibly new) parameters; load_state_dict casts the
+            # moments to each parameter's device and dtype (Adam's step stays a CPU scalar).
+            state = self._optim.state_dict()
+            self._optim = self._make_optimizer()
+            self._optim.load_state_dict(state)
+        return self
+
+    # ----------------------------------------------------------------- model
+    def params(self) -> dict[str, Tensor]:
+        """The stacked MLP weights ``{"w0": [R, d, h], ..., "b_out": [R, K]}`` (parameters)."""
+        return {key: getattr(self, key) for key in self.param_names}
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``x [R, B, d]`` -> ``(f [R, B, K], phi [R, B, h])``."""
+        return mlp_forward(self.params(), x.to(self.w_out.dtype))
 
     def predict(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``x [R, B, d]`` -> ``(f, bonus)``, both ``[R, B, K]``, bonus ``sqrt(phi^T Z^-1 phi)``."""
-        f, phi = mlp_forward(self.params(), x.to(self.z_inv.dtype))
+        f, phi = self(x)
         return f, ridge_width(self.z_inv, phi)
 
+    def loss(self, x: Tensor, reward: Tensor, observed: Tensor) -> Tensor:
+        """Per-trial mean squared error over the observed entries of a mini-batch.
+
+        Args:
+            x: ``[R, M, d]`` contexts.
+            reward: ``[R, M, K]``; entries where ``observed`` is False are never read.
+            observed: ``[R, M, K]`` bool.
+
+        Returns:
+            ``[R]`` (0 for a trial without observed entries).
+        """
+        f, _ = self(x)
+        err = torch.where(observed, f - torch.where(observed, reward.to(f.dtype), 0.0), 0.0)
+        count = observed.sum((1, 2)).clamp_min(1).to(f.dtype)
+        return (err * err).sum((1, 2)) / count
+
+    # ----------------------------------------------------------------- bandit interface
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)
         with torch.no_grad():
             f, bonus = self.predict(context.x)
-            scores = f + self.nu * bonus if self.nu != 0 else f
+            scores = f + self.nu * bonus if self.nu != 0 else f  # [R, B, K]
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, f.dtype), action=action)
 
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
+    def update(
+        self,
+        context: Context,
+        decision: Decision,
+        feedback: Feedback,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Tensor]:
         self._check_context(context)
-        x = context.x.to(self.z_inv.dtype)  # [R, B, d]
-        observed = feedback.observed
-        if not self.full_feedback:  # bandit learners learn from the played arm only
-            arms = torch.arange(self.num_arms, device=x.device)
-            observed = observed & (decision.action[..., None] == arms)
-        reward = feedback.reward.to(x.dtype) * observed
-        r, b, _ = x.shape
+        self._check_feedback(context, feedback)
+        x = context.x.to(self.w_out.dtype)  # [R, B, d]
+        observed = feedback.observed  # [R, B, K]
+        reward = torch.where(observed, feedback.reward.to(x.dtype), 0.0)
         with torch.no_grad():
             if self.nu != 0:
-                _, phi = mlp_forward(self.params(), x)
+                _, phi = self(x)
                 self.z_inv.copy_(z_inverse_update(self.z_inv, phi, observed))
-            rows = torch.arange(r, device=x.device)[:, None]
-            slot = (self.replay_count[:, None] + torch.arange(b, device=x.device)) % self.capacity
-            self.replay_x[rows, slot] = x
-            self.replay_y[rows, slot] = reward
-            self.replay_mask[rows, slot] = observed
-            self.replay_count += b
-        loss = x.new_zeros(r)
-        for step in range(self.steps):
-            loss = self._sgd_step(step)
+            self._store(x, reward, observed)
+        loss = x.new_zeros(self.num_trials)
+        for _ in range(self.steps):
+            loss = self.train_step(*self.sample_replay(generator))
         self._tick(context)
         return {"loss": loss}
 
-    def _sample(self, step: int) -> Tensor:
-        """Replay rows ``[R, batch]`` drawn uniformly among the filled slots (hash-based)."""
-        base = _hash32(self.seed + _hash32(self.replay_count * self.steps + step))  # [R]
-        j = torch.arange(self.batch_size, device=base.device)
-        u = _hash32(base[:, None] + j * 0x9E3779B).to(torch.float64) / 2.0**32  # [R, batch]
-        filled = self.replay_count.clamp(max=self.capacity).to(torch.float64)[:, None]
-        return (u * filled).long()
+    def _store(self, x: Tensor, reward: Tensor, observed: Tensor) -> None:
+        """Write the last ``min(B, capacity)`` contexts into the ring buffer of each trial."""
+        b = x.shape[1]
+        keep = min(b, self.capacity)
+        offset = torch.arange(b - keep, b, device=x.device)
+        slot = (self.replay_count[:, None] + offset) % self.capacity  # [R, keep]
+        rows = torch.arange(self.num_trials, device=x.device)[:, None]
+        self.replay_x[rows, slot] = x[:, b - keep :]
+        self.replay_y[rows, slot] = reward[:, b - keep :]
+        self.replay_mask[rows, slot] = observed[:, b - keep :]
+        self.replay_count += b
 
-    def _sgd_step(self, step: int) -> Tensor:
-        idx = self._sample(step)  # [R, M]
-        rows = torch.arange(idx.shape[0], device=idx.device)[:, None]
-        x, y = self.replay_x[rows, idx], self.replay_y[rows, idx]
-        mask = self.replay_mask[rows, idx].to(x.dtype)  # [R, M, K]
-        names = self.param_names
+    def sample_replay(self, generator: torch.Generator | None = None) -> tuple[Tensor, ...]:
+        """A mini-batch drawn uniformly, with replacement, among each trial's filled rows.
+
+        Returns:
+            ``(x [R, M, d], reward [R, M, K], observed [R, M, K])`` with ``M = batch_size``
+            (rows of a trial with an empty replay observe nothing).
+        """
+        filled = self.replay_count.clamp(max=self.capacity)[:, None]  # [R, 1]
+        u = torch.rand(
+            (self.num_trials, self.batch_size), generator=generator, device=filled.device
+        )
+        idx = torch.minimum((u * filled).long(), (filled - 1).clamp_min(0))  # [R, M]
+        rows = torch.arange(self.num_trials, device=idx.device)[:, None]
+        return self.replay_x[rows, idx], self.replay_y[rows, idx], self.replay_mask[rows, idx]
+
+    def train_step(self, x: Tensor, reward: Tensor, observed: Tensor) -> Tensor:
+        """One optimizer step on ``loss(x, reward, observed).sum()``; returns the ``[R]`` loss."""
+        params = list(self.params().values())
         with torch.enable_grad():
-            leaves = {n: getattr(self, n).detach().requires_grad_(True) for n in names}
-            f, _ = mlp_forward(leaves, x)
-            per_trial = ((f - y) ** 2 * mask).sum((1, 2)) / mask.sum((1, 2)).clamp_min(1.0)
-            grads = torch.autograd.grad(per_trial.sum(), [leaves[n] for n in names])
-        with torch.no_grad():
-            self.opt_steps += 1
-            t = self.opt_steps.to(x.dtype)
-            for name, g in zip(names, grads):
-                p = getattr(self, name)
-                if self.weight_decay:
-                    g = g + self.weight_decay * p
-                if self.optimizer == "sgd":
-                    p.sub_(self.lr * g)
-                    continue
-                m, v = getattr(self, f"adam_m_{name}"), getattr(self, f"adam_v_{name}")
-                m.mul_(0.9).add_(0.1 * g)
-                v.mul_(0.999).add_(0.001 * g * g)
-                shape = (-1,) + (1,) * (p.ndim - 1)
-                m_hat = m / (1 - 0.9**t).reshape(shape)
-                v_hat = v / (1 - 0.999**t).reshape(shape)
-                p.sub_(self.lr * m_hat / (v_hat.sqrt() + 1e-8))
+            per_trial = self.loss(x, reward, observed)
+            grads = torch.autograd.grad(per_trial.sum(), params)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        self._optim.step()
+        for p in params:
+            p.grad = None
         return per_trial.detach()
 
 
 class FullFeedbackNeuralUCB(NeuralUCB):
-    """NeuralUCB that observes (and trains on) every arm each round; ``nu = 0`` by default."""
+    """NeuralUCB that asks for every arm's reward each round (a full-information baseline).
 
-    full_feedback = True
+    ``act`` returns ``Decision.observe`` all True, so the environment reveals every arm and
+    every arm's output trains each round; ``nu = 0`` by default (greedy), as in the CABS
+    experiments. Arguments as :class:`NeuralUCB`.
+    """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, nu: float = 0.0, **kwargs) -> None:
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, nu: float = 0.0, **kwargs: Any
+    ) -> None:
         super().__init__(num_trials, num_arms, dim, nu=nu, **kwargs)
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        decision = super().act(context, generator)
+        observe = torch.ones_like(decision.probs, dtype=torch.bool)
+        return Decision(probs=decision.probs, action=decision.action, observe=observe)

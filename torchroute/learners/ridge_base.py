@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from torchroute.checks import check_number
 from torchroute.functional.ridge import ridge_init, sherman_morrison_, woodbury
 from torchroute.learners.base import Learner
-from torchroute.types import Context, Decision, Feedback
+from torchroute.types import Context, Decision, Feedback, Problem
 
 
 class RidgeLearner(Learner):
@@ -25,45 +28,45 @@ class RidgeLearner(Learner):
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, lam: float = 10.0) -> None:
         super().__init__(num_trials, num_arms)
-        self.dim = dim
+        check_number(type(self).__name__, "dim", dim, ge=1, integer=True)
+        check_number(type(self).__name__, "lam", lam, gt=0)
+        self.dim = int(dim)
         self.lam = lam
         a_inv, theta = ridge_init(num_trials, num_arms, dim, lam)
         self.register_buffer("a_inv", a_inv)
         self.register_buffer("theta", theta)
 
-    def _check_context(self, context: Context) -> None:
-        super()._check_context(context)
-        if context.x.shape[-1] != self.dim:
-            raise ValueError(
-                f"{type(self).__name__} was built for d={self.dim} features but the context "
-                f"has d={context.x.shape[-1]}"
-            )
+    @classmethod
+    def from_problem(cls, problem: Problem, **hparams: Any) -> RidgeLearner:
+        """``cls(R, K, d, **hparams)`` for ``problem``."""
+        return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
 
-    def update(self, context: Context, decision: Decision, feedback: Feedback) -> dict[str, Tensor]:
-        """Fit the observed rewards: the played arm only, or every arm with full feedback."""
+    def update(
+        self,
+        context: Context,
+        decision: Decision,
+        feedback: Feedback,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Tensor]:
+        """Fit every observed reward (``feedback.observed``, as the env revealed it)."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.theta.dtype)  # [R, B, d]
-        reward = feedback.reward.to(x.dtype)  # [R, B, K]
+        # Unobserved cells are never read as numbers (a NaN there must not leak in).
+        reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)  # [R, B, K]
         weight = feedback.observed.to(x.dtype)  # [R, B, K]
         r, b, _ = x.shape
-        if self.full_feedback or b > 1:
-            if not self.full_feedback:  # bandit batch: only the played arm of each context
-                arms = torch.arange(self.num_arms, device=x.device)
-                played = decision.action[..., None] == arms  # [R, B, K]
-                weight = weight * played.to(x.dtype)
+        if not feedback.only_played or b > 1:
             xs = x[:, None].expand(r, self.num_arms, b, self.dim)  # [R, K, B, d]
             self.a_inv, self.theta = woodbury(
                 self.a_inv, self.theta, xs, reward.transpose(1, 2), weight.transpose(1, 2)
             )
         else:
-            # One context, one played arm per trial: update that arm's matrix alone
+            # One context, only the played arm observed: update that arm's matrix alone
             # (reads and writes d x d per trial instead of K d x d). The gathered copy is
-            # updated in place (it is still in cache after the matrix-vector product) and
-            # index_copy_ writes it back. Measured on CPU (K=11, R=210/d=128 and R=32/d=384,
-            # 2 threads, quiet machine): index_select gathers in half the time of advanced
-            # indexing (1.5 vs 3.0 ms at d=128), and the in-place update takes 30-40% less
-            # time than an out-of-place update with index_put.
+            # updated in place while it is still in cache and index_copy_ writes it back
+            # (index_select and the in-place update are the faster choices; see
+            # benchmarks/linucb_throughput.py).
             k, d = self.num_arms, self.dim
             arm = decision.action[:, 0]  # [R]
             flat = torch.arange(r, device=x.device) * k + arm  # [R] rows of the [R*K] views

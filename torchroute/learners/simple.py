@@ -7,7 +7,7 @@ from torch import Tensor
 
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
 from torchroute.learners.base import FixedPolicy
-from torchroute.types import Context, Decision
+from torchroute.types import Context, Decision, Problem
 
 
 class RandomRouter(FixedPolicy):
@@ -44,7 +44,14 @@ class BestSingleArm(FixedPolicy):
                 f"train_mean_utility must be [R={num_trials}, K={num_arms}], "
                 f"got {tuple(train_mean_utility.shape)}"
             )
+        if not torch.isfinite(train_mean_utility).all():
+            raise ValueError("train_mean_utility must be finite")
         self.register_buffer("arm", train_mean_utility.argmax(-1))  # [R]
+
+    @classmethod
+    def from_problem(cls, problem: Problem) -> BestSingleArm:
+        """The best arm of each trial on ``problem``'s train split (required)."""
+        return cls(problem.num_trials, problem.num_arms, problem.train_mean_utility(cls.__name__))
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)

@@ -12,17 +12,18 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from torchroute.checks import check_number
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
-from torchroute.types import Context, Decision
+from torchroute.types import Context, Decision, Problem
 
 
 def _check_rho(rho: Tensor, num_trials: int) -> Tensor:
     rho = torch.as_tensor(rho, dtype=torch.float32)
     if rho.shape != (num_trials,):
         raise ValueError(f"rho must be [R={num_trials}], got {tuple(rho.shape)}")
-    if (rho < 0).any():
-        raise ValueError(f"rho must be >= 0, got {rho.tolist()}")
+    if not (torch.isfinite(rho) & (rho >= 0)).all():
+        raise ValueError(f"rho must be finite and >= 0, got {rho.tolist()}")
     return rho
 
 
@@ -32,6 +33,8 @@ def _check_table(name: str, value: Tensor | None, num_arms: int) -> Tensor | Non
     value = torch.as_tensor(value).float()
     if value.ndim != 2 or value.shape[1] != num_arms:
         raise ValueError(f"{name} must be [n, K={num_arms}], got {tuple(value.shape)}")
+    if not torch.isfinite(value).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
     return value
 
 
@@ -59,9 +62,10 @@ class RegressorRouter(_StaticRouter):
     """Route with pre-trained score and cost regressors: ``argmax_k y^_k(x) - rho c^_k(x)``.
 
     Give either ``oracle`` (a module with ``accuracy(e) -> [n, K]`` and ``cost(e) -> [n, K]``,
-    e.g. ``torchroute.models.MultiHeadOracle``), which then reads ``context.x`` as encoder
-    embeddings ``[R, B, d_e]``; or per-query predictions ``predicted_scores`` and
-    ``predicted_costs`` ``[n, K]`` of the whole table, looked up with ``context.index``.
+    e.g. ``torchroute.models.MultiHeadOracle``), which then reads the encoder embeddings
+    ``context.embedding [R, B, e]`` (the bandit features ``context.x`` are not used); or
+    per-query predictions ``predicted_scores`` and ``predicted_costs`` ``[n, K]`` of the
+    whole table, looked up with ``context.index``.
 
     Args:
         num_trials: ``R``.
@@ -99,6 +103,25 @@ class RegressorRouter(_StaticRouter):
         self.register_buffer("predicted_scores", scores, persistent=False)  # [n, K] or None
         self.register_buffer("predicted_costs", costs, persistent=False)
 
+    @classmethod
+    def from_problem(cls, problem: Problem, oracle: nn.Module | None = None) -> RegressorRouter:
+        """The router for ``problem`` on ``oracle``, checked against its arms and embeddings.
+
+        An oracle with ``check_compatible(arm_names, embed_dim, source)`` (a
+        ``MultiHeadOracle``) must have been trained for the same arms, in the same order,
+        and for the size of ``Context.embedding``.
+        """
+        if oracle is None:
+            raise ValueError("RegressorRouter.from_problem needs an oracle")
+        if problem.embed_dim is None:
+            raise ValueError(
+                "RegressorRouter reads Context.embedding (the encoder output), but the "
+                "environment gives no embeddings"
+            )
+        if hasattr(oracle, "check_compatible"):
+            oracle.check_compatible(problem.arm_names, problem.embed_dim, source="the oracle")
+        return cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
+
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
         if self.oracle is None:
             if context.index is None:
@@ -107,9 +130,14 @@ class RegressorRouter(_StaticRouter):
                     "Context.index (rows of the table)"
                 )
             return self.predicted_scores[context.index], self.predicted_costs[context.index]
-        r, b, d = context.x.shape
+        if context.embedding is None:
+            raise ValueError(
+                "RegressorRouter with an oracle reads Context.embedding (the encoder output), "
+                "but the context has none"
+            )
+        r, b, d = context.embedding.shape
         self.oracle.eval()
-        flat = context.x.reshape(r * b, d)
+        flat = context.embedding.reshape(r * b, d)
         y_hat = self.oracle.accuracy(flat).reshape(r, b, -1)
         c_hat = self.oracle.cost(flat).reshape(r, b, -1)
         if y_hat.shape[-1] != self.num_arms:
@@ -154,9 +182,10 @@ class KNNRouter(_StaticRouter):
         costs = _check_table("train_costs", train_costs, num_arms)
         if train_x.ndim != 2 or len({train_x.shape[0], scores.shape[0], costs.shape[0]}) != 1:
             raise ValueError("train_x [n, d], train_scores and train_costs [n, K] must share n")
-        if not 1 <= k <= train_x.shape[0]:
-            raise ValueError(f"k must be in [1, n_train={train_x.shape[0]}], got {k}")
-        self.k = k
+        check_number("KNNRouter", "k", k, ge=1, le=train_x.shape[0], integer=True)
+        if not torch.isfinite(train_x).all():
+            raise ValueError("train_x must be finite (no NaN or inf)")
+        self.k = int(k)
         self.register_buffer("train_unit", F.normalize(train_x, dim=-1), persistent=False)
         self.register_buffer("train_scores", scores, persistent=False)
         self.register_buffer("train_costs", costs, persistent=False)
@@ -166,15 +195,21 @@ class KNNRouter(_StaticRouter):
                 f"features must be [n, d={train_x.shape[1]}], got {tuple(feats.shape)}"
             )
         self.register_buffer("features", feats, persistent=False)
+        self.dim = None if feats is not None else train_x.shape[1]
 
-    def _check_context(self, context: Context) -> None:
-        super()._check_context(context)
-        d = self.train_unit.shape[-1]
-        if self.features is None and context.x.shape[-1] != d:
-            raise ValueError(
-                f"KNNRouter was built for d={d} features but the context has "
-                f"d={context.x.shape[-1]}"
-            )
+    @classmethod
+    def from_problem(cls, problem: Problem, k: int = 3) -> KNNRouter:
+        """Neighbours among ``problem``'s train split (required), on the bandit features."""
+        train = problem.require_train(cls.__name__)
+        return cls(
+            problem.num_trials,
+            problem.num_arms,
+            problem.rho,
+            train.features,
+            train.scores,
+            train.costs,
+            k=k,
+        )
 
     def neighbours(self, context: Context) -> Tensor:
         """Indices of the ``k`` most cosine-similar train queries, ``[R, B, k]``."""

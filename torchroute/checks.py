@@ -1,0 +1,43 @@
+"""Argument checks shared by learners and environments: one-line errors naming the argument."""
+
+from __future__ import annotations
+
+import math
+
+
+def check_number(
+    owner: str,
+    name: str,
+    value: float,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    integer: bool = False,
+) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite number within the given bounds.
+
+    Args:
+        owner: who takes the argument (``"LinUCB"``), named in the message.
+        name: the argument's name.
+        value: the value to check.
+        gt, ge, le: bounds (``value > gt``, ``value >= ge``, ``value <= le``).
+        integer: also require an integer.
+
+    Example:
+        >>> check_number("LinUCB", "alpha", float("nan"), ge=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: LinUCB: alpha must be a finite number >= 0, got nan
+    """
+    bounds = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else ""]
+    bounds.append(f"<= {le}" if le is not None else "")
+    expected = ("an integer" if integer else "a finite number") + "".join(
+        f" {b}" for b in bounds if b
+    )
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value) and (not integer or float(value).is_integer())
+    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+    ok = ok and (le is None or value <= le)
+    if not ok:
+        raise ValueError(f"{owner}: {name} must be {expected}, got {value!r}")

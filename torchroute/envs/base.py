@@ -1,0 +1,120 @@
+"""The environment contract every protocol implements (single choice, subsets, simulators).
+
+An :class:`Env` owns the data and the randomness of the world for ``R`` batched trials: the
+stream order, per-trial labels (rho, seed, constraint level, ...), noise, regime switches,
+budgets. The loop (:func:`torchroute.loop.simulate`), the metrics, checkpoints, results
+writing and the report depend on this interface only.
+
+A minimal environment::
+
+    class CoinFlips(Env):
+        num_trials, num_arms, horizon = 2, 2, 10
+        device = torch.device("cpu")
+
+        def trials(self):
+            return pd.DataFrame({"seed": [0, 1]})
+
+        def problem(self):
+            return Problem(2, 2, 1, rho=torch.zeros(2), arm_names=("a", "b"))
+
+        def context(self, t):
+            return Context(x=torch.ones(2, 1, 1))
+
+        def step(self, context, decision, generator=None):
+            reward = torch.rand(2, 1, 2, generator=generator)
+            observed = F.one_hot(decision.action, 2).bool()
+            chosen = reward.gather(-1, decision.action[..., None])[..., 0]
+            feedback = Feedback(torch.where(observed, reward, 0.0), observed, only_played=True)
+            return feedback, {"reward": chosen, "regret": reward.amax(-1) - chosen}
+
+        def summarize(self, sums, rounds):
+            return {"avg_reward": sums["reward"] / rounds, "avg_regret": sums["regret"] / rounds}
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from torchroute.types import Context, Decision, Feedback, Outcome, Problem
+
+
+class Env(ABC):
+    """``R`` batched trials of one routing protocol.
+
+    Attributes:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        horizon: ``T``, rounds per trial.
+        device: where every tensor lives.
+        curve_keys: outcome names whose running sums the loop records at every logging
+            interval (``curves.csv`` holds them as ``cum_<name>``).
+    """
+
+    num_trials: int
+    num_arms: int
+    horizon: int
+    curve_keys: tuple[str, ...] = ("regret",)
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The device of the environment's tensors."""
+
+    @abstractmethod
+    def trials(self) -> pd.DataFrame:
+        """One row per trial with its labels (rho, seed, and what else the env varies)."""
+
+    @abstractmethod
+    def problem(self) -> Problem:
+        """What a learner may know up front (learner factories are called with it)."""
+
+    @abstractmethod
+    def context(self, t: int) -> Context:
+        """The contexts of round ``t`` (0-based), ``x [R, B, d]``."""
+
+    @abstractmethod
+    def step(
+        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+    ) -> tuple[Feedback, Outcome]:
+        """Reveal the feedback of ``decision`` and the round's per-trial quantities.
+
+        The feedback covers ``decision.action`` and the arms of ``decision.observe``
+        (every arm when the env gives full information). The outcome maps names to
+        ``[R, B]`` or ``[R, B, c]`` tensors; the loop sums them over rounds.
+        """
+
+    @abstractmethod
+    def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
+        """Per-trial result columns ``{name: [R]}`` from the outcome sums over ``rounds``.
+
+        ``sums[name]`` is the sum over rounds and contexts of outcome ``name``, ``[R]`` or
+        ``[R, c]`` (float64). Most columns are averages; some are not (a constraint regret
+        is the distance of the average cost vector to a box).
+        """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's restorable state (regime switches, budgets, ...); stateless by default."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; stateless envs accept only an empty dict."""
+        if state:
+            raise ValueError(f"{type(self).__name__} has no state to restore, got {sorted(state)}")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the world (data, stream, labels); resume compares it."""
+        return {"env": type(self).__name__, "trials": self.trials().to_dict("list")}
+
+    def check_decision(self, decision: Decision) -> None:
+        """A one-line error when ``decision`` does not fit this env's protocol."""
+        shape = tuple(decision.probs.shape)
+        if shape[0] != self.num_trials or shape[-1] != self.num_arms:
+            raise ValueError(
+                f"{type(self).__name__} has R={self.num_trials} trials and K={self.num_arms} "
+                f"arms, but the decision's probs are {shape} ([R, B, K])"
+            )
