@@ -121,10 +121,19 @@ def test_interrupted_run_resumes_to_the_same_results(default_run, tmp_path, cach
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["rhos=[-5]"], "rhos must be >= 0"),
+        (["rhos=[-5]"], "rhos must be finite and >= 0"),
         (["run_learners=[linucb,nope]"], "unknown learners ['nope']"),
         (["rounds=100000"], "rounds=100000"),
+        (["rounds=0"], "rounds must be an integer >= 1"),
         (["learners.linucb._target_=torchroute.learners.Nope"], "learners.linucb"),
+        (["dtype=bogus"], "dtype must be one of ['float32', 'float64'], got 'bogus'"),
+        (["device=tpu"], "device='tpu'"),
+        (["+learners.linucb.alphaa=1"], "learners.linucb"),
+        (["seeds=[a]"], "seeds must hold int values, got 'a'"),
+        (["learners.linucb.alpha=nan"], "LinUCB: alpha must be a finite number >= 0, got nan"),
+        (["learners.squarecb.gamma=-1"], "SquareCB: gamma must be a finite number > 0"),
+        (["learners.epsilon_greedy.eps0=2"], "EpsilonGreedy: eps0 must be a finite number"),
+        (["log_every=0"], "log_every must be an integer >= 1"),
     ],
 )
 def test_bad_config_is_a_clear_error_and_writes_nothing(
@@ -132,9 +141,64 @@ def test_bad_config_is_a_clear_error_and_writes_nothing(
 ):
     out = tmp_path / "bad"
     assert main(_args(out, cache_dir, "~logger", *extra)) == 2
-    assert message in capsys.readouterr().err
-    assert not (out / "results.csv").exists()
-    assert not (out / "checkpoints").exists()
+    err = capsys.readouterr().err
+    assert message in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_out_dir_that_is_a_file_is_refused(tmp_path, cache_dir, capsys):
+    target = tmp_path / "a_file"
+    target.write_text("keep me")
+    assert main(_args(target, cache_dir, "~logger")) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert target.read_text() == "keep me"
+
+
+def test_debug_shows_the_traceback(tmp_path, cache_dir):
+    from torchroute.experiment import ConfigError
+
+    with pytest.raises(ConfigError, match="dtype"):
+        main(["--debug", *_args(tmp_path / "x", cache_dir, "~logger", "dtype=bogus")])
+
+
+def _small(out, cache_dir, *extra):
+    return _args(out, cache_dir, "~logger", "rounds=20", "seeds=[0]", *extra)
+
+
+def _snapshot(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_failed_run_leaves_the_previous_results_untouched(tmp_path, cache_dir):
+    """Repro: `rhos=[0]`, then the same with `gamma=-1`: exit 2, nothing rewritten."""
+    out = tmp_path / "x"
+    assert main(_small(out, cache_dir, "rhos=[0]")) == 0
+    before = _snapshot(out)
+    assert main(_small(out, cache_dir, "rhos=[0]", "learners.squarecb.gamma=-1")) == 2
+    assert _snapshot(out) == before
+    # the checkpoints still resume
+    ckpt = out / "checkpoints" / "squarecb.pt"
+    assert main(_small(out, cache_dir, "rhos=[0]", f"resume={ckpt}")) == 0
+
+
+def test_results_of_another_configuration_are_never_mixed_in(tmp_path, cache_dir, capsys):
+    """Repro: `rhos=[0]`; `rhos=[500]` with three learners; resume -> no row at rho=0."""
+    out = tmp_path / "x"
+    subset = "run_learners=[random,best_single,linucb]"
+    assert main(_small(out, cache_dir, "rhos=[0]")) == 0
+    before = _snapshot(out)
+    assert main(_small(out, cache_dir, "rhos=[500]", subset)) == 2
+    assert "another configuration" in capsys.readouterr().err
+    assert _snapshot(out) == before
+    # told to overwrite: the three learners run at rho=500; the others' rho=0 results are
+    # refused on resume (their fingerprint differs) and run again
+    assert main(_small(out, cache_dir, "rhos=[500]", subset, "overwrite=true")) == 0
+    ckpt = out / "checkpoints" / "linucb.pt"
+    assert main(_small(out, cache_dir, "rhos=[500]", f"resume={ckpt}")) == 0
+    results = pd.read_csv(out / "results.csv")
+    assert len(results) == 7 and (results["rho"] == 500).all()
 
 
 def test_resume_with_another_config_is_refused(default_run, tmp_path, cache_dir, capsys):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
     parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, help_ in [
         ("simulate", _simulate, "run an online routing experiment"),
@@ -93,21 +95,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (2 for configuration and input errors)."""
+    """Entry point; returns the exit status (2 for configuration and input errors).
+
+    Errors in the configuration or the input print one line (``torchroute <command>:
+    error: ...``) and return 2; ``--debug`` or ``HYDRA_FULL_ERROR=1`` show the traceback.
+    """
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
     from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    from torchroute.checkpoint import CheckpointError
-    from torchroute.data.table import TableError
-
+    expected = (
+        HydraException,
+        OmegaConfBaseException,
+        ValueError,  # ConfigError, TableError, CheckpointError, OracleArtifactError, ...
+        ArithmeticError,  # NonFiniteError: NaN/inf in a learner's state
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+    )
     try:
         args.func(args)
-    except (HydraException, CheckpointError, TableError, ValueError, FileNotFoundError) as exc:
-        print(f"torchroute {args.command}: error: {exc}", file=sys.stderr)
+    except expected as exc:
+        if args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        message = " ".join(str(exc).split("\n")[0:1]) or type(exc).__name__
+        print(f"torchroute {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0
 

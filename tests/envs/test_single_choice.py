@@ -78,6 +78,8 @@ def test_mismatched_decisions_are_one_line_errors(tiny_table):
         env.step(ctx, Decision(torch.full((3, 1, 4), 0.25), subset))
     with pytest.raises(ValueError, match=r"K=4 arms.*\(3, 1, 5\)"):
         env.step(ctx, Decision(torch.full((3, 1, 5), 0.2), torch.zeros(3, 1, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"arms outside 0..3"):
+        env.step(ctx, Decision(torch.full((3, 1, 4), 0.25), torch.full((3, 1), 4)))
     with pytest.raises(ValueError, match=r"Decision.observe must be \[R, B, K\]"):
         Decision(
             torch.full((3, 1, 4), 0.25),

@@ -111,10 +111,23 @@ class Env(ABC):
         return {"env": type(self).__name__, "trials": self.trials().to_dict("list")}
 
     def check_decision(self, decision: Decision) -> None:
-        """A one-line error when ``decision`` does not fit this env's protocol."""
+        """A one-line error when ``decision`` does not fit this env's protocol.
+
+        Shapes are always checked; the range of ``action`` only on the CPU, where reading
+        it costs no device sync (elsewhere an out-of-range arm fails in the gather).
+        """
         shape = tuple(decision.probs.shape)
         if shape[0] != self.num_trials or shape[-1] != self.num_arms:
             raise ValueError(
                 f"{type(self).__name__} has R={self.num_trials} trials and K={self.num_arms} "
                 f"arms, but the decision's probs are {shape} ([R, B, K])"
             )
+        action = decision.action
+        if action.device.type == "cpu":
+            if action.dtype != torch.long:
+                raise TypeError(f"Decision.action must be long (arm indices), got {action.dtype}")
+            if bool(((action < 0) | (action >= self.num_arms)).any()):
+                raise ValueError(
+                    f"Decision.action holds arms outside 0..{self.num_arms - 1} "
+                    f"({type(self).__name__} has K={self.num_arms} arms)"
+                )
