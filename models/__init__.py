@@ -19,7 +19,6 @@ from torchroute.models.heads import (
     MultiHeadOracle,
     PropagationHead,
 )
-from torchroute.models.neural_ucb import NeuralUCBHead
 from torchroute.models.oracles import (
     AffinityOracle,
     OracleArtifactError,
@@ -29,6 +28,7 @@ from torchroute.models.oracles import (
     load_oracle,
     sample_graph,
     save_oracle,
+    surrogate_utility,
 )
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "EncoderNotFoundError",
     "FeatureHead",
     "MultiHeadOracle",
-    "NeuralUCBHead",
     "OracleArtifactError",
     "PropagationHead",
     "RewardOracle",
@@ -54,4 +53,5 @@ __all__ = [
     "minilm_encoder",
     "sample_graph",
     "save_oracle",
+    "surrogate_utility",
 ]

@@ -4,6 +4,10 @@
   for the arms a played arm ``i`` did not reveal, with the IQR pruning switch.
 - :class:`AffinityOracle`: ``R[i, j] = 1 - 2 |y_bar_i - y_bar_j|`` (diagonal ``-inf``) and the
   feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))`` of CABS-C line 6.
+
+Both are thin modules over the pure functions of :mod:`torchroute.functional.oracle`
+(:func:`surrogate_utility`, :func:`iqr_keep_mask`, :func:`affinity_from_accuracy`,
+:func:`sample_graph`), which this module re-exports.
 - :func:`save_oracle` / :func:`load_oracle`: one self-describing ``torch.save`` dict, written
   atomically and loadable with ``weights_only=True`` (no Lightning needed).
 """
@@ -18,8 +22,26 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from torchroute.functional.oracle import (
+    affinity_from_accuracy,
+    iqr_keep_mask,
+    sample_graph,
+    surrogate_utility,
+)
 from torchroute.io import atomic_write
 from torchroute.models.heads import MultiHeadOracle
+
+__all__ = [
+    "AffinityOracle",
+    "OracleArtifactError",
+    "RewardOracle",
+    "affinity_from_accuracy",
+    "iqr_keep_mask",
+    "load_oracle",
+    "sample_graph",
+    "save_oracle",
+    "surrogate_utility",
+]
 
 ORACLE_FORMAT = 1
 ORACLE_KIND = "torchroute.MultiHeadOracle"
@@ -29,43 +51,18 @@ class OracleArtifactError(ValueError):
     """An oracle file is missing, not an oracle artifact, or does not fit the data."""
 
 
-def iqr_keep_mask(delta: Tensor, anchor: Tensor) -> Tensor:
-    """IQR pruning of surrogate observations (CABS Appendix D).
-
-    Keeps arm ``j != i`` only if ``|delta^_j| > Q3 + 1.5 (Q3 - Q1)``, the quartiles taken over
-    the ``K - 1`` values ``|delta^_j|``, ``j != i``, of the same round (the anchor's own
-    ``delta^_i = 0`` is not a prediction and is left out). Quartiles interpolate linearly,
-    as ``numpy.percentile`` does by default.
-
-    Args:
-        delta: predicted differences ``[..., K]``.
-        anchor: the played arm ``[...]`` (long).
-
-    Returns:
-        ``keep [..., K]`` bool, ``False`` at the anchor.
-    """
-    k = delta.shape[-1]
-    arms = torch.arange(k, device=delta.device)
-    off = arms != anchor[..., None]  # [..., K]
-    # Off-anchor |delta| of each row, [..., K-1] (every row has exactly K - 1 of them).
-    values = delta.abs()[off].reshape(*delta.shape[:-1], k - 1)
-    q = torch.quantile(
-        values, torch.tensor([0.25, 0.75], dtype=values.dtype, device=values.device), dim=-1
-    )  # [2, ...]
-    threshold = q[1] + 1.5 * (q[1] - q[0])
-    return (delta.abs() > threshold[..., None]) & off
-
-
 class RewardOracle(nn.Module):
     """Surrogate utilities of the unplayed arms from one observed score.
 
     ``s_j = clip(y_i + delta^_j(x, i, y_i) - rho c^_j(x), 0, 1)`` with ``delta^`` from the
-    propagation head and ``c^`` from the cost head of ``oracle``.
+    propagation head and ``c^`` from the cost head of ``oracle``
+    (:func:`~torchroute.functional.oracle.surrogate_utility`).
 
     Args:
         oracle: a module with ``propagation(e, anchor, y_anchor) -> [n, K]`` and
             ``cost(e) -> [n, K]`` (a :class:`MultiHeadOracle`).
-        prune: apply :func:`iqr_keep_mask` (on by default, as in the CABS paper).
+        prune: apply :func:`~torchroute.functional.oracle.iqr_keep_mask` (on by default,
+            as in the CABS paper).
 
     Shapes:
         ``e [R, B, d_e]``, ``anchor [R, B]``, ``y_anchor [R, B]``, ``rho [R]`` ->
@@ -85,39 +82,12 @@ class RewardOracle(nn.Module):
         delta = self.oracle.propagation(flat, anchor.reshape(-1), y_anchor.reshape(-1))
         delta = delta.reshape(r, b, -1)  # [R, B, K]
         cost = self.oracle.cost(flat).reshape(r, b, -1)  # [R, B, K]
-        y_tilde = y_anchor.to(delta.dtype)[..., None] + delta
-        s = (y_tilde - rho.to(delta.dtype)[:, None, None] * cost).clamp(0.0, 1.0)
+        s = surrogate_utility(y_anchor, delta, cost, rho)  # [R, B, K]
         if self.prune:
             keep = iqr_keep_mask(delta, anchor)
         else:
             keep = torch.arange(delta.shape[-1], device=delta.device) != anchor[..., None]
         return s, keep
-
-
-def affinity_from_accuracy(y_bar: Tensor) -> Tensor:
-    """``R[i, j] = 1 - 2 |y_bar_i - y_bar_j|``, diagonal ``-inf``: ``[..., K]`` -> ``[..., K, K]``.
-
-    The diagonal is ``-inf`` so that self-loops are always drawn (CABS-C line 6).
-    """
-    aff = 1.0 - 2.0 * (y_bar[..., :, None] - y_bar[..., None, :]).abs()
-    eye = torch.eye(y_bar.shape[-1], dtype=torch.bool, device=y_bar.device)
-    return aff.masked_fill(eye, float("-inf"))
-
-
-def sample_graph(affinity: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))``, ``A[i, i] = 1``.
-
-    Args:
-        affinity: ``R`` ``[..., K, K]`` (e.g. ``[R, B, K, K]``), diagonal ``-inf``.
-        generator: the run's generator (on the device of ``affinity``).
-
-    Returns:
-        ``A [..., K, K]`` bool; row ``i`` is the neighbourhood revealed by playing ``i``.
-    """
-    prob = torch.sigmoid((1.0 - affinity) / 2.0)
-    u = torch.rand(affinity.shape, generator=generator, device=affinity.device, dtype=prob.dtype)
-    eye = torch.eye(affinity.shape[-1], dtype=torch.bool, device=affinity.device)
-    return (u < prob) | eye
 
 
 class AffinityOracle(nn.Module):

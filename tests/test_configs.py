@@ -38,7 +38,28 @@ def test_experiment_presets_compose(experiment):
 @pytest.mark.parametrize("experiment", PRETRAIN)
 def test_pretrain_presets_compose(experiment):
     cfg = compose_config("pretrain", [f"experiment={experiment}", "out_dir=x"])
-    assert cfg.data._target_ and cfg.trainer.max_epochs > 0 and cfg.train.lr > 0
+    assert cfg.data._target_ and cfg.trainer.max_epochs > 0 and cfg.module.lr > 0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("gamma=-1", "SquareCB: gamma must be a finite number > 0, got -1"),
+        ("gamma=nan", "SquareCB: gamma must be a finite number > 0, got nan"),
+        ("lam=0", "SquareCB: lam must be a finite number > 0"),
+        ("mu=2", "SquareCB: mu must be a finite number >= 4"),
+        ("+gamma_typo=1", "learners.squarecb"),
+    ],
+)
+def test_bad_hyper_parameters_are_named_when_built(tiny_table, override, message):
+    from torchroute.experiment import ConfigError
+
+    cfg = OmegaConf.load(config_dir() / "learner" / "squarecb.yaml")
+    key, value = override.lstrip("+").split("=")
+    cfg[key] = float(value)
+    env = SingleChoiceEnv(tiny_table, rho=[0.0], seeds=[0])
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        build_learner(cfg, env.problem(), "squarecb")
 
 
 def test_routerbench_preset_is_the_210_trial_grid():
@@ -50,7 +71,7 @@ def test_routerbench_preset_is_the_210_trial_grid():
 def test_learner_configs_instantiate_and_act(name, tiny_table):
     learner_cfg = OmegaConf.load(config_dir() / "learner" / f"{name}.yaml")
     env = SingleChoiceEnv(tiny_table, rho=[0.0, 800.0], seeds=[0, 1])
-    learner = build_learner(learner_cfg, env, name)
+    learner = build_learner(learner_cfg, env.problem(), name)
     assert isinstance(learner, Learner)
     decision = learner.act(env.context(0), torch.Generator().manual_seed(0))
     assert decision.probs.shape == (2, 1, tiny_table.num_arms)

@@ -4,15 +4,24 @@ Outputs in ``out_dir``: ``oracle.pt`` (see :func:`torchroute.models.oracles.save
 loads without Lightning), ``metrics.json`` (test-split figures, see :func:`oracle_metrics`),
 ``checkpoints/best.ckpt`` (Lightning), ``wandb/`` (offline run), and ``encoder/`` when the
 encoder was fine-tuned.
+
+Configuration: the sections ``oracle``, ``module``, ``data_module`` and ``trainer`` of
+``configs/pretrain.yaml`` are ``_target_`` nodes built with ``hydra.utils.instantiate`` (as
+partials completed with what only the run knows: the table, the encoder, the oracle, the
+callbacks), so the constructors' signatures are the schema and no default is repeated here.
+A given config is merged over the packaged file (:func:`resolve_config`), and an unknown
+option is refused by name before anything runs.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
+import pydoc
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,48 +39,148 @@ from torchroute.models.oracles import load_oracle, save_oracle
 from torchroute.trainers.datamodule import RoutingDataModule
 from torchroute.trainers.oracle_module import OracleModule, unfreeze_top_layers
 
-TRAINER_DEFAULTS = {
-    "accelerator": "cpu",
-    "devices": 1,
-    "strategy": "auto",
-    "precision": "32-true",
-    "max_epochs": 100,
+__all__ = [
+    "SECTIONS",
+    "PretrainConfigError",
+    "load_or_pretrain",
+    "oracle_metrics",
+    "packaged_config",
+    "resolve_config",
+    "resolve_encoder",
+    "run_pretrain",
+]
+
+#: the config sections run_pretrain builds; a given section is merged over the packaged one
+SECTIONS = ("oracle", "module", "data_module", "train", "trainer", "logger")
+#: arguments run_pretrain passes itself when it builds a section (refused in the config)
+_RUNTIME = {
+    "oracle": ("embed_dim", "num_arms", "arm_names", "encoder_name"),
+    "module": ("oracle", "encoder"),
+    "data_module": ("table", "encoder", "cache", "finetune", "seed"),
+    "trainer": ("default_root_dir", "logger", "callbacks"),
 }
-TRAIN_DEFAULTS = {
-    "lr": 1e-4,
-    "encoder_lr": 1e-5,
-    "weight_decay": 0.0,
-    "loss": "huber",
-    "huber_delta": 1.0,
-    "accuracy_weight": 1.0,
-    "propagation_weight": 1.0,
-    "cost_weight": 1.0,
-    "batch_size": 128,
-    "val_fraction": 0.1,
-    "patience": 10,
-    "unfreeze_layers": 0,
-    "num_workers": 0,
-}
-ORACLE_DEFAULTS = {"feature_dim": 128, "hidden": 256, "dropout": 0.1, "init_from": None}
+
+
+class PretrainConfigError(ValueError):
+    """A pretrain config names an option its section does not take, or cannot be built."""
 
 
 def _plain(node: Any) -> Any:
-    """An OmegaConf node as plain containers (other values unchanged)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - hydra-core is a dependency
-        return node
+    """An OmegaConf node as plain containers, interpolations resolved (other values as is)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=True)
     return node
 
 
-def _section(cfg: Mapping, key: str, defaults: dict[str, Any]) -> dict[str, Any]:
-    given = _plain(cfg.get(key)) or {}
-    unknown = sorted(set(given) - set(defaults)) if key != "trainer" else []
-    if unknown:
-        raise ValueError(f"unknown {key} options {unknown}; known: {sorted(defaults)}")
-    return {**defaults, **given}
+def packaged_config() -> dict[str, Any]:
+    """The packaged ``configs/pretrain.yaml`` as plain containers, without its ``defaults``
+    list (``data`` and ``encoder`` are the caller's): the defaults of every section."""
+    from omegaconf import OmegaConf
+
+    from torchroute.cli import config_dir
+
+    node = OmegaConf.load(config_dir() / "pretrain.yaml")
+    node.pop("defaults", None)
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def _merge(base: Any, given: Any) -> Any:
+    """``given`` over ``base``, recursively for mappings; a node naming another ``_target_``
+    replaces the base node instead of being merged into it."""
+    if not isinstance(base, dict) or not isinstance(given, Mapping):
+        return given
+    if "_target_" in given and given["_target_"] != base.get("_target_"):
+        return dict(given)
+    out = dict(base)
+    for key, value in given.items():
+        out[key] = _merge(out.get(key), value)
+    return out
+
+
+def resolve_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` merged over :func:`packaged_config`, with its options checked.
+
+    Sections (:data:`SECTIONS`) are merged key by key, so ``{"module": {"lr": 1e-3}}`` keeps
+    the packaged loss; ``data`` and ``encoder`` (objects or ``_target_`` configs) are taken
+    as given. Each ``_target_`` section is checked against its target's signature and
+    ``train`` against the packaged keys.
+
+    Raises:
+        PretrainConfigError: an unknown option (named as ``section.key``), an option that
+            run_pretrain sets itself, or a ``_target_`` that cannot be imported.
+    """
+    base = packaged_config()
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys([*base, *cfg]):
+        if key not in cfg:
+            out[key] = base[key]
+        elif key in SECTIONS:
+            given = _plain(cfg[key])
+            out[key] = None if given in (None, False) else _merge(base.get(key), given)
+        else:
+            out[key] = cfg[key]  # data / encoder: instantiated later, interpolations intact
+            if key not in ("data", "encoder"):
+                out[key] = _plain(out[key])
+    _check_options(out, base)
+    return out
+
+
+def _target(section: str, node: Mapping[str, Any]) -> Any:
+    """The callable a section's ``_target_`` names (``pydoc.locate``: no error logging)."""
+    path = str(node["_target_"])
+    try:
+        target = pydoc.locate(path)
+    except pydoc.ErrorDuringImport as exc:
+        reason = " ".join(str(exc.value).split())
+        msg = f"cfg.{section}._target_: importing {path!r} failed: {reason}"
+        raise PretrainConfigError(msg) from exc.value
+    if not callable(target):
+        raise PretrainConfigError(f"cfg.{section}._target_: cannot import {path!r}")
+    return target
+
+
+def _check_options(cfg: Mapping[str, Any], base: Mapping[str, Any]) -> None:
+    accepts: dict[str, set[str] | None] = {}  # section -> parameter names (None: **kwargs)
+    for section in SECTIONS:
+        node = cfg.get(section)
+        if isinstance(node, Mapping) and "_target_" in node:
+            params = inspect.signature(_target(section, node)).parameters.values()
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+                accepts[section] = None
+            else:
+                accepts[section] = {p.name for p in params} - set(_RUNTIME.get(section, ()))
+        elif section == "train" and isinstance(node, Mapping):
+            accepts[section] = set(base["train"])
+    for section, known in accepts.items():
+        keys = [k for k in cfg[section] if not str(k).startswith("_")]
+        for key in keys:
+            if key in _RUNTIME.get(section, ()):
+                raise PretrainConfigError(
+                    f"cfg.{section}.{key} is set by run_pretrain (from the data, the encoder "
+                    "and out_dir); remove it from the config"
+                )
+            if known is not None and key not in known:
+                elsewhere = [s for s, k in accepts.items() if k is not None and key in k]
+                hint = f"; did you mean {elsewhere[0]}.{key}?" if elsewhere else ""
+                raise PretrainConfigError(
+                    f"unknown option {section}.{key} ({cfg[section].get('_target_', section)} "
+                    f"takes {sorted(known)}){hint}"
+                )
+
+
+def _build(cfg: Mapping[str, Any], section: str, **runtime: Any) -> Any:
+    """Instantiate ``cfg[section]`` (as a partial) and call it with ``runtime`` arguments."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        factory = instantiate(cfg[section], _partial_=True)
+    except InstantiationException as exc:
+        reason = " ".join(str(exc).split())
+        raise PretrainConfigError(f"cannot build cfg.{section}: {reason}") from exc
+    return factory(**runtime)
 
 
 def _instantiate(node: Any) -> Any:
@@ -99,16 +208,28 @@ def resolve_encoder(
     return obj, cache
 
 
-def _logger(node: Any, out_dir: Path, name: str) -> Any:
-    node = _plain(node)
+def _wandb_mode(mode: str) -> str:
+    """The effective wandb mode; process-wide offline settings via the tracking module."""
+    from torchroute import tracking
+
+    configure = getattr(tracking, "configure_wandb", None)
+    if configure is None:  # older torchroute.tracking: WANDB_MODE still wins
+        return os.environ.get("WANDB_MODE", mode)
+    return configure(mode)
+
+
+def _logger(cfg: Mapping[str, Any], out_dir: Path, name: str) -> Any:
+    """The Lightning logger of ``cfg.logger``: ``False`` for none, a ``_target_`` config
+    instantiated, else ``WandbLogger`` options (offline unless ``mode: online``)."""
+    node = cfg.get("logger")
     if node is False or node is None:
         return False
-    if isinstance(node, Mapping) and "_target_" in node:
-        return _instantiate(node)
+    if "_target_" in node:
+        return _build(cfg, "logger")
     from lightning.pytorch.loggers import WandbLogger
 
-    opts = {"project": "torchroute", "mode": "offline", "name": name, **dict(node)}
-    mode = os.environ.get("WANDB_MODE", opts.pop("mode"))
+    opts = {"name": name, **node}
+    mode = _wandb_mode(str(opts.pop("mode", "offline")))
     return WandbLogger(
         save_dir=str(out_dir),
         offline=mode == "offline",
@@ -164,69 +285,54 @@ def oracle_metrics(
 def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Pre-train a :class:`MultiHeadOracle` on a routing table; see the module docstring.
 
-    Config keys: ``data`` (a RoutingTable or a ``_target_`` config), ``out_dir``,
-    ``encoder`` (optional), ``cache_dir``, ``seed``, ``name``, ``oracle``
-    (:data:`ORACLE_DEFAULTS`), ``train`` (:data:`TRAIN_DEFAULTS`), ``trainer``
-    (:data:`TRAINER_DEFAULTS` plus any ``lightning.Trainer`` argument) and ``logger``
-    (wandb options ``project/mode/name/group/tags/entity``, a ``_target_`` config, or
-    ``null``/``false`` for none). Returns the metrics also written to ``metrics.json``
-    (an empty dict on DDP ranks other than 0).
+    ``cfg`` is merged over the packaged ``configs/pretrain.yaml`` (see
+    :func:`resolve_config`), so a plain dict needs only ``data`` and ``out_dir``. Keys:
+    ``data`` (a RoutingTable or a ``_target_`` config), ``out_dir``, ``encoder`` (optional:
+    a :class:`TextEncoder`, a name or path, or a config), ``cache_dir``, ``seed``, ``name``,
+    and the sections ``oracle`` (:class:`MultiHeadOracle`), ``module``
+    (:class:`OracleModule`), ``data_module`` (:class:`RoutingDataModule`), ``trainer``
+    (``lightning.Trainer``) -- ``_target_`` configs whose other arguments run_pretrain
+    passes itself -- ``train`` (``patience``, ``unfreeze_layers``, ``init_from``) and
+    ``logger`` (wandb options ``project/mode/group/tags/entity``, a ``_target_`` config,
+    or ``null``/``false`` for none).
+
+    Returns:
+        the metrics also written to ``metrics.json`` (an empty dict on DDP ranks other
+        than 0).
+
+    Raises:
+        PretrainConfigError: an unknown or misplaced option, named as ``section.key``.
     """
     start = time.perf_counter()
     if cfg.get("out_dir") is None or cfg.get("data") is None:
         raise ValueError("run_pretrain needs cfg.data and cfg.out_dir")
+    cfg = resolve_config(cfg)
     out_dir = Path(str(cfg["out_dir"])).expanduser()
-    train, oc = _section(cfg, "train", TRAIN_DEFAULTS), _section(cfg, "oracle", ORACLE_DEFAULTS)
-    trainer_opts = _section(cfg, "trainer", TRAINER_DEFAULTS)
-    L.seed_everything(int(cfg.get("seed", 0)), workers=True, verbose=False)
+    train, seed = cfg["train"], int(cfg["seed"])
+    L.seed_everything(seed, workers=True, verbose=False)
     table = _instantiate(cfg["data"])
     if not isinstance(table, RoutingTable):
         raise TypeError(f"cfg.data must give a RoutingTable, got {type(table).__name__}")
     encoder, cache = resolve_encoder(cfg.get("encoder"), cfg.get("cache_dir"))
     finetune = int(train["unfreeze_layers"]) > 0
-    dm = RoutingDataModule(
-        table,
-        encoder,
-        cache,
-        finetune=finetune,
-        batch_size=int(train["batch_size"]),
-        val_fraction=float(train["val_fraction"]),
-        seed=int(cfg.get("seed", 0)),
-        num_workers=int(train["num_workers"]),
+    dm = _build(
+        cfg, "data_module", table=table, encoder=encoder, cache=cache, finetune=finetune, seed=seed
     )
     if finetune:
         unfreeze_top_layers(encoder.model, int(train["unfreeze_layers"]))
-    encoder_name = encoder.name if encoder is not None else cfg.get("encoder_name")
-    if oc["init_from"]:
-        oracle = load_oracle(oc["init_from"], arm_names=table.arm_names, embed_dim=dm.embed_dim)
+    if train["init_from"]:
+        oracle = load_oracle(train["init_from"], arm_names=table.arm_names, embed_dim=dm.embed_dim)
     else:
-        oracle = MultiHeadOracle(
-            dm.embed_dim,
-            table.num_arms,
-            int(oc["feature_dim"]),
-            int(oc["hidden"]),
-            float(oc["dropout"]),
-            table.arm_names,
-            encoder_name,
+        oracle = _build(
+            cfg,
+            "oracle",
+            embed_dim=dm.embed_dim,
+            num_arms=table.num_arms,
+            arm_names=table.arm_names,
+            encoder_name=encoder.name if encoder is not None else cfg.get("encoder_name"),
         )
         oracle.cost_head.set_normalization(dm.train_costs())
-    module = OracleModule(
-        oracle,
-        encoder if finetune else None,
-        **{
-            k: train[k]
-            for k in (
-                "lr",
-                "encoder_lr",
-                "weight_decay",
-                "loss",
-                "huber_delta",
-                "accuracy_weight",
-                "propagation_weight",
-                "cost_weight",
-            )
-        },
-    )
+    module = _build(cfg, "module", oracle=oracle, encoder=encoder if finetune else None)
     ckpt = ModelCheckpoint(
         dirpath=out_dir / "checkpoints",
         filename="best",
@@ -236,13 +342,15 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
         enable_version_counter=False,
     )
     early = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
-    logger = _logger(cfg.get("logger", {}), out_dir, str(cfg.get("name") or "pretrain"))
-    trainer = L.Trainer(
-        default_root_dir=str(out_dir), logger=logger, callbacks=[ckpt, early], **trainer_opts
+    logger = _logger(cfg, out_dir, str(cfg.get("name") or "pretrain"))
+    trainer = _build(
+        cfg, "trainer", default_root_dir=str(out_dir), logger=logger, callbacks=[ckpt, early]
     )
     trainer.fit(module, datamodule=dm)
     if ckpt.best_model_path:
-        state = torch.load(ckpt.best_model_path, map_location="cpu", weights_only=False)
+        # weights_only=True works: Lightning's checkpoint holds tensors and plain containers
+        # (the module's hparams are plain scalars: sections are plain dicts before instantiate).
+        state = torch.load(ckpt.best_model_path, map_location="cpu", weights_only=True)
         module.load_state_dict(state["state_dict"])
     trainer.test(module, datamodule=dm, verbose=False)
     metrics: dict[str, Any] = {}
@@ -300,15 +408,35 @@ def _finish(
     return metrics
 
 
-def load_or_pretrain(checkpoint: str | Path | None, config: Mapping[str, Any]) -> MultiHeadOracle:
-    """The oracle saved at ``checkpoint`` (an ``oracle.pt`` or the folder holding it), or,
-    when ``checkpoint`` is ``None``, a fresh one pre-trained with :func:`run_pretrain`
-    on ``config`` (its ``out_dir`` receives the artifact).
+def load_or_pretrain(
+    checkpoint: str | Path | None,
+    config: Mapping[str, Any] | None = None,
+    arm_names: Sequence[str] | None = None,
+    embed_dim: int | None = None,
+) -> MultiHeadOracle:
+    """The oracle saved at ``checkpoint``, or one pre-trained on ``config`` first.
 
-    Lets a simulation config name ``oracle_ckpt=<pretrain out_dir>`` or pre-train first.
+    Lets a simulation config name ``oracle_ckpt=<pretrain out_dir>`` or pre-train first
+    (``configs/learner/regressor.yaml``).
+
+    Args:
+        checkpoint: an ``oracle.pt`` or the folder holding it; ``None`` runs
+            :func:`run_pretrain` on ``config`` and loads what it wrote to ``config.out_dir``.
+        config: a pretrain config; given keys are merged over the packaged
+            ``configs/pretrain.yaml``, so ``{name, out_dir, data, encoder, cache_dir}`` is
+            enough.
+        arm_names: the caller's arms; an oracle trained for others is refused.
+        embed_dim: the caller's embedding size; an oracle reading another is refused.
+
+    Raises:
+        OracleArtifactError: no artifact, not an artifact, or other arms / embedding size.
     """
     if checkpoint is None:
+        if config is None or config.get("out_dir") is None:
+            raise ValueError("load_or_pretrain needs a checkpoint or a config with out_dir")
         run_pretrain(config)
-        checkpoint = Path(str(config["out_dir"]))
+        checkpoint = Path(str(config["out_dir"])).expanduser()
     path = Path(str(checkpoint))
-    return load_oracle(path / "oracle.pt" if path.is_dir() else path)
+    return load_oracle(
+        path / "oracle.pt" if path.is_dir() else path, arm_names=arm_names, embed_dim=embed_dim
+    )

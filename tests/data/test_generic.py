@@ -101,3 +101,44 @@ def test_unreadable_files(tmp_path: Path):
     (tmp_path / "t.xlsx").write_text("x")
     with pytest.raises(TableError, match=r"expected a \.csv"):
         load_table(tmp_path / "t.xlsx")
+
+
+@pytest.mark.parametrize("layout", ["long", "wide"])
+def test_header_only_csv_says_no_rows(tmp_path: Path, table: RoutingTable, layout: str):
+    path = tmp_path / f"{layout}.csv"
+    to_frame(table, layout).iloc[:0].to_csv(path, index=False)
+    with pytest.raises(TableError, match=rf"{layout}.csv: the file has no rows \(only the header"):
+        load_table(path)
+    with pytest.raises(TableError, match=r"<DataFrame>: the table has no rows"):
+        load_table(to_frame(table, layout).iloc[:0])
+    (tmp_path / "blank.csv").write_text("")
+    with pytest.raises(TableError, match=r"blank.csv: the file is empty"):
+        load_table(tmp_path / "blank.csv")
+
+
+def test_infinite_cells_are_not_called_missing(table: RoutingTable):
+    wide = to_frame(table)
+    wide.loc[1, "cost:large"] = np.inf
+    with pytest.raises(TableError) as err:
+        load_table(wide, drop_missing=True)
+    message = str(err.value)
+    assert "1 infinite costs cells" in message and "(query 'q1', arm 'large')" in message
+    assert "finite values >= 0.0" in message
+    assert "missing" not in message and "drop_missing" not in message
+    wide.loc[1, "cost:large"] = 0.0
+    wide.loc[2, "score:small"] = -np.inf
+    with pytest.raises(TableError, match=r"1 infinite scores cells.*in \[0.0, 1.0\]$"):
+        load_table(wide)
+
+
+def test_nan_in_table_still_suggests_drop_missing(table: RoutingTable):
+    scores = table.scores.clone()
+    scores[0, 0] = float("nan")
+    with pytest.raises(TableError, match=r"1 missing \(NaN\) scores cells.*drop_missing=True"):
+        RoutingTable(
+            scores=scores,
+            costs=table.costs,
+            arm_names=table.arm_names,
+            query_ids=table.query_ids,
+            split=table.split,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,9 @@ COSTS = "openllm_lb_v2/costs_from_paper.csv"
 @pytest.fixture(scope="module")
 def openllm(shared_data: Path):
     with pytest.warns(UserWarning, match="skipping 'leaderboard_ifeval'"):
-        return load_openllm_leaderboard(shared_data / PICKLE, shared_data / COSTS)
+        return load_openllm_leaderboard(
+            shared_data / PICKLE, shared_data / COSTS, trust_pickle=True
+        )
 
 
 def test_all_benchmarks_with_costs(openllm):
@@ -31,24 +34,25 @@ def test_all_benchmarks_with_costs(openllm):
 
 
 def test_without_mmlu_pro_all_19_models(shared_data: Path):
-    import pickle
-
     with open(shared_data / PICKLE, "rb") as fh:
         keys = [k for k, v in pickle.load(fh).items() if k not in ("leaderboard_mmlu_pro",)]
     keys.remove("leaderboard_ifeval")
-    t = load_openllm_leaderboard(shared_data / PICKLE, benchmarks=keys, seed=1)
+    t = load_openllm_leaderboard(shared_data / PICKLE, benchmarks=keys, seed=1, trust_pickle=True)
     assert t.num_arms == 19 and t.num_queries == 21065 - 12032
     assert float(t.costs.sum()) == 0.0
 
 
 def test_bad_choices(shared_data: Path):
     with pytest.raises(TableError, match="unknown benchmarks"):
-        load_openllm_leaderboard(shared_data / PICKLE, benchmarks=["leaderboard_nope"])
+        load_openllm_leaderboard(
+            shared_data / PICKLE, benchmarks=["leaderboard_nope"], trust_pickle=True
+        )
     with pytest.raises(TableError, match=r"'leaderboard_mmlu_pro' has no models \['SOLAR"):
         load_openllm_leaderboard(
             shared_data / PICKLE,
             benchmarks=["leaderboard_gpqa_main", "leaderboard_mmlu_pro"],
             models=["Yi-34B-Chat", "SOLAR-10.7B-Instruct-v1.0"],
+            trust_pickle=True,
         )
     with pytest.raises(TableError, match=r"costs_from_paper.csv: no cost for models \['SOLAR"):
         load_openllm_leaderboard(
@@ -56,4 +60,32 @@ def test_bad_choices(shared_data: Path):
             shared_data / COSTS,
             benchmarks=["leaderboard_gpqa_main"],
             models=["SOLAR-10.7B-Instruct-v1.0"],
+            trust_pickle=True,
         )
+
+
+def test_real_pickle_needs_trust(shared_data: Path):
+    with pytest.raises(TableError, match=r"processed_20241205.pickle: refusing to unpickle"):
+        load_openllm_leaderboard(shared_data / PICKLE, shared_data / COSTS)
+
+
+def _dump(tmp_path: Path, correctness, models=("org/a", "org/b")) -> Path:
+    path = tmp_path / "lb.pickle"
+    with open(path, "wb") as fh:
+        pickle.dump({"leaderboard_x": {"correctness": correctness, "models": list(models)}}, fh)
+    return path
+
+
+def test_string_matrix_names_file_benchmark_and_value(tmp_path: Path):
+    strings = np.array([["1", "0"], ["yes", "no"]], dtype=object)
+    with pytest.raises(
+        TableError,
+        match=r"lb.pickle: 'leaderboard_x' correctness must be a numeric \[n_models=2, "
+        r"n_questions\] matrix of 0/1 scores \(NaN for missing\), got 'yes' for model 'b', "
+        r"question 0$",
+    ):
+        load_openllm_leaderboard(_dump(tmp_path, strings), trust_pickle=True)
+    with pytest.raises(TableError, match=r"'leaderboard_x' .* got rows of different lengths"):
+        load_openllm_leaderboard(_dump(tmp_path, [[1, 0], [1]]), trust_pickle=True)
+    with pytest.raises(TableError, match=r"got 'x' for model 'a', question 1$"):
+        load_openllm_leaderboard(_dump(tmp_path, [[1, "x"], [0, 1]]), trust_pickle=True)

@@ -91,7 +91,7 @@ def _write(tmp_path: Path, frame: pd.DataFrame, name: str = "tiny_train.csv") ->
 
 @pytest.mark.parametrize("name", ["tiny_train.csv", "tiny_train.parquet", "tiny_train.pkl"])
 def test_tiny_file_formats(tmp_path: Path, name: str):
-    t = load_routerbench(_write(tmp_path, _tiny(), name))
+    t = load_routerbench(_write(tmp_path, _tiny(), name), trust_pickle=name.endswith(".pkl"))
     assert t.arm_names == ("m1", "m2")
     assert t.split == ("train",) * 3
     assert t.text == ("What is 1+1?", "Part one\n\npart two", "plain text")
@@ -157,3 +157,22 @@ def test_missing_path_and_empty_dir(tmp_path: Path):
         load_routerbench(tmp_path / "nope.csv")
     with pytest.raises(TableError, match="no RouterBench files"):
         load_routerbench(tmp_path)
+
+
+def test_pickle_needs_trust(tmp_path: Path):
+    path = _write(tmp_path, _tiny(), "tiny_train.pkl")
+    with pytest.raises(TableError, match=r"tiny_train.pkl: refusing to unpickle .*trust_pickle"):
+        load_routerbench(path)
+    assert load_routerbench(tmp_path, trust_pickle=True).num_queries == 3
+
+
+def test_header_only_file_says_no_rows(tmp_path: Path):
+    path = _write(tmp_path, _tiny().iloc[:0])
+    with pytest.raises(TableError, match=r"tiny_train.csv: the file has no rows \(only the header"):
+        load_routerbench(path)
+
+
+def test_infinite_cost_is_not_called_missing(tmp_path: Path):
+    path = _write(tmp_path, _tiny(**{"m1|total_cost": [1e-4, np.inf, 3e-4]}))
+    with pytest.raises(TableError, match=r"1 infinite costs cells.*'t.1'.*finite values >= 0.0$"):
+        load_routerbench(path, drop_missing=True)

@@ -26,5 +26,5 @@ def test_regressor_router_checks_arms_and_embedding_size(tiny_table):
     reordered = list(reversed(tiny_table.arm_names))
     with pytest.raises(ValueError, match="arm sets and order must match"):
         RegressorRouter.from_problem(problem, oracle=_oracle(reordered))
-    with pytest.raises(ValueError, match="reads 8-d embeddings.*6-d"):
+    with pytest.raises(ValueError, match=r"reads 8-d embeddings.*6-d"):
         RegressorRouter.from_problem(problem, oracle=_oracle(tiny_table.arm_names, 8))

@@ -93,7 +93,7 @@ def test_regressor_picks_argmax_of_utility():
     emb[..., 0] = index.float()
     ctx = Context(torch.full((R, 5, 2), float("nan")), embedding=emb)
     assert torch.equal(with_oracle.act(ctx).action, expected)
-    with pytest.raises(ValueError, match="Context.embedding"):
+    with pytest.raises(ValueError, match=r"Context\.embedding"):
         with_oracle.act(Context(emb))
     assert not torch.equal(expected[0], expected[2])  # rho matters in this instance
 
@@ -122,3 +122,48 @@ def test_static_update_only_ticks_and_checks():
         )
     with pytest.raises(ValueError, match="k must be"):
         KNNRouter(R, K, RHO, torch.rand(2, 3), torch.rand(2, K), torch.rand(2, K), k=3)
+
+
+def _cheap_and_strong_table():
+    """Three arms whose best one flips with rho (train means worked out by hand).
+
+    arm 0 "cheap": scores 0.5, 0.7, cost 1e-5; arm 1 "strong": 0.9, 1.0, cost 1e-3;
+    arm 2 "middle": 0.85, 0.95, cost 2e-4. Two train rows, two test rows.
+    """
+    from torchroute.data.table import RoutingTable
+
+    scores = torch.tensor([[0.5, 0.9, 0.85], [0.7, 1.0, 0.95]] * 2, dtype=torch.float64)
+    costs = torch.tensor([[1e-5, 1e-3, 2e-4]] * 4, dtype=torch.float64)
+    return RoutingTable(
+        scores=scores,
+        costs=costs,
+        arm_names=["cheap", "strong", "middle"],
+        query_ids=["q0", "q1", "q2", "q3"],
+        split=["train", "train", "test", "test"],
+        embeddings=torch.eye(4, 2),
+    )
+
+
+def test_best_single_arm_follows_rho_on_a_hand_made_table():
+    """Mean clipped train utility per arm, by hand:
+
+    rho = 0:    cheap 0.6,   strong 0.95,               middle 0.9    -> strong
+    rho = 500:  cheap 0.595, strong (0.4 + 0.5)/2 = 0.45, middle 0.8  -> middle
+    rho = 3000: cheap 0.57,  strong 0 (both clipped),   middle 0.3    -> cheap
+    """
+    from torchroute.envs import SingleChoiceEnv
+    from torchroute.learners import BestSingleArm
+
+    env = SingleChoiceEnv(
+        _cheap_and_strong_table(), rho=[0.0, 500.0, 3000.0], seeds=[0, 0, 0], dtype=torch.float64
+    )
+    learner = BestSingleArm.from_problem(env.problem())
+    assert learner.arm.tolist() == [1, 2, 0]
+    for t in range(env.horizon):
+        decision = learner.act(env.context(t))
+        assert decision.action[:, 0].tolist() == [1, 2, 0]
+        expected = torch.eye(3, dtype=torch.float64)[[1, 2, 0]][:, None, :]
+        assert torch.equal(decision.probs, expected)
+    # built directly from a utility table: the largest entry of each row
+    direct = BestSingleArm(2, 3, torch.tensor([[0.1, 0.7, 0.3], [0.9, 0.2, 0.4]]))
+    assert direct.arm.tolist() == [1, 0]

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from torchroute.models.heads import CostHead, MultiHeadOracle, PropagationHead
-from torchroute.models.oracles import (
+import torchroute.models as models
+from torchroute.functional import oracle as functional_oracle
+from torchroute.models import (
     AffinityOracle,
     OracleArtifactError,
     RewardOracle,
@@ -18,6 +19,7 @@ from torchroute.models.oracles import (
     sample_graph,
     save_oracle,
 )
+from torchroute.models.heads import CostHead, MultiHeadOracle, PropagationHead
 
 
 class _Fixed(nn.Module):
@@ -35,6 +37,14 @@ class _Fixed(nn.Module):
 
     def propagation(self, e: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
         return self.delta[e[:, 0].long()]
+
+
+@pytest.mark.parametrize(
+    "name", ["affinity_from_accuracy", "iqr_keep_mask", "sample_graph", "surrogate_utility"]
+)
+def test_oracle_math_is_defined_once_in_functional(name):
+    assert getattr(models, name) is getattr(functional_oracle, name)
+    assert getattr(models, name).__module__ == "torchroute.functional.oracle"
 
 
 def test_affinity_values_and_diagonal():
@@ -118,8 +128,27 @@ def test_reward_oracle_surrogates():
     torch.testing.assert_close(s[1, 0], expected1)
     assert keep[:, 0].tolist() == [[False, True, True, True]] * 2
     pruned = RewardOracle(_Fixed(y_bar, cost, delta), prune=True)
-    _, keep = pruned(e, anchor, y, rho)
-    assert not keep[..., 0].any()
+    s_pruned, keep = pruned(e, anchor, y, rho)
+    torch.testing.assert_close(s_pruned, s)  # pruning only masks
+    expected_keep = _numpy_keep(delta[0].double().numpy(), 0)
+    for r in range(2):
+        np.testing.assert_array_equal(keep[r, 0].numpy(), expected_keep)
+
+
+def test_reward_oracle_prunes_per_row_like_numpy():
+    gen = torch.Generator().manual_seed(2)
+    n, k = 6, 7
+    delta = torch.randn(n, k, generator=gen, dtype=torch.float64) ** 3  # heavy tails
+    oracle = RewardOracle(_Fixed(torch.zeros(n, k), torch.zeros(n, k), delta))
+    e = torch.arange(n, dtype=torch.float64).reshape(2, 3, 1)  # [R, B, 1]: row index
+    anchor = torch.randint(0, k, (2, 3), generator=gen)
+    s, keep = oracle(e, anchor, torch.full((2, 3), 0.5), torch.zeros(2))
+    for r in range(2):
+        for b in range(3):
+            i = int(e[r, b, 0])
+            expected = _numpy_keep(delta[i].numpy(), int(anchor[r, b]))
+            np.testing.assert_array_equal(keep[r, b].numpy(), expected)
+            np.testing.assert_allclose(s[r, b].numpy(), np.clip(0.5 + delta[i].numpy(), 0, 1))
 
 
 def test_cost_head_denormalises():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -12,8 +13,16 @@ import pytest
 import torch
 
 from torchroute.data.table import RoutingTable, TableError
-from torchroute.models.oracles import OracleArtifactError
-from torchroute.trainers.pretrain import run_pretrain
+from torchroute.models import MultiHeadOracle
+from torchroute.models.oracles import OracleArtifactError, save_oracle
+from torchroute.trainers import OracleModule, RoutingDataModule
+from torchroute.trainers.pretrain import (
+    PretrainConfigError,
+    load_or_pretrain,
+    packaged_config,
+    resolve_config,
+    run_pretrain,
+)
 
 FAST = {"max_epochs": 3, "enable_progress_bar": False, "enable_model_summary": False}
 
@@ -54,7 +63,8 @@ def _cfg(table, out_dir, **extra):
         "out_dir": str(out_dir),
         "logger": None,
         "trainer": dict(FAST),
-        "train": {"batch_size": 32, "lr": 1e-3},
+        "data_module": {"batch_size": 32},
+        "module": {"lr": 1e-3},
     }
     cfg.update(extra)
     return cfg
@@ -66,7 +76,8 @@ def test_pretrain_artifact_loads_without_lightning(tmp_path):
     for key in ("accuracy_mae", "baseline_mae", "cost_mre", "propagation_corr", "anchor_corr"):
         assert isinstance(metrics[key], float), key
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
-    assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
+    best = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["hyper_parameters"]["loss"] == "huber"  # the OracleModule default
     assert list((tmp_path / "wandb").glob("offline-run-*"))  # real wandb, offline
     raw = torch.load(tmp_path / "oracle.pt", weights_only=True)
     assert raw["format"] == 1 and raw["arm_names"] == list(table.arm_names)
@@ -97,7 +108,7 @@ def test_pretrain_ddp_on_two_cpu_processes(tmp_path):
         from torchroute.trainers.pretrain import run_pretrain
         table = torch.load({str(tmp_path / "table.pt")!r}, weights_only=False)
         run_pretrain({{"data": table, "out_dir": {str(tmp_path / "out")!r}, "logger": None,
-                      "train": {{"batch_size": 16, "lr": 1e-3}},
+                      "data_module": {{"batch_size": 16}}, "module": {{"lr": 1e-3}},
                       "trainer": {{"strategy": "ddp", "accelerator": "cpu", "devices": 2,
                                   "max_epochs": 2, "enable_progress_bar": False,
                                   "enable_model_summary": False}}}})
@@ -122,17 +133,84 @@ def test_clear_errors_for_mismatched_checkpoint_and_data(tmp_path):
     artifact = str(tmp_path / "first" / "oracle.pt")
     other_arms = tiny_table(arms=("arm0", "arm1", "gpt-x"))
     with pytest.raises(OracleArtifactError, match=r"trained for arms .*gpt-x"):
-        run_pretrain(_cfg(other_arms, tmp_path / "a", oracle={"init_from": artifact}))
+        run_pretrain(_cfg(other_arms, tmp_path / "a", train={"init_from": artifact}))
     wider = tiny_table(d=16)
     with pytest.raises(OracleArtifactError, match=r"reads 8-d embeddings.*16-d"):
-        run_pretrain(_cfg(wider, tmp_path / "b", oracle={"init_from": artifact}))
+        run_pretrain(_cfg(wider, tmp_path / "b", train={"init_from": artifact}))
     bare = tiny_table(embeddings=False)
     with pytest.raises(TableError, match="no query text and no embeddings"):
         run_pretrain(_cfg(bare, tmp_path / "c"))
     with pytest.raises(TableError, match="give an encoder"):
         run_pretrain(_cfg(tiny_table(text=True, embeddings=False), tmp_path / "d"))
-    with pytest.raises(ValueError, match="unknown train options"):
-        run_pretrain(_cfg(tiny_table(), tmp_path / "e", train={"learning_rate": 1.0}))
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "message"),
+    [
+        ("module", {"lrr": 1.0}, r"^unknown option module\.lrr \(torchroute\.trainers\.Oracle"),
+        ("train", {"lr": 1e-3}, r"^unknown option train\.lr .*did you mean module\.lr\?$"),
+        ("trainer", {"max_epoch": 3}, r"^unknown option trainer\.max_epoch "),
+        ("data_module", {"batchsize": 8}, r"^unknown option data_module\.batchsize "),
+        ("oracle", {"embed_dim": 4}, r"^cfg\.oracle\.embed_dim is set by run_pretrain"),
+        ("oracle", {"_target_": "torchroute.models.Nope"}, r"cfg\.oracle\._target_: cannot"),
+    ],
+)
+def test_unknown_options_are_named_before_training(tmp_path, section, value, message):
+    out = tmp_path / "out"
+    with pytest.raises(PretrainConfigError, match=message) as info:
+        run_pretrain(_cfg(tiny_table(), out, **{section: value}))
+    assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    assert not out.exists()  # refused before anything was written
+
+
+def test_packaged_sections_are_the_constructor_defaults():
+    """configs/pretrain.yaml sets no value that disagrees with its target's default."""
+    cfg = packaged_config()
+    for section, target in [
+        ("oracle", MultiHeadOracle),
+        ("module", OracleModule),
+        ("data_module", RoutingDataModule),
+    ]:
+        params = inspect.signature(target).parameters
+        for key, value in cfg[section].items():
+            if not key.startswith("_"):
+                assert params[key].default == value, f"{section}.{key}"
+    params = inspect.signature(OracleModule).parameters
+    assert params["loss"].default == "huber" and params["huber_delta"].default == 1.0
+
+
+def test_given_sections_merge_over_the_packaged_config(tmp_path):
+    table = tiny_table()
+    cfg = resolve_config(
+        {
+            "data": table,
+            "out_dir": str(tmp_path),
+            "logger": None,
+            "module": {"lr": 1e-3},
+            "trainer": {"_target_": "lightning.Trainer", "max_epochs": 2},
+        }
+    )
+    assert cfg["data"] is table and cfg["logger"] is None
+    assert cfg["module"]["lr"] == 1e-3 and cfg["module"]["loss"] == "huber"
+    assert cfg["module"]["_target_"] == "torchroute.trainers.OracleModule"
+    assert cfg["trainer"]["max_epochs"] == 2 and cfg["trainer"]["accelerator"] == "cpu"
+    csv = {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)}
+    other = resolve_config({"data": table, "out_dir": str(tmp_path), "logger": csv})
+    assert other["logger"] == csv  # another _target_ replaces the wandb options
+
+
+def test_load_or_pretrain_checks_arms_and_embedding_size(tmp_path):
+    table = tiny_table()
+    cfg = _cfg(table, tmp_path / "run", trainer={**FAST, "max_epochs": 1})
+    oracle = load_or_pretrain(None, cfg, arm_names=table.arm_names, embed_dim=8)
+    assert oracle.arm_names == table.arm_names and (tmp_path / "run" / "oracle.pt").is_file()
+    other = MultiHeadOracle(6, 3, feature_dim=4, hidden=8, arm_names=["a", "b", "c"])
+    save_oracle(other, tmp_path / "other" / "oracle.pt")
+    assert load_or_pretrain(tmp_path / "other", arm_names=["a", "b", "c"], embed_dim=6)
+    with pytest.raises(OracleArtifactError, match=r"trained for arms .*arm0"):
+        load_or_pretrain(tmp_path / "other", arm_names=table.arm_names)
+    with pytest.raises(OracleArtifactError, match=r"reads 6-d embeddings.*8-d"):
+        load_or_pretrain(tmp_path / "other" / "oracle.pt", embed_dim=8)
 
 
 def _tiny_deberta(path):
@@ -173,7 +251,9 @@ def test_finetune_top_layer_of_tiny_deberta(tmp_path):
         table,
         tmp_path / "out",
         encoder=str(tmp_path / "deberta"),
-        train={"batch_size": 16, "lr": 1e-3, "unfreeze_layers": 1, "encoder_lr": 1e-3},
+        data_module={"batch_size": 16},
+        module={"lr": 1e-3, "encoder_lr": 1e-3},
+        train={"unfreeze_layers": 1},
         trainer={**FAST, "max_epochs": 2},
     )
     metrics = run_pretrain(cfg)

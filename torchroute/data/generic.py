@@ -1,5 +1,7 @@
 """The generic routing-table format: bring any table as CSV, Parquet or a pandas pickle.
 
+Pickles are read only with ``trust_pickle=True`` (unpickling runs arbitrary code).
+
 Two layouts are accepted; :func:`load_table` tells them apart (``format="auto"``).
 
 **Long** — one row per (query, arm) pair::
@@ -48,10 +50,35 @@ OPTIONAL_COLUMNS = ("text", "split", "group")
 _PICKLE = (".pkl", ".pickle")
 
 
-def read_frame(path: str | Path) -> pd.DataFrame:
-    """Read a CSV, Parquet or pandas-pickle file into a DataFrame.
+def check_pickle_trust(path: str | Path, trust_pickle: bool, *, convertible: bool = True) -> None:
+    """Raise :class:`TableError` unless ``trust_pickle``: unpickling ``path`` runs its code.
 
-    Pickles run code when loaded: read them only from a trusted source.
+    Args:
+        path: the pickle file about to be read (named in the message).
+        trust_pickle: the caller's explicit statement that the file comes from a trusted source.
+        convertible: whether the message suggests converting the file to Parquet/CSV (false
+            for loaders that read nothing but pickles).
+    """
+    if trust_pickle:
+        return
+    convert = ", or convert it to Parquet/CSV" if convertible else ""
+    raise TableError(
+        f"{path}: refusing to unpickle it because unpickling runs arbitrary code from the file; "
+        f"pass trust_pickle=True (data.trust_pickle=true) only for a file you trust{convert}"
+    )
+
+
+def read_frame(path: str | Path, *, trust_pickle: bool = False) -> pd.DataFrame:
+    """Read a CSV, TSV, Parquet or pandas-pickle file into a DataFrame.
+
+    Args:
+        path: the file; the suffix picks the reader.
+        trust_pickle: allow reading a ``.pkl``/``.pickle`` file. Unpickling runs arbitrary
+            code, so without it a pickle raises :class:`TableError`; set it only for files
+            from a trusted source.
+
+    Raises:
+        TableError: the file is missing, unreadable, an untrusted pickle, or has no rows.
     """
     path = Path(path)
     if not path.is_file():
@@ -59,33 +86,44 @@ def read_frame(path: str | Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix in (".csv", ".tsv"):
-            return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
-        if suffix in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        if suffix in _PICKLE:
+            frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        elif suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        elif suffix in _PICKLE:
+            check_pickle_trust(path, trust_pickle)
             frame = pd.read_pickle(path)
             if not isinstance(frame, pd.DataFrame):
                 raise TableError(f"{path}: expected a pickled pandas DataFrame, got {type(frame)}")
-            return frame
+        else:
+            raise TableError(f"{path}: expected a .csv, .tsv, .parquet/.pq or .pkl/.pickle file")
+    except pd.errors.EmptyDataError as err:
+        raise TableError(f"{path}: the file is empty; expected a header row and data rows") from err
     except (OSError, ValueError, pd.errors.ParserError) as err:
         if isinstance(err, TableError):
             raise
         raise TableError(f"{path}: could not be read ({err})") from err
-    raise TableError(f"{path}: expected a .csv, .tsv, .parquet/.pq or .pkl/.pickle file")
+    if len(frame.index) == 0:
+        raise TableError(
+            f"{path}: the file has no rows (only the header {[str(c) for c in frame.columns]})"
+        )
+    return frame
 
 
 def read_costs(
-    costs: Mapping[str, float] | str | Path, *, cost_column: str | None = None
+    costs: Mapping[str, float] | str | Path,
+    *,
+    cost_column: str | None = None,
+    trust_pickle: bool = False,
 ) -> dict[str, float]:
     """``{model: cost}`` from a mapping or a CSV with a ``model`` column and a cost column.
 
     The CSV's cost column is ``cost_column``, else the one numeric column whose name holds
     ``cost`` (``avg_cost_usd``), else the one numeric column. Every model is also keyed by
-    the last ``/`` part of its name.
+    the last ``/`` part of its name. A pickled cost table needs ``trust_pickle=True``.
     """
     if not isinstance(costs, Mapping):
         where = str(costs)
-        frame = read_frame(costs)
+        frame = read_frame(costs, trust_pickle=trust_pickle)
         if "model" not in frame.columns:
             raise TableError(f"{where}: expected a 'model' column, got {list(frame.columns)}")
         if cost_column is None:
@@ -108,6 +146,7 @@ def model_costs(
     models: Sequence[str],
     *,
     cost_column: str | None = None,
+    trust_pickle: bool = False,
 ) -> np.ndarray:
     """Per-model cost ``[K]`` from a mapping or CSV (see :func:`read_costs`); zeros for None.
 
@@ -115,7 +154,7 @@ def model_costs(
     """
     if costs is None:
         return np.zeros(len(models))
-    lookup = read_costs(costs, cost_column=cost_column)
+    lookup = read_costs(costs, cost_column=cost_column, trust_pickle=trust_pickle)
     where = "costs" if isinstance(costs, Mapping) else str(costs)
     found = [lookup.get(m, lookup.get(m.split("/")[-1])) for m in models]
     missing = [m for m, c in zip(models, found, strict=True) if c is None]
@@ -137,21 +176,26 @@ def load_table(
     test_fraction: float = 0.3,
     val_fraction: float = 0.0,
     seed: int = 0,
+    trust_pickle: bool = False,
 ) -> RoutingTable:
     """Load a table in the generic long or wide layout (see the module docstring).
 
     Args:
-        path: a CSV/Parquet/pickle file (pickles run code: trusted sources only) or a DataFrame.
+        path: a CSV/TSV/Parquet/pandas-pickle file or a DataFrame.
         format: ``"long"``, ``"wide"``, or ``"auto"`` (wide when a ``score:`` column exists).
         drop_missing: drop queries with missing cells (warns with the count) instead of raising.
         default_split, test_fraction, val_fraction, seed: how queries without a ``split``
             are split, and the share of train moved to val (see ``splits.resolve_splits``).
+        trust_pickle: allow a ``.pkl``/``.pickle`` file. Unpickling runs arbitrary code, so
+            without it a pickle raises :class:`TableError`; set it only for trusted files.
 
     Returns:
         A validated table: ``scores``/``costs`` ``[n, K]``, with ``text``/``groups`` if given.
     """
-    frame = path if isinstance(path, pd.DataFrame) else read_frame(path)
+    frame = path if isinstance(path, pd.DataFrame) else read_frame(path, trust_pickle=trust_pickle)
     source = "<DataFrame>" if isinstance(path, pd.DataFrame) else str(path)
+    if len(frame.index) == 0:
+        raise TableError(f"{source}: the table has no rows (columns {list(frame.columns)})")
     if format == "auto":
         if any(str(c).startswith("score:") for c in frame.columns):
             format = "wide"

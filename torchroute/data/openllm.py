@@ -17,10 +17,11 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from torchroute.data.generic import model_costs, read_costs
+from torchroute.data.generic import check_pickle_trust, model_costs, read_costs
 from torchroute.data.splits import missing_rows, random_split
 from torchroute.data.table import RoutingTable, TableError
 
@@ -41,10 +42,12 @@ def load_openllm_leaderboard(
     fractions: Sequence[float] = (0.6, 0.1, 0.3),
     seed: int = 0,
     drop_missing: bool = False,
+    trust_pickle: bool = False,
 ) -> RoutingTable:
     """Load the leaderboard correctness as a routing table with a seeded random split.
 
-    Pickles run code when loaded: read this file only from a trusted source.
+    The file is a pickle, and unpickling runs arbitrary code from it: it is read only with
+    ``trust_pickle=True``, which you should pass only for a file from a trusted source.
 
     Args:
         pickle_path: the ``new_leaderboard_processed_*.pickle`` file.
@@ -58,12 +61,17 @@ def load_openllm_leaderboard(
         fractions: shares of (train, val, test) for the random split.
         seed: the split seed.
         drop_missing: drop questions with NaN correctness (warning) instead of raising.
+        trust_pickle: allow unpickling ``pickle_path`` (see above); without it the loader
+            raises :class:`TableError` before reading the file.
 
     Returns:
         ``scores`` ``[n, K]`` 0/1, ``costs`` ``[n, K]``, ``groups`` = ``text`` = benchmark,
         ``query_ids`` ``"<benchmark>:<index>"``.
     """
     pickle_path = Path(pickle_path)
+    if not pickle_path.is_file():
+        raise TableError(f"{pickle_path}: no such file")
+    check_pickle_trust(pickle_path, trust_pickle, convertible=False)
     try:
         with pickle_path.open("rb") as fh:
             data = pickle.load(fh)  # trusted files only (see docstring)
@@ -78,7 +86,7 @@ def load_openllm_leaderboard(
     if models is None:
         arms = common
         if costs_csv is not None:
-            priced = _priced(arms, costs_csv)
+            priced = _priced(arms, costs_csv, trust_pickle)
             if len(priced) < len(arms):
                 warnings.warn(
                     f"{costs_csv}: no cost for {[m for m in arms if m not in priced]}; "
@@ -101,7 +109,8 @@ def load_openllm_leaderboard(
         ids += [f"{bench}:{i}" for i in range(corr.shape[1])]
         groups += [bench] * corr.shape[1]
     scores = np.concatenate(blocks).astype(np.float64)
-    costs = np.broadcast_to(model_costs(costs_csv, arms), scores.shape).copy()
+    per_model = model_costs(costs_csv, arms, trust_pickle=trust_pickle)
+    costs = np.broadcast_to(per_model, scores.shape).copy()
     keep = missing_rows(
         scores, costs, arms, ids, source=str(pickle_path), drop_missing=drop_missing
     )
@@ -139,8 +148,11 @@ def _matrices(
                 stacklevel=3,
             )
             continue
-        corr = np.asarray(corr, dtype=np.float64)
         names = [short_model_name(str(m)) for m in entry["models"]]
+        try:
+            corr = np.asarray(corr, dtype=np.float64)
+        except (ValueError, TypeError) as err:
+            raise TableError(_not_numeric(path, bench, corr, names)) from err
         if corr.ndim != 2 or corr.shape[0] != len(names):
             raise TableError(
                 f"{path}: {bench!r} correctness must be [n_models={len(names)}, n_questions], "
@@ -152,6 +164,28 @@ def _matrices(
     return out
 
 
-def _priced(models: list[str], costs_csv: str | Path) -> list[str]:
-    lookup = read_costs(costs_csv)
+def _not_numeric(path: Path, bench: str, corr: Any, names: list[str]) -> str:
+    """The message for a correctness entry that is not a numeric matrix: what and where."""
+    expected = (
+        f"{path}: {bench!r} correctness must be a numeric [n_models={len(names)}, n_questions] "
+        "matrix of 0/1 scores (NaN for missing)"
+    )
+    try:
+        cells = [list(row) for row in corr]
+    except TypeError:
+        return f"{expected}, got {type(corr).__name__}"
+    if len({len(row) for row in cells}) > 1:
+        return f"{expected}, got rows of different lengths {sorted({len(r) for r in cells})}"
+    for i, row in enumerate(cells):
+        for j, value in enumerate(row):
+            try:
+                float(value if value is not None else "nan")
+            except (TypeError, ValueError):
+                model = names[i] if i < len(names) else f"row {i}"
+                return f"{expected}, got {value!r} for model {model!r}, question {j}"
+    return f"{expected}, got {type(corr).__name__}"
+
+
+def _priced(models: list[str], costs_csv: str | Path, trust_pickle: bool) -> list[str]:
+    lookup = read_costs(costs_csv, trust_pickle=trust_pickle)
     return [m for m in models if m in lookup or m.split("/")[-1] in lookup]

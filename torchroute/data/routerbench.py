@@ -75,6 +75,7 @@ def load_routerbench(
     test_fraction: float = 0.3,
     val_fraction: float = 0.0,
     seed: int = 0,
+    trust_pickle: bool = False,
 ) -> RoutingTable:
     """Load RouterBench as a routing table.
 
@@ -83,7 +84,9 @@ def load_routerbench(
     seeded ``test_fraction`` of their queries goes to test, the rest to train). Then
     ``val_fraction`` of the train queries moves to ``val`` (seeded, deterministic).
 
-    Pickles run code when loaded: read ``routerbench_*.pkl`` only from a trusted source.
+    Pickles run code when loaded, so ``.pkl``/``.pickle`` files (the official
+    ``routerbench_*.pkl``) are read only with ``trust_pickle=True``; set it only for files
+    from a trusted source (or convert them to Parquet/CSV once).
 
     Args:
         path: a ``.csv``, ``.parquet`` or pandas ``.pkl`` file, or a directory of them
@@ -94,6 +97,8 @@ def load_routerbench(
             giving the count, instead of raising (RouterBench's ARC part has 154 blanks).
         cost_suffix: suffix of the per-query cost columns.
         default_split, test_fraction, val_fraction, seed: see above.
+        trust_pickle: allow reading pickles (see above); without it a pickle raises
+            :class:`TableError` before anything in it runs.
 
     Returns:
         ``scores`` / ``costs`` ``[n, K]``, ``text`` (joined prompt), ``groups`` (eval_name).
@@ -105,7 +110,7 @@ def load_routerbench(
         files = [path]
     else:
         raise TableError(f"{path}: no such file or directory")
-    frames = [read_frame(f) for f in files]
+    frames = [read_frame(f, trust_pickle=trust_pickle) for f in files]
     source = str(path)
     arms = _model_columns(frames, files, models, cost_suffix)
     scores, costs, ids, text, groups, marks = [], [], [], [], [], []

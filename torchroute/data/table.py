@@ -102,21 +102,31 @@ class RoutingTable:
             object.__setattr__(self, "facets", facets)
 
     def _check_cells(self, name: str, values: Tensor, lo: float, hi: float | None) -> None:
-        finite = torch.isfinite(values)
-        if not finite.all():
-            rows, cols = torch.nonzero(~finite.reshape(values.shape[0], -1), as_tuple=True)
-            where = self._cell_names(rows[:3], cols[:3] % values.shape[-1])
+        """Raise on NaN (missing), infinite, or out-of-range cells, naming a few of them."""
+        expected = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        flat = values.reshape(values.shape[0], -1)
+
+        def where(mask: Tensor) -> str:
+            rows, cols = torch.nonzero(mask, as_tuple=True)
+            return self._cell_names(rows[:3], cols[:3] % values.shape[-1])
+
+        missing = torch.isnan(flat)
+        if missing.any():
             raise TableError(
-                f"{self.source}: {int((~finite).sum())} missing (NaN) {name} cells, e.g. "
-                f"{where}; pass drop_missing=True to the loader to drop those queries"
+                f"{self.source}: {int(missing.sum())} missing (NaN) {name} cells, e.g. "
+                f"{where(missing)}; pass drop_missing=True to the loader to drop those queries"
             )
-        bad = values < lo if hi is None else (values < lo) | (values > hi)
-        if bad.any():
-            rows, cols = torch.nonzero(bad.reshape(values.shape[0], -1), as_tuple=True)
-            where = self._cell_names(rows[:3], cols[:3] % values.shape[-1])
-            expected = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        infinite = torch.isinf(flat)
+        if infinite.any():
             raise TableError(
-                f"{self.source}: {int(bad.sum())} {name} cells are not {expected}, e.g. {where}"
+                f"{self.source}: {int(infinite.sum())} infinite {name} cells, e.g. "
+                f"{where(infinite)}; expected finite values {expected}"
+            )
+        bad = flat < lo if hi is None else (flat < lo) | (flat > hi)
+        if bad.any():
+            raise TableError(
+                f"{self.source}: {int(bad.sum())} {name} cells are not {expected}, e.g. "
+                f"{where(bad)}"
             )
 
     def _cell_names(self, rows: Tensor, cols: Tensor) -> str:
@@ -170,13 +180,17 @@ class RoutingTable:
         return replace(self, embeddings=embeddings)
 
     def utility(self, rho: Tensor | float) -> Tensor:
-        """``clip(Y - rho * C, 0, 1)``: ``[n, K]`` for a float, ``[R, n, K]`` for ``rho [R]``."""
+        """``clip(Y - rho * C, 0, 1)``: ``[n, K]`` for a float, ``[R, n, K]`` for ``rho [R]``.
+
+        Computed by :func:`torchroute.functional.utility.utility`; raises ``ValueError`` for a
+        negative ``rho``.
+        """
+        from torchroute.functional.utility import utility
+
         rho_t = torch.as_tensor(rho, dtype=torch.float64)
         if (rho_t < 0).any():
             raise ValueError(f"rho must be >= 0, got {rho_t.tolist()}")
-        if rho_t.ndim == 0:
-            return (self.scores - rho_t * self.costs).clamp(0.0, 1.0)
-        return (self.scores - rho_t[:, None, None] * self.costs).clamp(0.0, 1.0)
+        return utility(self.scores, self.costs, rho_t if rho_t.ndim == 0 else rho_t[:, None, None])
 
     def fingerprint(self) -> str:
         """A short hash of arms, ids, splits, scores and costs (checkpoints store it)."""

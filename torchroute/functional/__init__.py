@@ -1,0 +1,45 @@
+"""Pure batched math: utilities, ridge statistics, sampling, SquareCB, MLPs, oracle math."""
+
+from torchroute.functional.mlp import mlp_forward, mlp_init, z_inverse_update
+from torchroute.functional.oracle import (
+    affinity_from_accuracy,
+    iqr_keep_mask,
+    sample_graph,
+    surrogate_utility,
+)
+from torchroute.functional.ridge import (
+    ridge_init,
+    ridge_predict,
+    ridge_width,
+    sherman_morrison,
+    woodbury,
+)
+from torchroute.functional.sampling import (
+    argmax_random_ties,
+    one_hot_probs,
+    probability_floor,
+    sample_categorical,
+)
+from torchroute.functional.squarecb import squarecb_probs
+from torchroute.functional.utility import utility
+
+__all__ = [
+    "affinity_from_accuracy",
+    "argmax_random_ties",
+    "iqr_keep_mask",
+    "mlp_forward",
+    "mlp_init",
+    "one_hot_probs",
+    "probability_floor",
+    "ridge_init",
+    "ridge_predict",
+    "ridge_width",
+    "sample_categorical",
+    "sample_graph",
+    "sherman_morrison",
+    "squarecb_probs",
+    "surrogate_utility",
+    "utility",
+    "woodbury",
+    "z_inverse_update",
+]

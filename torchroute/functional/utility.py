@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 
@@ -19,6 +18,7 @@ def utility(scores: Tensor, costs: Tensor, rho: float | Tensor) -> Tensor:
         utilities with the broadcast shape of the inputs, in ``[0, 1]``.
 
     Example:
+        >>> import torch
         >>> utility(torch.tensor([0.9, 0.6]), torch.tensor([1e-3, 1e-4]), 500.0)
         tensor([0.4000, 0.5500])
     """
