@@ -25,12 +25,12 @@ class TwoArmGraphEnv(Env):
     """Bernoulli arms with means 0.3 and 0.7; playing an arm may reveal the other one.
 
     The env is stateful: it counts the side observations it granted (restored on resume).
-    Accepts (and ignores) the table arguments the experiment runner passes.
+    It needs no table (``data: null``): the runner passes ``seeds``, ``device``, ``dtype``.
     """
 
     curve_keys = ("regret", "reward")
 
-    def __init__(self, seeds, horizon=40, dtype=torch.float64, device="cpu", **_):
+    def __init__(self, seeds, horizon=40, dtype=torch.float64, device="cpu"):
         self.seeds = torch.as_tensor(seeds, dtype=torch.long)
         self.num_trials, self.num_arms, self.horizon = len(self.seeds), 2, horizon
         self.means = torch.tensor(MEANS, dtype=dtype, device=device)
@@ -134,12 +134,11 @@ def extension_cfg(tmp_path):
             "progress=false",
             "~logger",
             "ckpt_every=10",
-            "features.pca_dim=null",
         ],
     )
     OmegaConf.set_struct(cfg, False)
     cfg.env = OmegaConf.create({"_target_": "tests.test_extension.TwoArmGraphEnv", "horizon": 30})
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
+    cfg.data = None
     cfg.encoder = None
     cfg.learners = OmegaConf.create(
         {

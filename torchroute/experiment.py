@@ -125,18 +125,28 @@ def _instantiate(node: Any, key: str, **kwargs: Any) -> Any:
 
 
 def build_env(cfg: DictConfig) -> Env:
-    """The environment of ``cfg.env`` on the configured table, trials, device and dtype."""
-    rhos, seeds = trial_grid(_number_list(cfg, "rhos", float), _number_list(cfg, "seeds", int))
+    """The environment of ``cfg.env``.
+
+    With a table (``cfg.data`` set) the env factory is called with ``table``, the
+    ``rho`` x ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``, ``device``
+    and ``dtype``. A self-contained env (``data: null``: a simulator, a dataset the env
+    reads itself) is called with ``seeds``, ``device`` and ``dtype`` only; its config
+    holds the rest, and its ``trials()`` say what each trial varies.
+    """
+    seeds = _number_list(cfg, "seeds", int)
     device = _device(str(cfg.get("device", "cpu")))
     dtype = getattr(torch, cfg.get("dtype", "float32"))
-    table, feats = load_features(cfg)
     # Objects are passed to the partial, not to instantiate (which would merge them into
     # the config and convert dataclasses such as the table).
     factory = _instantiate(cfg.env, "env", _partial_=True)
+    if cfg.get("data") is None:
+        kwargs: dict[str, Any] = {"seeds": seeds}
+    else:
+        table, feats = load_features(cfg)
+        rhos, seeds = trial_grid(_number_list(cfg, "rhos", float), seeds)
+        kwargs = {"table": table, "rho": rhos, "seeds": seeds, "features": feats}
     try:
-        env = factory(
-            table=table, rho=rhos, seeds=seeds, features=feats, device=device, dtype=dtype
-        )
+        env = factory(**kwargs, device=device, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"env: {exc}") from exc
     if not isinstance(env, Env):
