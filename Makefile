@@ -13,7 +13,7 @@ OUT ?= outputs/$(EXPERIMENT)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test test-all bench lint format clean
+.PHONY: install run test test-all bench mutate lint format clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,6 +35,12 @@ test-all: install  ## also the slow tests
 
 bench: install  ## throughput benchmark of the batched LinUCB
 	$(PY) benchmarks/linucb_throughput.py
+
+# MUTANTS narrows the run, e.g. make mutate MUTANTS='torchroute.functional*'; results are kept
+# in mutants/ (a rerun only tests what changed): `$(VENV)/bin/mutmut browse` to inspect them
+mutate: install  ## mutation testing (mutmut) of functional/, metrics.py and learners/
+	OMP_NUM_THREADS=1 WANDB_MODE=offline $(VENV)/bin/mutmut run $(MUTANTS)
+	$(VENV)/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

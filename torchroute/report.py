@@ -8,7 +8,7 @@ curves gets a plot (``cum_regret`` also the regret relative to a reference learn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -67,6 +67,13 @@ def relative_regret(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
 #: result columns that label trials rather than measure them
 LABELS = ("learner", "trial", "seed", "rounds")
 
+#: A report section: ``(results, curves, out_dir) -> markdown lines``; it returns ``[]``
+#: for results that are not its own (it looks at their columns) and may write plots into
+#: ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap
+#: tables) add theirs to :data:`SECTIONS`.
+Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
+SECTIONS: list[Section] = []
+
 
 def write_report(
     dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str = "linucb"
@@ -117,6 +124,8 @@ def write_report(
             _plot_relative(
                 relative_regret(curves, reference), reference, out / "relative_regret.png"
             )
+    for section in SECTIONS:
+        lines += section(results, curves, out)
     text = "\n".join(lines + images) + "\n"
     write_text_atomic(out / "report.md", text)
     return text

@@ -126,3 +126,26 @@ def test_table_without_embeddings_needs_features():
         SingleChoiceEnv(bare, rho=[0.0], seeds=[0])
     env = SingleChoiceEnv(bare, rho=[0.0], seeds=[0], features=torch.ones(60, 2))
     assert env.dim == 2
+
+
+def test_summarize_divides_each_sum_by_the_rounds(tiny_table):
+    """Hand-made sums over 4 rounds: every column is its own sum / 4 (0 rounds count as 1)."""
+    env = _env(tiny_table)
+    sums = {
+        "utility": torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64),
+        "regret": torch.tensor([0.4, 0.0, 1.2], dtype=torch.float64),
+        "score": torch.tensor([3.0, 1.5, 0.25], dtype=torch.float64),
+        "cost": torch.tensor([0.004, 0.0, 0.002], dtype=torch.float64),
+    }
+    out = env.summarize(sums, rounds=4)
+    assert list(out) == ["avg_utility", "avg_regret", "accuracy", "avg_cost"]
+    expected = {
+        "avg_utility": [0.5, 0.25, 0.125],
+        "avg_regret": [0.1, 0.0, 0.3],
+        "accuracy": [0.75, 0.375, 0.0625],
+        "avg_cost": [0.001, 0.0, 0.0005],
+    }
+    for name, values in expected.items():
+        torch.testing.assert_close(out[name], torch.tensor(values, dtype=torch.float64))
+    empty = env.summarize(sums, rounds=0)
+    torch.testing.assert_close(empty["accuracy"], sums["score"])

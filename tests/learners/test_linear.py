@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 
@@ -13,7 +15,14 @@ from tests.learners.helpers import (
     feedback_for,
     forced_decision,
 )
-from torchroute.learners import FullFeedbackLinUCB, Learner, LinUCB, RidgeLearner
+from torchroute.learners import (
+    EpsilonGreedy,
+    FullFeedbackLinUCB,
+    Learner,
+    LinUCB,
+    RidgeLearner,
+    SquareCB,
+)
 from torchroute.types import Context, Feedback
 
 R, K, D, T = 4, 3, 5, 600
@@ -194,3 +203,114 @@ def test_one_batch_of_three_equals_three_single_rounds(name):
         single.update(ctx_j, dec_j, feedback_for(single, dec_j, reward[:, j : j + 1]))
     for key, value in batched.state_dict().items():
         torch.testing.assert_close(single.state_dict()[key], value, rtol=0, atol=1e-12, msg=key)
+
+
+# ---------------------------------------------------------------------------------------
+# Exact probabilities of SquareCB and epsilon-greedy for a known theta (ALGORITHMS.md s. 2),
+# computed with exact rational arithmetic (fractions), independently of the library.
+
+
+def _uniform_mix(p: list[Fraction], floor: Fraction) -> list[Fraction]:
+    """``(1 - lam) p + lam / K`` with the smallest ``lam in [0, 1]`` giving ``min >= floor``."""
+    k, p_min = len(p), min(p)
+    if p_min >= floor:
+        return p
+    lam = (floor - p_min) / (Fraction(1, k) - p_min)
+    return [(1 - lam) * q + lam / k for q in p]
+
+
+def _igw(r: list[Fraction], gamma: Fraction, mu: Fraction) -> list[Fraction]:
+    """SquareCB's inverse gap weighting, reward form, for distinct rewards."""
+    b = r.index(max(r))
+    p = [1 / (mu + gamma * (r[b] - rk)) for rk in r]
+    p[b] = 1 - sum(q for i, q in enumerate(p) if i != b)
+    return p
+
+
+def _set_predictions(learner: RidgeLearner, predictions: list[list[str]]) -> Context:
+    """Set ``theta`` so that ``x^T theta_k`` is ``predictions[r][k]`` for ``x = (1, 2)``.
+
+    ``theta_k = (r_k - 0.2, 0.1)``; returns the context ``[R, 1, 2]``.
+    """
+    r = torch.tensor([[float(v) for v in row] for row in predictions], dtype=F64)  # [R, K]
+    theta = torch.stack([r - 0.2, torch.full_like(r, 0.1)], -1)  # [R, K, 2]
+    learner.theta.copy_(theta)
+    return Context(x=torch.tensor([1.0, 2.0], dtype=F64).expand(len(predictions), 1, 2))
+
+
+def _to_tensor(rows: list[list[Fraction]]) -> torch.Tensor:
+    return torch.tensor([[float(q) for q in row] for row in rows], dtype=F64)[:, None, :]
+
+
+def test_squarecb_probs_are_igw_then_the_floor_by_hand():
+    # gamma = 40, mu = K = 3, eps_floor = 0.1. Trials 0 and 1: IGW puts 1/35 and 1/19 on
+    # their weakest arms, below the floor, so the uniform mix lifts them to exactly 0.1.
+    # Trial 2: every IGW probability is >= 0.2, the floor leaves it alone.
+    predictions = [["0.9", "0.5", "0.1"], ["0.2", "0.6", "0.3"], ["0.5", "0.48", "0.45"]]
+    learner = SquareCB(3, 3, 2, gamma=40.0, eps_floor=0.1).to(F64)
+    context = _set_predictions(learner, predictions)
+    gamma, mu, floor = Fraction(40), Fraction(3), Fraction(1, 10)
+    expected = []
+    for row in predictions:
+        igw = _igw([Fraction(v) for v in row], gamma, mu)
+        expected.append(_uniform_mix(igw, floor))
+    # the hand values of trial 0 before the floor: 1/19 and 1/35 off the best arm
+    assert _igw([Fraction(v) for v in predictions[0]], gamma, mu)[1:] == [
+        Fraction(1, 19),
+        Fraction(1, 35),
+    ]
+    assert min(expected[0]) == floor and min(expected[1]) == floor
+    assert expected[2] == _igw([Fraction(v) for v in predictions[2]], gamma, mu)
+    decision = learner.act(context, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rounds", [0, 3, 12, 40])
+def test_epsilon_greedy_probs_decay_by_hand(rounds):
+    """``eps_t = max(eps_min, eps0 / (1 + decay t))``, then the eps_floor mix.
+
+    eps0 = 1, decay = 0.25, eps_min = 0.1, K = 4, eps_floor = 0.02: eps_t is 1, 4/7,
+    1/4 and 1/10 (the floor of 1/11) at t = 0, 3, 12, 40; at t = 40 the off-greedy arms
+    hold 1/40 >= 0.02. ``t`` counts real (unobserved, so theta-preserving) updates.
+    """
+    predictions = [["0.1", "0.2", "0.9", "0.3"], ["0.8", "0.1", "0.4", "0.2"]]
+    learner = EpsilonGreedy(2, 4, 2, eps0=1.0, decay=0.25, eps_min=0.1, eps_floor=0.02)
+    learner = learner.to(F64)
+    context = _set_predictions(learner, predictions)
+    nothing = Feedback(
+        reward=torch.zeros(2, 1, 4, dtype=F64), observed=torch.zeros(2, 1, 4, dtype=torch.bool)
+    )
+    for _ in range(rounds):
+        learner.update(context, forced_decision(torch.zeros(2, 1, dtype=torch.long), 4), nothing)
+    assert learner.rounds.tolist() == [rounds, rounds]
+    eps = max(Fraction(1, 10), 1 / (1 + Fraction(1, 4) * rounds))
+    assert eps == {0: 1, 3: Fraction(4, 7), 12: Fraction(1, 4), 40: Fraction(1, 10)}[rounds]
+    expected = []
+    for greedy in (2, 0):
+        p = [eps / 4 + (1 - eps if k == greedy else 0) for k in range(4)]
+        expected.append(_uniform_mix(p, Fraction(2, 100)))
+    decision = learner.act(context, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
+
+
+def test_epsilon_greedy_floor_lifts_a_small_eps_by_hand():
+    """Per-trial round counts 0, 1000, 100000 (eps0 = 0.5, decay = 1e-3, eps_min = 0.01):
+    eps = 1/2, 1/4 and 0.01 (0.5/101 is below eps_min); K = 4, so trial 2's off-greedy
+    arms hold 0.0025 < eps_floor = 0.004 and the uniform mix lifts them to 0.004."""
+    predictions = [
+        ["0.1", "0.2", "0.9", "0.3"],
+        ["0.8", "0.1", "0.4", "0.2"],
+        ["0.1", "0.2", "0.3", "0.7"],
+    ]
+    learner = EpsilonGreedy(3, 4, 2, eps0=0.5, decay=1e-3, eps_min=0.01, eps_floor=0.004)
+    learner = learner.to(F64)
+    context = _set_predictions(learner, predictions)
+    learner.rounds.copy_(torch.tensor([0, 1000, 100_000]))
+    expected = []
+    for eps, greedy in ((Fraction(1, 2), 2), (Fraction(1, 4), 0), (Fraction(1, 100), 3)):
+        p = [eps / 4 + (1 - eps if k == greedy else 0) for k in range(4)]
+        expected.append(_uniform_mix(p, Fraction(4, 1000)))
+    assert min(expected[2]) == Fraction(4, 1000)
+    assert expected[0][2] == Fraction(5, 8) and expected[1][0] == Fraction(13, 16)
+    decision = learner.act(context, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
