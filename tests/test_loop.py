@@ -183,3 +183,18 @@ def test_non_finite_state_stops_the_run_naming_round_and_learner(tiny_table):
     learner.theta[1, 2, 0] = float("nan")
     with pytest.raises(NonFiniteError, match=r"learner 'eps'.*\['theta'\].*round 5"):
         simulate(learner, _env(tiny_table), log_every=5, progress=False, desc="eps")
+
+
+def test_learner_metrics_are_averaged_per_round_into_the_results(tiny_table):
+    """What ``update`` returns (NeuralUCB: its training loss) becomes a per-trial column."""
+    env = _env(tiny_table)
+    learner, g = _learner(NeuralUCB), torch.Generator().manual_seed(2)
+    result = simulate(_learner(NeuralUCB), env, seed=2, progress=False)
+    losses = torch.zeros(4, dtype=torch.float64)
+    for t in range(env.horizon):
+        ctx = env.context(t)
+        dec = learner.act(ctx, g)
+        fb, _ = env.step(ctx, dec, g)
+        losses += learner.update(ctx, dec, fb, g)["loss"]
+    assert list(result.summary.columns)[-1] == "loss"
+    torch.testing.assert_close(torch.tensor(result.summary["loss"].values), losses / env.horizon)

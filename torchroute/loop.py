@@ -29,7 +29,8 @@ class SimulationResult:
     Attributes:
         summary: one row per trial: the env's trial labels (e.g. ``rho, seed``),
             ``rounds``, then the env's result columns (e.g. ``avg_utility, avg_regret,
-            accuracy, avg_cost``).
+            accuracy, avg_cost``), then the per-round means of the metrics the learner's
+            ``update`` returned (e.g. ``loss``).
         curve: one row per trial and logged round: ``trial``, the labels, ``round`` and
             ``cum_<name>`` for each of the env's ``curve_keys`` (e.g. ``cum_regret``).
     """
@@ -121,8 +122,10 @@ def simulate(
         context = env.context(t)
         decision = learner.act(context, generator)
         feedback, outcome = env.step(context, decision, generator)
-        learner.update(context, decision, feedback, generator)
+        stats = learner.update(context, decision, feedback, generator)
         metrics.add(outcome)
+        if stats:
+            metrics.add_learner_stats(stats)
         done = t + 1
         if done % log_every == 0 or done == env.horizon:
             _check_finite(learner, metrics, name, done)
@@ -198,7 +201,8 @@ def _result(env: Env, metrics: RunningMetrics) -> SimulationResult:
     labels = env.trials().reset_index(drop=True)
     summary = labels.copy()
     summary["rounds"] = metrics.rounds
-    for name, values in env.summarize(metrics.sums_cpu(), metrics.rounds).items():
+    columns = env.summarize(metrics.sums_cpu(), metrics.rounds)
+    for name, values in {**columns, **metrics.learner_means()}.items():
         values = values.cpu()
         if values.ndim == 1:
             summary[name] = values.numpy()

@@ -29,6 +29,7 @@ class RunningMetrics:
         self.device = torch.device(device)
         self.curve_keys = tuple(curve_keys)
         self.sums: dict[str, Tensor] = {}
+        self.learner_sums: dict[str, Tensor] = {}  # [R] sums of what update() returned
         self.rounds = 0
         self.curve_rounds: list[int] = []
         self.curve_values: list[Tensor] = []  # each [len(curve_keys), R]
@@ -51,6 +52,24 @@ class RunningMetrics:
                 self.sums[name] = total.clone()
         self.rounds += batch or 0
 
+    def add_learner_stats(self, stats: Mapping[str, Tensor]) -> None:
+        """Accumulate the per-trial metrics ``{name: [R]}`` a learner's ``update`` returned."""
+        for name, value in stats.items():
+            if value.shape != (self.num_trials,):
+                raise ValueError(
+                    f"learner metric {name!r} must be [R={self.num_trials}], "
+                    f"got {tuple(value.shape)}"
+                )
+            total = value.detach().to(torch.float64)
+            if name in self.learner_sums:
+                self.learner_sums[name] += total
+            else:
+                self.learner_sums[name] = total.clone()
+
+    def learner_means(self) -> dict[str, Tensor]:
+        """Per-round means ``{name: [R]}`` of the learner's metrics (on the device)."""
+        return {k: v / max(self.rounds, 1) for k, v in self.learner_sums.items()}
+
     def mark(self) -> None:
         """Record the running sums of ``curve_keys`` as one point of the curves."""
         self.curve_rounds.append(self.rounds)
@@ -69,14 +88,16 @@ class RunningMetrics:
 
     def all_finite(self) -> Tensor:
         """A 0-d bool tensor (on the device): every running sum is finite."""
-        if not self.sums:
+        values = [*self.sums.values(), *self.learner_sums.values()]
+        if not values:
             return torch.ones((), dtype=torch.bool, device=self.device)
-        return torch.stack([torch.isfinite(v).all() for v in self.sums.values()]).all()
+        return torch.stack([torch.isfinite(v).all() for v in values]).all()
 
     def state_dict(self) -> dict:
         rounds, values = self.curve()
         return {
             "sums": self.sums_cpu(),
+            "learner_sums": {k: v.cpu() for k, v in self.learner_sums.items()},
             "rounds": self.rounds,
             "curve_keys": list(self.curve_keys),
             "curve_rounds": torch.tensor(rounds, dtype=torch.long),
@@ -90,6 +111,7 @@ class RunningMetrics:
                 f"expected {list(self.curve_keys)}"
             )
         self.sums = {k: v.to(self.device) for k, v in state["sums"].items()}
+        self.learner_sums = {k: v.to(self.device) for k, v in state["learner_sums"].items()}
         self.rounds = int(state["rounds"])
         self.curve_rounds = [int(r) for r in state["curve_rounds"]]
         self.curve_values = [v.to(self.device) for v in state["curve_values"]]

@@ -7,7 +7,7 @@ Dimension letters (see the README): ``R`` trials, ``B`` contexts per round, ``K`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
@@ -204,6 +204,9 @@ class Problem:
         horizon: ``T``, the number of rounds.
         device: where the env's tensors live (learners are moved there).
         dtype: the floating dtype of contexts and rewards.
+        labels: other numeric per-trial settings the env varies, ``{name: [R]}`` (e.g. the
+            dimension or the constraint level of each trial), for learners whose
+            hyper-parameters depend on them.
 
     Example:
         >>> problem = env.problem()                              # doctest: +SKIP
@@ -221,12 +224,19 @@ class Problem:
     horizon: int | None = None
     device: torch.device | str = "cpu"
     dtype: torch.dtype = torch.float32
+    labels: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
             raise ValueError(
                 f"Problem.rho must be [R={self.num_trials}], got {tuple(self.rho.shape)}"
             )
+        for name, value in self.labels.items():
+            if tuple(value.shape) != (self.num_trials,):
+                raise ValueError(
+                    f"Problem.labels[{name!r}] must be [R={self.num_trials}], "
+                    f"got {tuple(value.shape)}"
+                )
         if len(self.arm_names) != self.num_arms:
             raise ValueError(
                 f"Problem.arm_names has {len(self.arm_names)} names for K={self.num_arms}"
