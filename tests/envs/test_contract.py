@@ -1,0 +1,128 @@
+"""The environment contract (torchroute.envs.base.Env), parametrised over every env.
+
+To cover a new environment, add one entry to :data:`ENVS`: a builder that takes the trial
+order (a permutation of the base trials) and a dtype, and a function that makes a valid
+decision for a context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from tests.conftest import make_table
+from torchroute.envs import Env, SingleChoiceEnv
+from torchroute.functional.sampling import one_hot_probs, sample_categorical
+from torchroute.types import Decision
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """``build(order, dtype) -> Env`` with the base trials taken in ``order``."""
+
+    build: Callable[[list[int], torch.dtype], Env]
+    decide: Callable[[Env, torch.Generator], Decision]
+
+
+def _single_choice(order, dtype, feedback="bandit"):
+    rho = [0.0, 200.0, 700.0, 0.0]
+    seeds = [0, 1, 2, 3]
+    return SingleChoiceEnv(
+        make_table(),
+        rho=[rho[i] for i in order],
+        seeds=[seeds[i] for i in order],
+        feedback=feedback,
+        dtype=dtype,
+    )
+
+
+def _random_arm(env: Env, gen: torch.Generator) -> Decision:
+    probs = torch.full((env.num_trials, 1, env.num_arms), 1.0 / env.num_arms)
+    action = sample_categorical(probs, gen)
+    return Decision(one_hot_probs(action, env.num_arms, probs.dtype), action)
+
+
+ENVS: dict[str, EnvSpec] = {
+    "SingleChoiceEnv": EnvSpec(_single_choice, _random_arm),
+    "SingleChoiceEnv(full)": EnvSpec(
+        lambda order, dtype: _single_choice(order, dtype, feedback="full"), _random_arm
+    ),
+}
+NAMES = sorted(ENVS)
+BASE = [0, 1, 2, 3]
+PERM = [2, 0, 3, 1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_problem_and_trials_describe_the_env(name):
+    env = ENVS[name].build(BASE, torch.float64)
+    problem, trials = env.problem(), env.trials()
+    assert len(trials) == env.num_trials == problem.num_trials
+    assert problem.num_arms == env.num_arms and len(problem.arm_names) == env.num_arms
+    context = env.context(0)
+    assert context.x.shape[:2] == (env.num_trials, 1) and context.x.shape[2] == problem.dim
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_trial_equivariance(name):
+    """Permuting the trials (their labels) permutes every context, feedback and outcome."""
+    spec = ENVS[name]
+    env, env_p = spec.build(BASE, torch.float64), spec.build(PERM, torch.float64)
+    assert env.trials().iloc[PERM].reset_index(drop=True).equals(env_p.trials())
+    gen = torch.Generator().manual_seed(1)
+    for t in range(5):
+        ctx, ctx_p = env.context(t), env_p.context(t)
+        torch.testing.assert_close(ctx_p.x, ctx.x[PERM], rtol=0, atol=0)
+        decision = spec.decide(env, gen)
+        perm = torch.tensor(PERM)
+        decision_p = Decision(
+            decision.probs[perm],
+            decision.action[perm],
+            None if decision.observe is None else decision.observe[perm],
+        )
+        fb, out = env.step(ctx, decision, torch.Generator().manual_seed(t))
+        fb_p, out_p = env_p.step(ctx_p, decision_p, torch.Generator().manual_seed(t))
+        assert torch.equal(fb_p.observed, fb.observed[perm])
+        torch.testing.assert_close(fb_p.reward, fb.reward[perm], rtol=0, atol=0)
+        assert out.keys() == out_p.keys()
+        for key in out:
+            torch.testing.assert_close(out_p[key], out[key][perm], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_dict_round_trip_and_fingerprint(name):
+    """A fresh env loaded with the state after some rounds continues identically."""
+    spec = ENVS[name]
+    env, fresh = spec.build(BASE, torch.float64), spec.build(BASE, torch.float64)
+    gen = torch.Generator().manual_seed(2)
+    for t in range(3):
+        ctx = env.context(t)
+        env.step(ctx, spec.decide(env, gen), torch.Generator().manual_seed(t))
+    fresh.load_state_dict(env.state_dict())
+    assert fresh.fingerprint() == env.fingerprint()
+    assert spec.build(PERM, torch.float64).fingerprint() != env.fingerprint()
+    for t in range(3, 6):
+        decision = spec.decide(env, torch.Generator().manual_seed(t))
+        a = env.step(env.context(t), decision, torch.Generator().manual_seed(10 + t))
+        b = fresh.step(fresh.context(t), decision, torch.Generator().manual_seed(10 + t))
+        assert torch.equal(a[0].reward, b[0].reward)
+        for key in a[1]:
+            assert torch.equal(a[1][key], b[1][key]), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", NAMES)
+def test_outputs_follow_the_env_device_and_dtype(name, dtype):
+    spec = ENVS[name]
+    env = spec.build(BASE, dtype)
+    ctx = env.context(0)
+    fb, out = env.step(ctx, spec.decide(env, torch.Generator().manual_seed(0)))
+    for tensor in (ctx.x, fb.reward, *out.values()):
+        assert tensor.device == env.device
+        assert tensor.dtype in (dtype, torch.long, torch.bool)
+    sums = {k: v.sum(1).double() for k, v in out.items()}
+    for value in env.summarize(sums, 1).values():
+        assert value.shape[0] == env.num_trials
