@@ -76,8 +76,8 @@ class RunningMetrics:
         self.curve_values.append(torch.stack([self.sums[k] for k in self.curve_keys]))
 
     def sums_cpu(self) -> dict[str, Tensor]:
-        """The running sums on the CPU (syncs)."""
-        return {k: v.cpu() for k, v in self.sums.items()}
+        """A copy of the running sums on the CPU (syncs)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.sums.items()}
 
     def curve(self) -> tuple[list[int], Tensor]:
         """``(rounds, sums [n_points, len(curve_keys), R])`` on the CPU."""
@@ -97,7 +97,9 @@ class RunningMetrics:
         rounds, values = self.curve()
         return {
             "sums": self.sums_cpu(),
-            "learner_sums": {k: v.cpu() for k, v in self.learner_sums.items()},
+            "learner_sums": {
+                k: v.detach().to("cpu", copy=True) for k, v in self.learner_sums.items()
+            },
             "rounds": self.rounds,
             "curve_keys": list(self.curve_keys),
             "curve_rounds": torch.tensor(rounds, dtype=torch.long),
@@ -110,8 +112,11 @@ class RunningMetrics:
                 f"metrics state records curves {state['curve_keys']}, "
                 f"expected {list(self.curve_keys)}"
             )
-        self.sums = {k: v.to(self.device) for k, v in state["sums"].items()}
-        self.learner_sums = {k: v.to(self.device) for k, v in state["learner_sums"].items()}
+        # Copies: the running sums are updated in place and must not alias the state.
+        self.sums = {k: v.to(self.device, copy=True) for k, v in state["sums"].items()}
+        self.learner_sums = {
+            k: v.to(self.device, copy=True) for k, v in state["learner_sums"].items()
+        }
         self.rounds = int(state["rounds"])
         self.curve_rounds = [int(r) for r in state["curve_rounds"]]
         self.curve_values = [v.to(self.device) for v in state["curve_values"]]

@@ -166,3 +166,37 @@ def test_ridge_width_and_predict_match_explicit_forms():
                 quad = xv @ a_inv[ri, ki] @ xv
                 torch.testing.assert_close(width[ri, bi, ki], quad.sqrt(), rtol=1e-12, atol=0)
                 torch.testing.assert_close(pred[ri, bi, ki], xv @ theta[ri, ki])
+
+
+@pytest.mark.parametrize(
+    ("batch", "b", "d"),
+    [((), 3, 2), ((4,), 3, 1), ((2, 1), 3, 2), ((1, 2), 2, 3), ((2, 3), 1, 1)],
+)
+def test_woodbury_any_leading_shape_matches_dense(batch, b, d):
+    """No leading batch, one, or two of them, with size-1 dims next to ``B`` and ``d``: the
+    batch/one-row dispatch must look at ``B`` (dim -2) only."""
+    gen = torch.Generator().manual_seed(8)
+    x, y, w = _problem(gen, batch, 2 + b, d)
+    a_inv, theta = ridge_init(1, 1, d, 0.5, dtype=F64)
+    a_inv = a_inv[0, 0].expand(*batch, d, d).clone()
+    theta = theta[0, 0].expand(*batch, d).clone()
+    a_inv, theta = woodbury(a_inv, theta, x[..., :2, :], y[..., :2], w[..., :2])
+    a_inv, theta = woodbury(a_inv, theta, x[..., 2:, :], y[..., 2:], w[..., 2:])
+    ref_inv, ref_theta = _dense(0.5, x, y, w)
+    assert a_inv.shape == (*batch, d, d) and theta.shape == (*batch, d)
+    torch.testing.assert_close(a_inv, ref_inv, rtol=0, atol=1e-12)
+    torch.testing.assert_close(theta, ref_theta, rtol=0, atol=1e-12)
+
+
+def test_ridge_allocates_on_the_requested_device():
+    """The ``meta`` device stands in for a GPU: a CPU allocation inside would fail to mix."""
+    a_inv, theta = ridge_init(2, 3, 4, lam=1.0, dtype=F64, device="meta")
+    assert a_inv.device.type == "meta" and theta.device.type == "meta"
+    assert a_inv.dtype == theta.dtype == F64
+    x = torch.empty(2, 3, 5, 4, dtype=F64, device="meta")
+    y = w = torch.empty(2, 3, 5, dtype=F64, device="meta")
+    a_new, t_new = woodbury(a_inv, theta, x, y, w)
+    assert a_new.device.type == t_new.device.type == "meta"
+    assert a_new.shape == (2, 3, 4, 4) and t_new.shape == (2, 3, 4)
+    x1 = torch.empty(2, 1, 4, dtype=F64, device="meta")
+    assert ridge_width(a_inv, x1).device.type == ridge_predict(theta, x1).device.type == "meta"

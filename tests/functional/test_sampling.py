@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -148,5 +149,28 @@ def test_probability_floor_edge_cases():
     torch.testing.assert_close(
         probability_floor(probs, 1 / 3), torch.full((1, 3), 1 / 3, dtype=F64)
     )
-    with pytest.raises(ValueError, match="1/K"):
+    with pytest.raises(ValueError, match=r"floor=0\.34 is above 1/K=0\.3333"):
         probability_floor(probs, 0.34)
+
+
+def test_sample_categorical_inverts_the_cdf_of_one_uniform_in_the_probs_dtype():
+    """Reference: one ``U[0, 1)`` per row drawn in float64 from the same seed, then the first
+    arm whose cumulative mass (numpy, float64) reaches ``u * total``. Pins the generator
+    stream (a float32 draw would consume it differently and change the arms)."""
+    gen = torch.Generator().manual_seed(8)
+    probs = torch.rand(50, 3, 5, generator=gen, dtype=F64) ** 2
+    probs[:, :, 1] = 0.0  # a zero-mass arm in every row
+    action = sample_categorical(probs, torch.Generator().manual_seed(9))
+    u = torch.rand(50, 3, 1, generator=torch.Generator().manual_seed(9), dtype=F64).numpy()
+    cdf = np.cumsum(probs.numpy(), -1)
+    expected = (cdf < u * cdf[..., -1:]).sum(-1)
+    np.testing.assert_array_equal(action.numpy(), expected)
+    assert not (action == 1).any()
+
+
+def test_sampling_allocates_on_the_device_of_its_input():
+    """The ``meta`` device stands in for a GPU: a CPU allocation inside would fail to mix."""
+    probs = torch.full((3, 2, 4), 0.25, device="meta")
+    assert sample_categorical(probs).device.type == "meta"
+    assert argmax_random_ties(probs).device.type == "meta"
+    assert probability_floor(probs, 0.1).device.type == "meta"

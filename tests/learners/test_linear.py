@@ -263,6 +263,13 @@ def test_squarecb_probs_are_igw_then_the_floor_by_hand():
     assert expected[2] == _igw([Fraction(v) for v in predictions[2]], gamma, mu)
     decision = learner.act(context, torch.Generator().manual_seed(0))
     torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
+    # an explicit mu = 6 (>= K): trial 0's IGW is 1/(6 + 16), 1/(6 + 32) off the best arm
+    learner = SquareCB(3, 3, 2, gamma=40.0, mu=6.0, eps_floor=0.0).to(F64)
+    context = _set_predictions(learner, predictions)
+    expected = [_igw([Fraction(v) for v in row], gamma, Fraction(6)) for row in predictions]
+    assert expected[0][1:] == [Fraction(1, 22), Fraction(1, 38)]
+    decision = learner.act(context, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("rounds", [0, 3, 12, 40])
@@ -312,5 +319,20 @@ def test_epsilon_greedy_floor_lifts_a_small_eps_by_hand():
         expected.append(_uniform_mix(p, Fraction(4, 1000)))
     assert min(expected[2]) == Fraction(4, 1000)
     assert expected[0][2] == Fraction(5, 8) and expected[1][0] == Fraction(13, 16)
+    decision = learner.act(context, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)
+
+
+def test_epsilon_greedy_defaults_are_the_spec_values():
+    """eps0 = 0.5, decay = 1e-3, eps_min = 0.01, eps_floor = 1e-3 (ALGORITHMS.md s. 2): at
+    t = 1000, eps = 0.5 / 2 = 1/4; at t = 10^6, 0.5 / 1001 < 0.01 so eps = 0.01 and the
+    off-greedy arms of K = 3 hold 1/300 > 1e-3 (no floor mix)."""
+    learner = EpsilonGreedy(2, 3, 2).to(F64)
+    context = _set_predictions(learner, [["0.9", "0.1", "0.2"], ["0.1", "0.2", "0.9"]])
+    learner.rounds.copy_(torch.tensor([1000, 1_000_000]))
+    expected = [
+        [Fraction(1, 12) + Fraction(3, 4), Fraction(1, 12), Fraction(1, 12)],
+        [Fraction(1, 300), Fraction(1, 300), Fraction(1, 300) + Fraction(99, 100)],
+    ]
     decision = learner.act(context, torch.Generator().manual_seed(0))
     torch.testing.assert_close(decision.probs, _to_tensor(expected), rtol=0, atol=1e-12)

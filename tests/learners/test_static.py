@@ -167,3 +167,7 @@ def test_best_single_arm_follows_rho_on_a_hand_made_table():
     # built directly from a utility table: the largest entry of each row
     direct = BestSingleArm(2, 3, torch.tensor([[0.1, 0.7, 0.3], [0.9, 0.2, 0.4]]))
     assert direct.arm.tolist() == [1, 0]
+    with pytest.raises(ValueError, match=r"must be \[R=2, K=3\], got \(3, 2\)"):
+        BestSingleArm(2, 3, torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="train_mean_utility must be finite"):
+        BestSingleArm(2, 3, torch.tensor([[0.1, float("nan"), 0.3], [0.9, 0.2, 0.4]]))
