@@ -6,6 +6,7 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
     torchroute simulate experiment=default out_dir=outputs/default rhos=[0,500] seeds=[0]
     torchroute report outputs/default
     torchroute pretrain experiment=routerbench_oracles out_dir=outputs/oracles
+    torchroute data inspect my_table.csv score_pattern={arm} cost_pattern={arm}_cost
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def _simulate(args: argparse.Namespace) -> None:
         print(write_report([cfg.out_dir], reference=cfg.get("reference", "linucb")))
 
 
+def _gap(args: argparse.Namespace) -> None:
+    from torchroute.gap import relative_improvements, run_gap
+
+    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    frame = run_gap(cfg)
+    print(f"wrote {Path(cfg.out_dir) / 'gap.csv'}")
+    print(relative_improvements(frame).to_string(index=False))
+
+
 def _report(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
 
@@ -72,6 +82,12 @@ def _pretrain(args: argparse.Namespace) -> None:
         print(f"{key}: {value}")
 
 
+def _data(args: argparse.Namespace) -> None:
+    from torchroute.data.inspect import data_command
+
+    data_command(args.args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
     parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
@@ -81,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, help_ in [
         ("simulate", _simulate, "run an online routing experiment"),
         ("pretrain", _pretrain, "pre-train oracle heads offline (Lightning)"),
+        ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
     ]:
         p = sub.add_parser(name, help=help_)
         p.add_argument("overrides", nargs="*", help="key=value config overrides")
@@ -91,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="where to write (default: the first folder)")
     p.add_argument("--reference", default="linucb", help="learner for relative regret")
     p.set_defaults(func=_report)
+    p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
+    p.set_defaults(func=_data)
     return parser
 
 

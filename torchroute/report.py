@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from torchroute.io import atomic_write, write_csv_atomic, write_text_atomic
+from torchroute.report_subset import subset_section
 
 REGIMES = ("low", "medium", "high")
 
@@ -72,7 +73,7 @@ LABELS = ("learner", "trial", "seed", "rounds")
 #: ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap
 #: tables) add theirs to :data:`SECTIONS`.
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-SECTIONS: list[Section] = []
+SECTIONS: list[Section] = [subset_section]
 
 
 def write_report(

@@ -104,3 +104,41 @@ def test_malformed_files(tmp_path: Path):
         load_json_scores(_write(tmp_path, [{"text": "x"}], "x.json"))
     with pytest.raises(TableError, match="must be a number"):
         load_json_scores(_write(tmp_path, _entries(q0={"a": "yes", "b": 1})))
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    _write(folder, _entries(), "gsm8k_train.json")
+    _write(folder, _entries()[:2], "mbpp-test.json")
+    (folder / "models.json").write_text(json.dumps({"a": {"params": "7B"}, "b": {}}))
+    (folder / "config.json").write_text(json.dumps([{"name": "x"}]))
+    (folder / "README.md").write_text("not json")
+    return folder
+
+
+def test_folder_skips_unrelated_json_and_says_so(tmp_path: Path, caplog):
+    with caplog.at_level("INFO", logger="torchroute.data"):
+        t = load_json_scores(_folder(tmp_path))
+    assert t.num_queries == 5
+    assert t.groups == ("gsm8k",) * 3 + ("mbpp",) * 2  # per-file task names
+    assert t.split == ("train",) * 3 + ("test",) * 2
+    skipped = next(r.getMessage() for r in caplog.records if "skipped" in r.getMessage())
+    assert "skipped 2 .json files" in skipped
+    assert "config.json" in skipped and "models.json" in skipped
+
+
+def test_folder_pattern_reads_only_matching_files(tmp_path: Path):
+    folder = _folder(tmp_path)
+    t = load_json_scores(folder, pattern="*-test.json")
+    assert t.query_ids == ("mbpp-test:0", "mbpp-test:1") and t.groups == ("mbpp", "mbpp")
+    with pytest.raises(TableError, match=r"no file matches pattern '\*\.jsonl'"):
+        load_json_scores(folder, pattern="*.jsonl")
+    with pytest.raises(TableError, match=r"config\.json: entry 0 must be an object"):
+        load_json_scores(folder, pattern="*.json")  # matched files must be score lists
+
+
+def test_folder_without_score_lists(tmp_path: Path):
+    (tmp_path / "models.json").write_text("{}")
+    with pytest.raises(TableError, match=r"no \.json file in the directory is a list of"):
+        load_json_scores(tmp_path)

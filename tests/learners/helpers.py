@@ -13,15 +13,23 @@ from torch import Tensor
 
 from torchroute.functional.sampling import one_hot_probs
 from torchroute.learners import (
+    CABSC,
+    CABSD,
+    EXP3,
+    HPG,
     BestSingleArm,
     EpsilonGreedy,
+    EuclideanQuadPG,
     FullFeedbackLinUCB,
     FullFeedbackNeuralUCB,
     KNNRouter,
     Learner,
     LinTS,
     LinUCB,
+    LogLinearPG,
+    NeuralSquareCB,
     NeuralUCB,
+    ParameterFreeHPG,
     RandomRouter,
     SquareCB,
 )
@@ -76,7 +84,56 @@ def _knn_router(r: int, k: int, d: int, seed: int) -> Learner:
     return KNNRouter(r, k, torch.linspace(0.0, 0.5, r), x, scores, costs, k=3)
 
 
+def _tiny_oracle(k: int, d: int) -> torch.nn.Module:
+    """A small real MultiHeadOracle reading ``d``-d inputs (the same weights every call)."""
+    from torchroute.models import MultiHeadOracle
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return MultiHeadOracle(d, k, feature_dim=4, hidden=8)
+
+
+def _cabs_c(graph: str) -> Callable[[int, int, int, int], Learner]:
+    def make(r: int, k: int, d: int, s: int) -> Learner:
+        rho = torch.linspace(0.0, 0.5, r)
+        oracle = _tiny_oracle(k, d)
+        return CABSC(r, k, d, rho, oracle, lam=1.0, iqr="off", graph=graph, oracle_input="x")
+
+    return make
+
+
+def _cabs_d(graph: str, solver: str = "ridge", steps: int = 1) -> Callable[..., Learner]:
+    def make(r: int, k: int, d: int, s: int) -> Learner:
+        rho, oracle = torch.linspace(0.0, 0.5, r), _tiny_oracle(k, d)
+        neural = None
+        if solver == "neural":
+            neural = {"hidden": 8, "capacity": 32, "batch_size": 4, "steps": steps}
+            neural["generator"] = _gen(s)
+        return CABSD(
+            r, k, d, rho, oracle, horizon=50, lam=1.0, solver=solver, neural=neural,
+            iqr="off", graph=graph, oracle_input="x",
+        )  # fmt: skip
+
+    return make
+
+
 LEARNERS: dict[str, Spec] = {
+    "CABSC": Spec(_cabs_c("oracle"), False, False, True, _cabs_c("complete")),
+    "CABSD": Spec(_cabs_d("oracle"), False, False, True, _cabs_d("complete")),
+    "CABSDNeural": Spec(
+        _cabs_d("oracle", "neural"), False, False, True, _cabs_d("complete", "neural", 0)
+    ),
+    "NeuralSquareCB": Spec(
+        lambda r, k, d, s: NeuralSquareCB(
+            r, k, d, hidden=8, capacity=32, batch_size=4, generator=_gen(s)
+        ),
+        True,
+        False,
+        True,
+        lambda r, k, d, s: NeuralSquareCB(
+            r, k, d, hidden=8, capacity=32, steps=0, generator=_gen(s)
+        ),
+    ),
     "RandomRouter": Spec(lambda r, k, d, s: RandomRouter(r, k), True, False, False),
     "BestSingleArm": Spec(_best_single_arm, True, True, False),
     "LinUCB": Spec(lambda r, k, d, s: LinUCB(r, k, d, alpha=1.0, lam=1.0), True, True, True),
@@ -109,6 +166,19 @@ LEARNERS: dict[str, Spec] = {
         ),
     ),
     "KNNRouter": Spec(_knn_router, True, True, True),
+    "HPG": Spec(
+        lambda r, k, d, s: HPG(r, k, d, tau=2.0, beta=0.5, eta=0.5, capacity=3), True, False, True
+    ),
+    "ParameterFreeHPG": Spec(
+        lambda r, k, d, s: ParameterFreeHPG(r, k, d, horizon=50, capacity=3), True, False, True
+    ),
+    "EXP3": Spec(lambda r, k, d, s: EXP3(r, k, eta=0.1, gamma=0.05), True, False, False),
+    "LogLinearPG": Spec(
+        lambda r, k, d, s: LogLinearPG(r, k, d, eta=0.3, radius=2.0), True, False, True
+    ),
+    "EuclideanQuadPG": Spec(
+        lambda r, k, d, s: EuclideanQuadPG(r, k, d, tau=2.0, eta=0.3), True, False, True
+    ),
 }
 
 

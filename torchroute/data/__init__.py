@@ -1,7 +1,8 @@
 """Routing tables: the container, loaders for real benchmarks, and synthetic generators."""
 
-from torchroute.data.generic import load_table, model_costs, read_costs, save_table, to_frame
+from torchroute.data.generic import model_costs, read_costs, save_table, to_frame
 from torchroute.data.json_scores import load_json_scores
+from torchroute.data.loader import load_table
 from torchroute.data.openllm import load_openllm_leaderboard
 from torchroute.data.routerbench import load_routerbench, parse_prompt
 from torchroute.data.splits import carve_validation, random_split

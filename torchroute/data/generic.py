@@ -2,7 +2,8 @@
 
 Pickles are read only with ``trust_pickle=True`` (unpickling runs arbitrary code).
 
-Two layouts are accepted; :func:`load_table` tells them apart (``format="auto"``).
+Two layouts are accepted; :func:`~torchroute.data.loader.load_table` tells them apart
+(``format="auto"``: long when the file has ``arm`` and ``score`` columns, else wide).
 
 **Long** — one row per (query, arm) pair::
 
@@ -10,19 +11,27 @@ Two layouts are accepted; :func:`load_table` tells them apart (``format="auto"``
     q1,       gpt-4, 1.0,   0.0031, "What is 2+2?", test, arithmetic
     q1,       small, 0.0,   0.0001, "What is 2+2?", test, arithmetic
 
-**Wide** — one row per query, two columns per arm::
+**Wide** — one row per query, a score and a cost column per arm::
 
     query_id [, text] [, split] [, group], score:<arm>, cost:<arm>, score:<arm2>, cost:<arm2>, ...
 
+The column names of the wide layout are patterns (``score_pattern="score:{arm}"``,
+``cost_pattern="cost:{arm}"``): ``score_pattern="{arm}", cost_pattern="{arm}_cost"`` reads
+``gpt-4, gpt-4_cost, ...``; the arms are the names for which both patterns match a column.
+The id, text, split and group columns are named by ``id_column`` (None: the row index),
+``text_column``, ``split_column`` and ``group_column``.
+
 Rules:
 
-- ``score`` is the quality in ``[0, 1]``; ``cost`` is ``>= 0`` (dollars per query, or any
-  unit used consistently with ``rho``).
-- Every arm has both a score and a cost (in the wide layout ``score:<arm>`` needs a
-  ``cost:<arm>`` column and vice versa); in the long layout each (query, arm) pair appears
-  once, and a pair that is absent counts as a missing cell.
+- ``score`` is the quality in ``[0, 1]`` (``score_scale=100`` reads percent; ``True`` /
+  ``False`` read as 1 / 0); ``cost`` is ``>= 0`` (dollars per query, or any unit used
+  consistently with ``rho``), or computed from per-token ``prices``
+  (:mod:`torchroute.data.prices`), or one constant per model from ``costs``.
+- Every arm has both a score and a cost; in the long layout each (query, arm) pair
+  appears once, and an absent pair is a missing row.
 - ``split`` is one of ``train``, ``val``, ``test``; without the column, queries are split by
-  ``default_split`` (``"random"``: a seeded share ``test_fraction`` goes to test).
+  ``default_split`` (``"random"``: a seeded share ``test_fraction`` goes to test; the log
+  says so).
 - ``text`` (the query string) and ``group`` (task or sub-benchmark) are optional and must be
   the same on every row of a query.
 - Missing (blank/NaN) cells raise :class:`~torchroute.data.table.TableError` unless
@@ -42,8 +51,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from torchroute.data.splits import DefaultSplit, missing_rows, resolve_splits
-from torchroute.data.table import SPLITS, RoutingTable, TableError
+from torchroute.data.table import RoutingTable, TableError
 
 LONG_COLUMNS = ("query_id", "arm", "score", "cost")
 OPTIONAL_COLUMNS = ("text", "split", "group")
@@ -165,140 +173,6 @@ def model_costs(
 
 def is_numeric(series: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
-
-
-def load_table(
-    path: str | Path | pd.DataFrame,
-    format: Literal["auto", "long", "wide"] = "auto",
-    *,
-    drop_missing: bool = False,
-    default_split: DefaultSplit = "random",
-    test_fraction: float = 0.3,
-    val_fraction: float = 0.0,
-    seed: int = 0,
-    trust_pickle: bool = False,
-) -> RoutingTable:
-    """Load a table in the generic long or wide layout (see the module docstring).
-
-    Args:
-        path: a CSV/TSV/Parquet/pandas-pickle file or a DataFrame.
-        format: ``"long"``, ``"wide"``, or ``"auto"`` (wide when a ``score:`` column exists).
-        drop_missing: drop queries with missing cells (warns with the count) instead of raising.
-        default_split, test_fraction, val_fraction, seed: how queries without a ``split``
-            are split, and the share of train moved to val (see ``splits.resolve_splits``).
-        trust_pickle: allow a ``.pkl``/``.pickle`` file. Unpickling runs arbitrary code, so
-            without it a pickle raises :class:`TableError`; set it only for trusted files.
-
-    Returns:
-        A validated table: ``scores``/``costs`` ``[n, K]``, with ``text``/``groups`` if given.
-    """
-    frame = path if isinstance(path, pd.DataFrame) else read_frame(path, trust_pickle=trust_pickle)
-    source = "<DataFrame>" if isinstance(path, pd.DataFrame) else str(path)
-    if len(frame.index) == 0:
-        raise TableError(f"{source}: the table has no rows (columns {list(frame.columns)})")
-    if format == "auto":
-        if any(str(c).startswith("score:") for c in frame.columns):
-            format = "wide"
-        elif set(LONG_COLUMNS) <= set(frame.columns):
-            format = "long"
-        else:
-            raise TableError(
-                f"{source}: neither the long layout (columns {list(LONG_COLUMNS)}) nor the wide "
-                f"layout ('query_id' and 'score:<arm>'/'cost:<arm>'); got {list(frame.columns)}"
-            )
-    if format == "long":
-        frame = _long_to_wide(frame, source)
-    elif format != "wide":
-        raise TableError(f"format must be 'auto', 'long' or 'wide', got {format!r}")
-    return _from_wide(frame, source, drop_missing, default_split, test_fraction, val_fraction, seed)
-
-
-def _long_to_wide(frame: pd.DataFrame, source: str) -> pd.DataFrame:
-    missing = [c for c in LONG_COLUMNS if c not in frame.columns]
-    if missing:
-        raise TableError(
-            f"{source}: long layout needs columns {missing}; got {list(frame.columns)}"
-        )
-    frame = frame.assign(query_id=frame["query_id"].astype(str), arm=frame["arm"].astype(str))
-    dup = frame.duplicated(["query_id", "arm"])
-    if dup.any():
-        first = frame.loc[dup, ["query_id", "arm"]].iloc[0].tolist()
-        raise TableError(f"{source}: {int(dup.sum())} repeated (query_id, arm) rows, e.g. {first}")
-    extra = [c for c in OPTIONAL_COLUMNS if c in frame.columns]
-    if extra:
-        varying = frame.groupby("query_id", sort=False)[extra].nunique(dropna=False).max()
-        bad = [c for c in extra if varying[c] > 1]
-        if bad:
-            raise TableError(f"{source}: columns {bad} differ between rows of the same query_id")
-    per_query = frame.drop_duplicates("query_id")[["query_id", *extra]].set_index("query_id")
-    arms = list(dict.fromkeys(frame["arm"]))
-    wide = frame.pivot(index="query_id", columns="arm", values=["score", "cost"])
-    wide = wide.reindex(index=per_query.index)
-    cols = {f"{v}:{a}": wide[(v, a)] for a in arms for v in ("score", "cost")}
-    return pd.concat([per_query, pd.DataFrame(cols)], axis=1).reset_index()
-
-
-def _from_wide(
-    frame: pd.DataFrame,
-    source: str,
-    drop_missing: bool,
-    default_split: DefaultSplit,
-    test_fraction: float,
-    val_fraction: float,
-    seed: int,
-) -> RoutingTable:
-    if "query_id" not in frame.columns:
-        raise TableError(f"{source}: wide layout needs a 'query_id' column")
-    cols = [str(c) for c in frame.columns]
-    score_arms = [c[6:] for c in cols if c.startswith("score:")]
-    cost_arms = [c[5:] for c in cols if c.startswith("cost:")]
-    if not score_arms:
-        raise TableError(f"{source}: wide layout needs 'score:<arm>' columns; got {cols}")
-    no_cost = [a for a in score_arms if a not in cost_arms]
-    no_score = [a for a in cost_arms if a not in score_arms]
-    if no_cost or no_score:
-        raise TableError(
-            f"{source}: every arm needs 'score:<arm>' and 'cost:<arm>' columns; missing "
-            f"{[f'cost:{a}' for a in no_cost] + [f'score:{a}' for a in no_score]}"
-        )
-    for c in [f"score:{a}" for a in score_arms] + [f"cost:{a}" for a in score_arms]:
-        if not is_numeric(frame[c]) and not frame[c].isna().all():
-            raise TableError(f"{source}: column {c!r} must be numeric, got {frame[c].dtype}")
-    scores = frame[[f"score:{a}" for a in score_arms]].to_numpy(dtype=np.float64)
-    costs = frame[[f"cost:{a}" for a in score_arms]].to_numpy(dtype=np.float64)
-    ids = frame["query_id"].astype(str).tolist()
-    if len(set(ids)) != len(ids):
-        raise TableError(f"{source}: query_id values must be distinct in the wide layout")
-    keep = missing_rows(scores, costs, score_arms, ids, source=source, drop_missing=drop_missing)
-    frame = frame.loc[keep]
-    if "split" in frame.columns:
-        marks = [None if pd.isna(s) else str(s) for s in frame["split"]]
-        bad = sorted({m for m in marks if m is not None} - set(SPLITS))
-        if bad:
-            raise TableError(f"{source}: column 'split' must hold {SPLITS}, got {bad}")
-    else:
-        marks = [None] * len(frame)
-    split = resolve_splits(
-        marks,
-        default_split=default_split,
-        test_fraction=test_fraction,
-        val_fraction=val_fraction,
-        seed=seed,
-    )
-    opt = {
-        name: tuple("" if pd.isna(v) else str(v) for v in frame[col])
-        for name, col in (("text", "text"), ("groups", "group"))
-        if col in frame.columns
-    }
-    return RoutingTable(
-        scores=scores[keep],
-        costs=costs[keep],
-        arm_names=tuple(score_arms),
-        query_ids=tuple(np.asarray(ids, dtype=object)[keep]),
-        split=split,
-        source=source,
-        **opt,
-    )
 
 
 def to_frame(table: RoutingTable, format: Literal["long", "wide"] = "wide") -> pd.DataFrame:

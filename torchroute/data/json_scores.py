@@ -8,7 +8,9 @@ cost column, one constant cost per model), or are zero when ``costs`` is None.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from torchroute.data.splits import (
     strip_split,
 )
 from torchroute.data.table import RoutingTable, TableError
+
+log = logging.getLogger(__name__)
 
 
 def read_score_list(path: Path) -> list[dict]:
@@ -41,9 +45,49 @@ def read_score_list(path: Path) -> list[dict]:
     return entries
 
 
+def score_files(path: Path, pattern: str | None) -> list[tuple[Path, list[dict]]]:
+    """The score lists of a folder: files matching ``pattern``, or every valid score list.
+
+    With ``pattern`` (a file-name glob such as ``"*_test.json"``) every matching file must
+    be a score list; without it, each ``.json`` file whose content is a list of
+    ``{question, scores}`` objects is read and the others (a model catalogue, a config) are
+    skipped and reported in the log.
+    """
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    if pattern is not None:
+        chosen = [f for f in files if fnmatch.fnmatch(f.name, pattern)]
+        if not chosen:
+            names = [f.name for f in files][:10]
+            raise TableError(f"{path}: no file matches pattern {pattern!r}; files: {names}")
+        return [(f, read_score_list(f)) for f in chosen]
+    out, skipped = [], []
+    for f in files:
+        if f.suffix.lower() != ".json":
+            continue
+        try:
+            out.append((f, read_score_list(f)))
+        except TableError as err:
+            skipped.append(f"{f.name} ({str(err).split(': ', 1)[-1]})")
+    if skipped:
+        log.warning(
+            "%s: skipped %d .json files that are not {question, scores} lists: %s",
+            path,
+            len(skipped),
+            "; ".join(skipped),
+        )
+    if not out:
+        raise TableError(
+            f"{path}: no .json file in the directory is a list of {{question, scores}} objects"
+            + (f" (skipped {skipped})" if skipped else "")
+        )
+    log.info("%s: %d score files: %s", path, len(out), [f.name for f, _ in out])
+    return out
+
+
 def load_json_scores(
     path: str | Path,
     *,
+    pattern: str | None = None,
     models: Sequence[str] | None = None,
     costs: Mapping[str, float] | str | Path | None = None,
     drop_missing: bool = False,
@@ -57,10 +101,14 @@ def load_json_scores(
     The split of a file comes from its name (``*_train*`` / ``*-train*`` -> train,
     ``*_test*`` -> test); files with neither get ``default_split`` (``"random"``: a seeded
     share ``test_fraction`` to test, the rest to train). Then ``val_fraction`` of train moves
-    to val. ``groups`` is the file name without its split marker (``arc_challenge``).
+    to val. ``groups`` is the task name of each query's file: its name without the split
+    marker (``arc_challenge_train.json`` -> ``arc_challenge``).
 
     Args:
-        path: a ``.json`` file or a directory of ``.json`` files (read in name order).
+        path: a ``.json`` file or a directory of them (read in name order).
+        pattern: in a directory, read the files whose name matches this glob
+            (``"*_test.json"``); None reads every ``.json`` file that is a list of
+            ``{question, scores}`` objects and skips (and logs) the others.
         models: the arms to keep, in this order; default: the models of the first entry.
         costs: ``{model: cost}`` or a CSV path (see :func:`~torchroute.data.generic.model_costs`);
             None gives zero costs.
@@ -74,14 +122,11 @@ def load_json_scores(
     """
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() == ".json")
-        if not files:
-            raise TableError(f"{path}: no .json files in the directory")
+        per_file = score_files(path, pattern)
     elif path.is_file():
-        files = [path]
+        per_file = [(path, read_score_list(path))]
     else:
         raise TableError(f"{path}: no such file or directory")
-    per_file = [(f, read_score_list(f)) for f in files]
     if models is None:
         first = next((e for _, entries in per_file for e in entries), None)
         if first is None:

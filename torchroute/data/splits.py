@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from torchroute.data.table import SPLITS, RoutingTable, TableError
 
+log = logging.getLogger(__name__)
+
 DefaultSplit = Literal["train", "val", "test", "random"]
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning issued here that points at the first caller outside
+    torchroute (the user's ``load_table(...)`` line, not the loader's internals)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 _SPLIT_WORDS = {"train": "train", "val": "val", "valid": "val", "dev": "val", "test": "test"}
 _SPLIT_RE = re.compile(r"(?:^|[_\-.])(train|val|valid|dev|test)(?=$|[_\-.])", re.IGNORECASE)
@@ -76,12 +93,14 @@ def resolve_splits(
     test_fraction: float,
     val_fraction: float,
     seed: int,
+    source: str = "table",
 ) -> tuple[str, ...]:
     """Split labels from per-query marks (a split name, or None when the source has none).
 
     Unmarked queries get ``default_split``; with ``"random"`` a seeded share ``test_fraction``
-    of them goes to test and the rest to train. Then ``val_fraction`` of all train queries
-    moves to val (:func:`carve_validation`).
+    of them goes to test and the rest to train (logged with the seed, the sizes and how to
+    override). Then ``val_fraction`` of all train queries moves to val
+    (:func:`carve_validation`).
     """
     if default_split not in (*SPLITS, "random"):
         raise TableError(
@@ -94,11 +113,33 @@ def resolve_splits(
     if free:
         if default_split == "random":
             sub = random_split(len(free), (1.0 - test_fraction, 0.0, test_fraction), seed)
+            log.info(
+                "%s: %d of %d queries have no split; split at random with seed %d: %d train, "
+                "%d test (test_fraction=%g). Override with data.seed / data.test_fraction, "
+                "data.default_split=test (all to one split) or a 'split' column",
+                source,
+                len(free),
+                len(labels),
+                seed,
+                sub.count("train"),
+                sub.count("test"),
+                test_fraction,
+            )
         else:
             sub = (default_split,) * len(free)
         for i, s in zip(free, sub, strict=True):
             labels[i] = s
-    return carve_validation(labels, val_fraction, seed) if val_fraction else tuple(labels)
+    if not val_fraction:
+        return tuple(labels)
+    out = carve_validation(labels, val_fraction, seed)
+    log.info(
+        "%s: %d train queries moved to val (val_fraction=%g, seed %d)",
+        source,
+        out.count("val") - labels.count("val"),
+        val_fraction,
+        seed,
+    )
+    return out
 
 
 def unique_ids(ids: Sequence[str]) -> tuple[str, ...]:
@@ -153,7 +194,7 @@ def missing_rows(
     warnings.warn(
         f"{source}: dropped {int(rows.sum())} of {rows.size} queries with missing "
         f"(NaN/blank) score or cost cells",
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )
     return ~rows
 
@@ -179,7 +220,9 @@ def kept_table(
     def kept(values: Sequence[str]) -> tuple[str, ...]:
         return tuple(v for v, k in zip(values, keep, strict=True) if k)
 
-    split = resolve_splits([m for m, k in zip(marks, keep, strict=True) if k], **split_options)
+    split = resolve_splits(
+        [m for m, k in zip(marks, keep, strict=True) if k], source=source, **split_options
+    )
     return RoutingTable(
         scores=scores[keep],
         costs=costs[keep],

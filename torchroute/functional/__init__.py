@@ -7,6 +7,13 @@ from torchroute.functional.oracle import (
     sample_graph,
     surrogate_utility,
 )
+from torchroute.functional.projections import (
+    project_capped_simplex,
+    project_capped_simplex_halfspace,
+    safe_box,
+    support_function,
+    support_maximiser,
+)
 from torchroute.functional.ridge import (
     ridge_init,
     ridge_predict,
@@ -31,13 +38,18 @@ __all__ = [
     "mlp_init",
     "one_hot_probs",
     "probability_floor",
+    "project_capped_simplex",
+    "project_capped_simplex_halfspace",
     "ridge_init",
     "ridge_predict",
     "ridge_width",
+    "safe_box",
     "sample_categorical",
     "sample_graph",
     "sherman_morrison",
     "squarecb_probs",
+    "support_function",
+    "support_maximiser",
     "surrogate_utility",
     "utility",
     "woodbury",

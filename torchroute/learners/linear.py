@@ -30,12 +30,21 @@ class LinUCB(RidgeLearner):
         alpha: width of the confidence bonus.
         lam: ridge regulariser.
 
+    Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
+    and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
+    ``A_k^{-1} = I / lam``, so its score is ``alpha ||x|| / sqrt(lam)``; for unit-norm
+    features plus a bias (``||x|| = sqrt(2)``) that is ``sqrt(2) ~ 1.41``, above every
+    reward in ``[0, 1]``, so an untried arm outranks every arm whose bonus has shrunk (a
+    tried arm's score tends to its mean reward, at most 1) and each arm gets tried. The CABS values
+    ``lam = 10, alpha = 1`` give ``sqrt(0.2) ~ 0.45``, below a good model's utility, and
+    LinUCB may then never leave its first arm; the paper presets set them explicitly.
+
     Shapes:
         ``act``: ``x [R, B, d]`` -> ``probs [R, B, K]`` (one-hot), ``action [R, B]``.
     """
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0, lam: float = 10.0
+        self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0, lam: float = 1.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         check_number(type(self).__name__, "alpha", alpha, ge=0)
@@ -60,7 +69,7 @@ class FullFeedbackLinUCB(LinUCB):
     """
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0, lam: float = 10.0
+        self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0, lam: float = 1.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
 
@@ -85,10 +94,16 @@ class LinTS(RidgeLearner):
         dim: ``d``.
         v: posterior scale.
         lam: ridge regulariser.
+
+    Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
+    standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
+    a good arm's mean (``<= 1``) with probability ``>= 0.24`` each round. With the CABS
+    ``lam = 10`` and ``v = 0.5`` the deviation is ``0.22`` and an untried arm almost never
+    beats a model scoring 0.8.
     """
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, v: float = 1.0, lam: float = 10.0
+        self, num_trials: int, num_arms: int, dim: int, v: float = 1.0, lam: float = 1.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         check_number(type(self).__name__, "v", v, ge=0)
@@ -118,7 +133,8 @@ class EpsilonGreedy(RidgeLearner):
         decay: decay rate per round.
         eps_min: floor of the exploration rate.
         eps_floor: minimum probability of every arm (CABS Assumption 4.5).
-        lam: ridge regulariser.
+        lam: ridge regulariser (1 by default, as for every ridge learner; the uniform
+            share ``eps_t / K`` explores whatever its value).
     """
 
     def __init__(
@@ -130,7 +146,7 @@ class EpsilonGreedy(RidgeLearner):
         decay: float = 1e-3,
         eps_min: float = 0.01,
         eps_floor: float = 1e-3,
-        lam: float = 10.0,
+        lam: float = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         name = type(self).__name__
@@ -164,7 +180,8 @@ class SquareCB(RidgeLearner):
         gamma: exploitation strength (4 in the CABS experiments).
         mu: IGW constant, ``K`` when ``None``.
         eps_floor: minimum probability (CABS Assumption 4.5).
-        lam: ridge regulariser.
+        lam: ridge regulariser (1 by default, as for every ridge learner; IGW gives an
+            untried arm, predicted 0, probability ``1 / (mu + gamma r^_b) >= 1 / (K + gamma)``).
     """
 
     def __init__(
@@ -175,7 +192,7 @@ class SquareCB(RidgeLearner):
         gamma: float = 4.0,
         mu: float | None = None,
         eps_floor: float = 1e-3,
-        lam: float = 10.0,
+        lam: float = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         name = type(self).__name__

@@ -23,10 +23,13 @@ class RidgeLearner(Learner):
         num_trials: ``R``.
         num_arms: ``K``.
         dim: ``d``, the context dimension.
-        lam: ridge regulariser ``lambda`` (10 in the CABS experiments).
+        lam: ridge regulariser ``lambda``. The default 1 (Li et al.'s ``A_k = I``) keeps an
+            untried arm's uncertainty ``||x|| / sqrt(lam)`` above the reward range for
+            unit-norm features plus a bias; the CABS experiments use 10, which their
+            presets set explicitly (``ALGORITHMS.md`` section 2).
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, lam: float = 10.0) -> None:
+    def __init__(self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0) -> None:
         super().__init__(num_trials, num_arms)
         check_number(type(self).__name__, "dim", dim, ge=1, integer=True)
         check_number(type(self).__name__, "lam", lam, gt=0)
