@@ -1,0 +1,290 @@
+"""Contract tests of the subset-routing learners (paper 002).
+
+The single-choice contract tests (``test_contract.py``, ``LEARNERS``) drive learners with a
+``LinearProblem`` of one-arm actions; subset learners need a ``SubsetProblem`` (draws,
+cost vectors, target box) and set rewards, so they get this file instead: shapes, probs on
+the simplex, trial equivariance, state-dict round trip, determinism and resume.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import cvxpy as cp
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from torchroute.envs.subset import SubsetEnv
+from torchroute.functional.projections import safe_box
+from torchroute.learners import (
+    CBwKSubset,
+    ContextualOMDApproachability,
+    CUCBSubset,
+    GreedySubset,
+    MoEGating,
+    OMDApproachability,
+    RandomSubset,
+    TSBwKSubset,
+    TSSubset,
+)
+from torchroute.loop import simulate
+from torchroute.tracking import NullTracker
+from torchroute.types import Context, Decision, Feedback
+
+F64 = torch.float64
+R, K, N, D, M = 4, 6, 2, 2, 3
+SUBSET_LEARNERS = {
+    "OMDApproachability": lambda p: OMDApproachability.from_problem(p, update_every=2),
+    "ContextualOMDApproachability": ContextualOMDApproachability.from_problem,
+    "RandomSubset": RandomSubset.from_problem,
+    "GreedySubset": GreedySubset.from_problem,
+    "CUCBSubset": CUCBSubset.from_problem,
+    "CBwKSubset": CBwKSubset.from_problem,
+    "TSSubset": TSSubset.from_problem,
+    "TSBwKSubset": TSBwKSubset.from_problem,
+    "MoEGating": MoEGating.from_problem,
+}
+TOP_M = {"RandomSubset", "GreedySubset", "CUCBSubset", "CBwKSubset", "TSSubset", "TSBwKSubset"}
+
+
+def make_env(perm=None, horizon=30, seed=0, upper=1.6):
+    g = torch.Generator().manual_seed(seed)
+    means = torch.rand(R, 1, N, K, generator=g, dtype=F64)
+    costs = torch.rand(R, D, K, generator=g, dtype=F64)
+    upper_t = torch.full((R, D), upper, dtype=F64)
+    upper_t[0, 1] = torch.inf  # one absent bound
+    trials = pd.DataFrame({"seed": range(R)})
+    if perm is not None:
+        means, costs, upper_t = means[perm], costs[perm], upper_t[perm]
+        trials = trials.iloc[perm.numpy()]
+    return SubsetEnv(
+        means,
+        costs,
+        torch.full((R, D), -torch.inf, dtype=F64),
+        upper_t,
+        M,
+        horizon,
+        trials,
+        kappa=20.0,
+        dtype=F64,
+    )
+
+
+@pytest.fixture(params=sorted(SUBSET_LEARNERS))
+def name(request):
+    return request.param
+
+
+def _round(learner, env, t, generator):
+    ctx = env.context(t)
+    decision = learner.act(ctx, generator)
+    feedback, _ = env.step(ctx, decision, generator)
+    learner.update(ctx, decision, feedback, generator)
+    return decision
+
+
+def test_shapes_and_probs_on_the_simplex(name):
+    env = make_env()
+    learner = SUBSET_LEARNERS[name](env.problem())
+    g = torch.Generator().manual_seed(0)
+    for t in range(12):
+        d = _round(learner, env, t, g)
+        assert d.probs.shape == (R, 1, K) and d.action.shape == (R, 1, M)
+        assert d.action.dtype == torch.long
+        assert ((d.action >= 0) & (d.action < K)).all()
+        assert (d.probs >= 0).all()
+        torch.testing.assert_close(d.probs.sum(-1), torch.ones(R, 1, dtype=d.probs.dtype))
+        if name in TOP_M:  # M distinct experts
+            assert (d.action.sort(-1).values.diff(dim=-1) > 0).all()
+    assert (learner.rounds == 12).all()
+
+
+def _drive(learner, ctx, actions, rewards):
+    """Feed fixed decisions and set rewards (no generator in update)."""
+    for action, reward in zip(actions, rewards):
+        probs = torch.full((action.shape[0], 1, K), 1.0 / K, dtype=F64)
+        zeros = torch.zeros_like(probs)
+        fb = Feedback(zeros, zeros.bool(), set_reward=reward[:, None])
+        learner.update(ctx, Decision(probs, action[:, None]), fb, None)
+
+
+def test_trial_equivariance(name):
+    perm = torch.tensor([2, 0, 3, 1])
+    g = torch.Generator().manual_seed(5)
+    actions = [torch.randint(0, K, (R, M), generator=g) for _ in range(8)]
+    if name in TOP_M:
+        actions = [torch.rand(R, K, generator=g).topk(M).indices for _ in range(8)]
+    rewards = [torch.rand(R, generator=g, dtype=F64) * N for _ in range(8)]
+    env, env_p = make_env(), make_env(perm)
+    a = SUBSET_LEARNERS[name](env.problem())
+    b = SUBSET_LEARNERS[name](env_p.problem())
+    ctx = Context(x=torch.ones(R, 1, 1, dtype=F64))
+    _drive(a, ctx, actions, rewards)
+    _drive(b, ctx, [x[perm] for x in actions], [x[perm] for x in rewards])
+    for key, value in a.state_dict().items():
+        if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == R:
+            torch.testing.assert_close(b.state_dict()[key], value[perm], msg=key)
+    pa = a.act(ctx, torch.Generator().manual_seed(1)).probs
+    pb = b.act(ctx, torch.Generator().manual_seed(1)).probs
+    if name not in TOP_M - {"RandomSubset"}:  # the top-M probs follow random draws
+        torch.testing.assert_close(pb, pa[perm])
+
+
+def test_state_dict_round_trip_and_determinism(name):
+    env = make_env()
+    a = SUBSET_LEARNERS[name](env.problem())
+    g = torch.Generator().manual_seed(0)
+    for t in range(7):
+        _round(a, env, t, g)
+    b = SUBSET_LEARNERS[name](make_env(seed=1).problem())  # other costs: overwritten
+    b.load_state_dict(a.state_dict())
+    ctx = env.context(7)
+    da = a.act(ctx, torch.Generator().manual_seed(9))
+    db = b.act(ctx, torch.Generator().manual_seed(9))
+    assert torch.equal(da.action, db.action) and torch.equal(da.probs, db.probs)
+
+
+class _CopyCheckpoint(NullTracker):
+    """Keeps a copy of the round-10 checkpoint (logged at round 15, before round 20's)."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+
+    def log(self, metrics, step):
+        if step == 15:
+            shutil.copy(self.src, self.dst)
+
+
+def test_resume_is_bit_exact(name, tmp_path):
+    full = simulate(
+        SUBSET_LEARNERS[name](make_env().problem()), make_env(), seed=4, progress=False, log_every=5
+    )
+    path, mid = tmp_path / "ck.pt", tmp_path / "mid.pt"
+    env = make_env()
+    simulate(
+        SUBSET_LEARNERS[name](env.problem()),
+        env,
+        seed=4,
+        progress=False,
+        log_every=5,
+        ckpt_every=10,
+        ckpt_path=path,
+        tracker=_CopyCheckpoint(path, mid),
+    )
+    assert torch.load(mid, weights_only=False)["round"] == 10
+    env3 = make_env()
+    resumed = simulate(
+        SUBSET_LEARNERS[name](env3.problem()),
+        env3,
+        seed=4,
+        progress=False,
+        log_every=5,
+        resume_from=mid,
+    )
+    pd.testing.assert_frame_equal(resumed.summary, full.summary)
+    pd.testing.assert_frame_equal(resumed.curve, full.curve)
+
+
+def test_bad_hyper_parameters_name_the_argument():
+    p = make_env().problem()
+    with pytest.raises(ValueError, match="update_every"):
+        OMDApproachability.from_problem(p, update_every=0)
+    with pytest.raises(ValueError, match="gamma"):
+        OMDApproachability.from_problem(p, gamma=0.5)
+    with pytest.raises(ValueError, match="subset-routing problem"):
+        from torchroute.types import Problem
+
+        OMDApproachability.from_problem(Problem(2, 3, 1, torch.zeros(2), ("a", "b", "c")))
+
+
+def test_one_omd_step_matches_the_cvxpy_proximal_qp():
+    """Algorithm 1 with update_every = 1 and no baseline, one round, against cvxpy."""
+    env = make_env(upper=1.0)
+    p = env.problem()
+    learner = OMDApproachability.from_problem(p, update_every=1, baseline=False)
+    q0 = learner.q.clone()
+    action = torch.tensor([[0, 0, 2], [1, 3, 5], [4, 4, 4], [0, 1, 2]])
+    reward = torch.tensor([1.2, 0.7, 1.9, 0.3], dtype=F64)
+    _drive(learner, Context(x=torch.ones(R, 1, 1, dtype=F64)), [action], [reward])
+    lo, hi = safe_box(p.lower.double(), p.upper.double(), M, p.costs.double().amax(-1))
+    for r in range(R):
+        c = p.costs[r].double().numpy()
+        counts = np.bincount(action[r].numpy(), minlength=K)
+        grad = reward[r].item() / q0[r].numpy() * counts
+        # dual: w_1 = Proj_ball(0 + 0.05 (C q0 - x*(0))), x*(0) = hi
+        w = 0.05 * (c @ q0[r].numpy() - hi[r].numpy())
+        w = w / max(1.0, np.linalg.norm(w))
+        h = float(np.where(w >= 0, hi[r].numpy(), lo[r].numpy()) @ w)
+        q = cp.Variable(K)
+        obj = cp.Maximize(q @ grad - learner.eta / 2 * cp.sum_squares(q - q0[r].numpy()))
+        cons = [cp.sum(q) == 1, q >= learner.gamma, (w @ c) @ q <= h]
+        cp.Problem(obj, cons).solve(
+            solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+        )
+        np.testing.assert_allclose(learner.w[r].numpy(), w, atol=1e-12)
+        np.testing.assert_allclose(learner.q[r].numpy(), q.value, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("upper", [10.0, 1.0])
+def test_omd_learns_and_meets_a_tight_budget(upper):
+    """Known behaviour (small instance, T = 3000): R1 against the cvxpy OPT shrinks towards
+    zero; unconstrained it beats the uniform policy's closed-form value; under a budget that
+    the uniform policy breaks, the average cost ends inside the box."""
+    from torchroute.functional.subset import expected_sum_max
+
+    env = make_env(horizon=3000, upper=upper)
+    res = simulate(
+        OMDApproachability.from_problem(env.problem()), env, seed=0, progress=False, log_every=500
+    )
+    curve = res.curve.assign(r1=res.curve["cum_r1_opt"] / res.curve["round"])
+    early = curve[curve["round"] == 500]["r1"].to_numpy()
+    late = curve[curve["round"] == 3000]["r1"].to_numpy()
+    assert (late <= early + 0.005).all() and (late < 0.05).all()
+    assert (res.summary["r2"] < 0.02).all()
+    if upper > 5:
+        uniform = expected_sum_max(torch.full((R, K), 1.0 / K, dtype=F64), env.means[:, 0], M)
+        assert (torch.tensor(res.summary["avg_reward"].to_numpy()) > uniform).all()
+
+
+SUBSET_CONFIGS = [
+    "omd_approachability",
+    "contextual_omd",
+    "random_subset",
+    "greedy_subset",
+    "cucb_subset",
+    "cbwk_subset",
+    "ts_subset",
+    "tsbwk_subset",
+    "moe_gating",
+]
+
+
+@pytest.mark.parametrize("config", SUBSET_CONFIGS)
+def test_learner_configs_build_on_a_subset_problem(config):
+    """The subset learner configs (tests/test_configs.py builds learners on single-choice
+    problems, which subset learners refuse with a one-line error)."""
+    from omegaconf import OmegaConf
+
+    from torchroute.cli import config_dir
+    from torchroute.experiment import build_learner
+
+    env = make_env()
+    node = OmegaConf.load(config_dir() / "learner" / f"{config}.yaml")
+    learner = build_learner(node, env.problem(), config)
+    decision = learner.act(env.context(0), torch.Generator().manual_seed(0))
+    assert decision.action.shape == (R, 1, M)
+
+
+@pytest.mark.parametrize("preset", ["msr_fig1", "msr_fig2", "msr_llm"])
+def test_subset_presets_compose(preset):
+    from torchroute.cli import compose_config
+
+    cfg = compose_config("simulate", [f"experiment={preset}", "out_dir=x"])
+    assert cfg.learners and cfg.env._target_.endswith("subset_env")
+    if preset == "msr_fig2":
+        assert len(cfg.seeds) == 20 and cfg.env.horizon == 10_000 and cfg.env.draws == 5
+        assert list(cfg.env.constraints) == ["tight", "medium", "loose", "none"]
+        assert cfg.data is None and len(cfg.learners) == 8

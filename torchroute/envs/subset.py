@@ -1,0 +1,315 @@
+"""Multinomial subset routing with sum-max rewards and long-run cost constraints (paper 002).
+
+ALGORITHMS.md section 7. Per round each trial's learner draws ``M`` experts i.i.d. from its
+distribution (``Decision.action [R, 1, M]``); the routed subset is the set of distinct
+draws; the reward ``r_t(A) = sum_n max_{i in A} V^(t)[n, i]`` is the only feedback
+(``Feedback.set_reward``); the realised cost is ``l_t = sum_{i in A} c_i``. The target is
+the box ``S_ori = [lower, upper]`` for the time average of ``l_t``.
+
+Metrics (``summarize``): ``avg_reward``; ``r1`` = objective regret against the final policy
+(the last decision's ``probs``), ``r1_opt`` against the cvxpy ``OPT`` policy (evaluated
+exactly on every realised ``V^(t)``, also a curve); ``r2`` = Euclidean distance of the
+average cost vector to ``S_ori``; ``feasible`` = ``r2 <= 1e-9``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from torchroute.envs.base import Env
+from torchroute.envs.subset_opt import solve_opt
+from torchroute.functional.projections import box_distance, safe_box
+from torchroute.functional.subset import expected_sum_max, subset_mask, sum_max_reward
+from torchroute.types import Context, Decision, Feedback, Problem
+
+FEASIBLE_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class SubsetProblem(Problem):
+    """A :class:`Problem` plus what subset learners know up front (ALGORITHMS.md section 7).
+
+    Attributes:
+        draws: ``M``.
+        costs: ``[R, d, K]`` per-expert cost vectors ``c_i`` (columns).
+        lower, upper: ``[R, d]`` the target box ``S_ori`` (``-inf`` / ``+inf``: no bound).
+        num_facets: ``N``.
+    """
+
+    draws: int = 1
+    costs: Tensor | None = None
+    lower: Tensor | None = None
+    upper: Tensor | None = None
+    num_facets: int = 1
+
+    def safe_set(self) -> tuple[Tensor, Tensor]:
+        """The safe surrogate box ``(lo, hi)``, each ``[R, d]``."""
+        return safe_box(self.lower, self.upper, self.draws, self.costs.amax(-1))
+
+
+def check_subset_inputs(
+    who: str, values: Tensor, costs: Tensor, lower: Tensor, upper: Tensor, draws: int
+) -> None:
+    """One-line errors for the bad inputs of ALGORITHMS.md section 7 (names the field)."""
+    r, k = values.shape[0], values.shape[-1]
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{who}: facet values must be finite, got NaN/inf")
+    if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= k:
+        raise ValueError(f"{who}: draws (M) must be an integer in 1..K={k}, got {draws!r}")
+    if costs.ndim != 3 or costs.shape[0] != r or costs.shape[2] != k:
+        raise ValueError(
+            f"{who}: costs must be [R={r}, d, K={k}] (one cost vector per expert), "
+            f"got {tuple(costs.shape)}"
+        )
+    d = costs.shape[1]
+    if tuple(lower.shape) != (r, d) or tuple(upper.shape) != (r, d):
+        raise ValueError(
+            f"{who}: the target box (lower, upper) must be [R={r}, d={d}], got "
+            f"{tuple(lower.shape)} and {tuple(upper.shape)}"
+        )
+    if not bool(torch.isfinite(costs).all()) or bool((costs < 0).any()):
+        raise ValueError(f"{who}: costs must be finite and >= 0")
+    # reachable per-round costs: at least the cheapest expert, at most the M dearest
+    least = costs.amin(-1)
+    most = costs.topk(draws, dim=-1).values.sum(-1)
+    if bool((upper < least).any() | (lower > most).any() | (lower > upper).any()):
+        raise ValueError(
+            f"{who}: the target box [lower, upper] lies outside the reachable costs "
+            "[cheapest expert, sum of the M dearest] of some coordinate"
+        )
+
+
+class SubsetEnv(Env):
+    """Sum-max subset routing over block-wise mean facet values, with optional Beta noise.
+
+    Args:
+        means: ``[R, P, N, K]`` mean facet values per block (``P`` equal blocks of the
+            horizon; ``P = 1`` for a stationary world).
+        costs: ``[R, d, K]``. lower, upper: ``[R, d]`` target box.
+        draws: ``M``.
+        horizon: ``T``.
+        trials: one row of labels per trial (e.g. ``seed, env, constraint``).
+        kappa: Beta concentration of ``V^(t) ~ Beta(kappa m, kappa (1 - m))``; ``None``:
+            ``V^(t)`` is the block mean.
+        opt_floor: the floor ``gamma`` of the ``OPT`` policy (``None``: ``1 / (10 K)``).
+        device, dtype: where the tensors live.
+    """
+
+    curve_keys: tuple[str, ...] = ("reward", "r1_opt")
+
+    def __init__(
+        self,
+        means: Tensor,
+        costs: Tensor,
+        lower: Tensor,
+        upper: Tensor,
+        draws: int,
+        horizon: int,
+        trials: pd.DataFrame,
+        kappa: float | None = None,
+        opt_floor: float | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        name = type(self).__name__
+        check_subset_inputs(name, means, costs, lower, upper, draws)
+        if kappa is not None and not kappa > 0:
+            raise ValueError(f"{name}: kappa must be > 0 or null, got {kappa!r}")
+        self.num_trials, _, self.num_facets, self.num_arms = means.shape
+        self.horizon, self.draws, self.kappa = int(horizon), int(draws), kappa
+        self._labels = trials.reset_index(drop=True)
+        self._dtype = dtype
+        self.means = means.to(device, torch.float64)
+        self.costs = costs.to(device, torch.float64)
+        self.lower, self.upper = lower.to(device, torch.float64), upper.to(device, torch.float64)
+        self.dim_cost = costs.shape[1]
+        self.curve_keys = ("reward", "r1_opt", *(f"cost_{j}" for j in range(self.dim_cost)))
+        self.opt_floor = 1.0 / (10 * self.num_arms) if opt_floor is None else float(opt_floor)
+        self._t = 0
+        self.q_opt = self._solve_opt().to(device)
+        self.last_probs = torch.full(
+            (self.num_trials, self.num_arms), 1.0 / self.num_arms, device=device
+        )
+
+    # ----------------------------------------------------------------- set-up
+    def _opt_inputs(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(values [P, N, K], weights [P])`` of trial ``r`` for the ``OPT`` solve."""
+        values, weights = np.unique(self.means[r].cpu().numpy(), axis=0, return_counts=True)
+        return values, weights.astype(float)
+
+    def _solve_opt(self) -> Tensor:
+        lo, hi = self.safe_set()
+        cache: dict[bytes, np.ndarray] = {}
+        out = []
+        for r in range(self.num_trials):  # set-up only
+            values, weights = self._opt_inputs(r)
+            args = (values, weights, self.costs[r].cpu().numpy(), lo[r].cpu().numpy())
+            args = (*args, hi[r].cpu().numpy())
+            key = b"".join(np.ascontiguousarray(a).tobytes() for a in args)
+            if key not in cache:
+                cache[key] = solve_opt(*args, draws=self.draws, gamma=self.opt_floor)
+            out.append(torch.as_tensor(cache[key]))
+        return torch.stack(out)
+
+    def safe_set(self) -> tuple[Tensor, Tensor]:
+        """The safe box ``(lo, hi)`` of each trial, ``[R, d]``."""
+        return safe_box(self.lower, self.upper, self.draws, self.costs.amax(-1))
+
+    # --------------------------------------------------------------- protocol
+    @property
+    def device(self) -> torch.device:
+        return self.means.device
+
+    def trials(self) -> pd.DataFrame:
+        """The labels, plus the target box ``lower_j, upper_j`` (``+-inf``: no bound)."""
+        frame = self._labels.copy()
+        for j in range(self.dim_cost):
+            frame[f"lower_{j}"] = self.lower[:, j].cpu().numpy()
+            frame[f"upper_{j}"] = self.upper[:, j].cpu().numpy()
+        return frame
+
+    def _numeric_labels(self) -> dict[str, Tensor]:
+        out = {}
+        for column in self._labels.columns:
+            if pd.api.types.is_numeric_dtype(self._labels[column]):
+                values = np.array(self._labels[column].to_numpy(), dtype=float)
+                out[column] = torch.tensor(values, dtype=torch.float64)
+            else:
+                codes = pd.Categorical(self._labels[column]).codes
+                out[column] = torch.tensor(np.array(codes), dtype=torch.float64)
+        return out
+
+    def problem(self) -> SubsetProblem:
+        r = self.num_trials
+        return SubsetProblem(
+            num_trials=r,
+            num_arms=self.num_arms,
+            dim=self.context(0).x.shape[-1],
+            rho=torch.zeros(r, dtype=torch.float64),
+            arm_names=tuple(f"expert{i}" for i in range(self.num_arms)),
+            horizon=self.horizon,
+            device=self.device,
+            dtype=self._dtype,
+            labels=self._numeric_labels(),
+            draws=self.draws,
+            costs=self.costs.to(self._dtype),
+            lower=self.lower.to(self._dtype),
+            upper=self.upper.to(self._dtype),
+            num_facets=self.num_facets,
+        )
+
+    def context(self, t: int) -> Context:
+        self._t = t
+        return Context(x=torch.ones(self.num_trials, 1, 1, device=self.device, dtype=self._dtype))
+
+    def block(self, t: int) -> int:
+        """The block of round ``t`` (``P`` equal blocks of the horizon)."""
+        p = self.means.shape[1]
+        return min(t * p // self.horizon, p - 1)
+
+    def values(self, t: int, context: Context, generator: torch.Generator | None) -> Tensor:
+        """The facet values ``V^(t)`` of round ``t``, ``[R, N, K]`` float64."""
+        mean = self.means[:, self.block(t)]
+        if self.kappa is None:
+            return mean
+        m = mean.clamp(1e-6, 1 - 1e-6)
+        a = torch._standard_gamma(self.kappa * m, generator=generator)
+        b = torch._standard_gamma(self.kappa * (1 - m), generator=generator)
+        return a / (a + b).clamp_min(1e-300)
+
+    def check_decision(self, decision: Decision) -> None:
+        super().check_decision(decision)
+        if not decision.is_subset or decision.action.shape[-1] != self.draws:
+            raise ValueError(
+                f"{type(self).__name__} expects Decision.action [R, B, M={self.draws}] "
+                f"(M draws), got {tuple(decision.action.shape)}"
+            )
+
+    def step(
+        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+    ) -> tuple[Feedback, dict[str, Tensor]]:
+        self.check_decision(decision)
+        t = self._t
+        values = self.values(t, context, generator)  # [R, N, K]
+        mask = subset_mask(decision.action[:, 0], self.num_arms)  # [R, K]
+        reward = sum_max_reward(values, mask)  # [R]
+        cost = torch.einsum("rdk,rk->rd", self.costs, mask.to(self.costs.dtype))  # [R, d]
+        opt = expected_sum_max(self.q_opt.to(values.dtype), values, self.draws)  # [R]
+        self.last_probs = decision.probs[:, -1].detach().to(self.last_probs)
+        zeros = torch.zeros(*decision.probs.shape, dtype=self._dtype, device=self.device)
+        feedback = Feedback(
+            reward=zeros,
+            observed=torch.zeros_like(zeros, dtype=torch.bool),
+            set_reward=reward[:, None].to(self._dtype),
+        )
+        outcome = {"reward": reward[:, None], "r1_opt": (opt - reward)[:, None]}
+        for j in range(self.dim_cost):
+            outcome[f"cost_{j}"] = cost[:, j, None]
+        return feedback, outcome
+
+    def policy_value(self, q: Tensor, rounds: int) -> Tensor:
+        """``(1/t) sum_{s<t} E_{A ~ q}[r_s(A)]`` of a fixed policy ``q [R, K]``, ``[R]``.
+
+        With noise the expectation over ``V^(s)`` replaces the realised values (200 Monte
+        Carlo draws of ``V`` per block from a generator seeded per trial; exact over ``A``).
+        """
+        p = self.means.shape[1]
+        counts = torch.bincount(
+            torch.tensor([self.block(t) for t in range(rounds)], dtype=torch.long), minlength=p
+        ).to(self.device, torch.float64)  # [P]
+        if self.kappa is None:
+            per_block = expected_sum_max(q[:, None], self.means, self.draws)  # [R, P]
+        else:
+            seeds = self._labels.get("seed", pd.Series(range(self.num_trials))).to_numpy()
+            g = torch.Generator(device=self.device)
+            rows = []
+            for r in range(self.num_trials):  # end of run only
+                g.manual_seed(int(seeds[r]) + 7919)
+                m = self.means[r].clamp(1e-6, 1 - 1e-6).expand(200, *self.means.shape[1:])
+                a = torch._standard_gamma(self.kappa * m, generator=g)
+                b = torch._standard_gamma(self.kappa * (1 - m), generator=g)
+                rows.append(expected_sum_max(q[r, None, None], a / (a + b), self.draws).mean(0))
+            per_block = torch.stack(rows)
+        return (per_block * counts).sum(-1) / rounds
+
+    def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
+        avg_cost = torch.stack([sums[f"cost_{j}"] for j in range(self.dim_cost)], -1) / rounds
+        r2 = box_distance(
+            avg_cost.to(self.lower), self.lower.to(avg_cost.device), self.upper.to(avg_cost.device)
+        )
+        avg_reward = sums["reward"] / rounds
+        out = {"avg_reward": avg_reward}
+        if rounds >= self.horizon:
+            q_ref = self.last_probs.to(torch.float64)
+            out["r1"] = self.policy_value(q_ref, rounds).to(avg_reward) - avg_reward
+        out["r1_opt"] = sums["r1_opt"] / rounds
+        out["r2"] = r2
+        out["feasible"] = (r2 <= FEASIBLE_TOL).to(avg_reward.dtype)
+        for j in range(self.dim_cost):
+            out[f"avg_cost_{j}"] = avg_cost[:, j]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_probs": self.last_probs.clone(), "means": self.means.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the last policy and the block means (the regime schedule: never re-drawn)."""
+        self.last_probs = state["last_probs"].to(self.last_probs)
+        self.means = state["means"].to(self.means)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "env": type(self).__name__,
+            "trials": self.trials().to_dict("list"),
+            "horizon": self.horizon,
+            "draws": self.draws,
+            "kappa": self.kappa,
+            "means": float(self.means.sum()),
+            "costs": float(self.costs.sum()),
+        }
