@@ -18,7 +18,7 @@ PRESETS = sorted((config_dir() / "experiment").glob("*.yaml"))
 #: presets whose header names the pretrain command compose with pretrain.yaml
 PRETRAIN = sorted(p.stem for p in PRESETS if "torchroute pretrain" in p.read_text())
 #: presets of `torchroute gap` (policy-class gap tables; composed in tests/test_gap.py)
-GAP = sorted(p.stem for p in PRESETS if "torchroute gap" in p.read_text())
+GAP = sorted(p.stem for p in PRESETS if re.search(r"^gap:", p.read_text(), re.M))
 EXPERIMENTS = sorted(p.stem for p in PRESETS if p.stem not in {*PRETRAIN, *GAP})
 _LEARNER_ENTRY = re.compile(r"^\s*-\s*/learner@learners\.\w+:\s*(\w+)\s*$", re.M)
 
