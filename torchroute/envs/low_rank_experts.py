@@ -1,0 +1,262 @@
+"""The low-rank experts simulator of HPG (ALGORITHMS.md section 6; paper 000 Section 2).
+
+Queries ``q in R^d`` (unit norm) come from a mixture of clusters (or adversarial blocks of
+one cluster) in an ``L``-dimensional latent space embedded in ``R^d`` by a random
+orthonormal ``P [d, L]``, plus isotropic ambient noise. Items ``a in R^da`` are unit
+vectors; the reward kernel is ``Psi* = B* P^T`` (``B*`` with orthonormal rows, so
+``||Psi*||_2 = 1``); expert ``m`` has the rank-``s`` kernel ``Psi_m = V_m^T U_m P^T``
+(``||Psi_m||_2 = kernel_scale``) and draws one item from ``xi_m(a | q) ~ exp(a^T Psi_m q)``;
+the reward is ``a^T Psi* q + N(0, noise^2)``.
+``R_m(q) = sum_a xi_m(a | q) a^T Psi* q`` is exact. Proposition 1's comparator is the
+first-order expansion around the uniform item draw, ``W*_m = sym(Psi*^T Cov(a) Psi_m)``
+(rank ``<= 2 s``), scaled by ``c`` so that ``max_m ||c W*_m||_* = comparator_tau``.
+
+Several dimensions run in one env: trials are ``dims x seeds`` (dim-major); queries of a
+trial with ``d < max(dims)`` are zero-padded, and ``Problem.labels['dim']`` holds each
+trial's true ``d``. The latent world (clusters, items, kernels) depends on the seed only,
+so the same seed at two dimensions differs only by the embedding and the ambient noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from torchroute.checks import check_number
+from torchroute.envs.base import Env
+from torchroute.types import Context, Decision, Feedback, Outcome, Problem
+
+
+def _unit(x: Tensor) -> Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def _spectral_scale(x: Tensor, scale: float) -> Tensor:
+    return x * (scale / torch.linalg.matrix_norm(x, ord=2)[..., None, None])
+
+
+class LowRankExperts(Env):
+    """Online routing among ``M`` rank-``s`` experts with exact expected rewards.
+
+    Args:
+        seeds: world seeds (one trial per seed and dimension).
+        dims: query dimensions ``d``.
+        num_experts: ``M``.
+        rank: ``s``, the rank of each expert kernel.
+        horizon: ``T``.
+        latent_dim, item_dim, num_items, num_clusters: ``L``, ``da``, items, clusters.
+        query_noise: ambient noise norm added to the latent query before normalisation.
+        latent_noise: within-cluster spread in the latent space.
+        mode: ``"clusters"`` (i.i.d. cluster draws) or ``"blocks"`` (adversarial blocks of
+            ``block_length`` rounds of one cluster, cycling).
+        kernel_scale: ``||Psi_m||_2`` (the experts' sharpness).
+        noise: Gaussian reward noise sigma.
+        comparator_tau: nuclear norm of the scaled comparator (default ``2 s``).
+        device, dtype: where and in which precision contexts and rewards live.
+
+    Shapes:
+        ``context(t).x [R, 1, D]`` (``D = max(dims)``); the outcome has ``reward``,
+        ``expected_reward``, ``regret`` (vs the per-query best expert), ``comparator_regret``
+        (vs the policy ``softmax(q^T c W* q)``), ``linearized_regret`` (eq. 9, per round)
+        ``[R, 1]`` and ``expert_reward [R, 1, M]``.
+    """
+
+    curve_keys = ("regret", "linearized_regret")
+
+    def __init__(
+        self,
+        seeds: Sequence[int],
+        dims: Sequence[int] = (64,),
+        num_experts: int = 8,
+        rank: int = 4,
+        horizon: int = 2000,
+        latent_dim: int = 8,
+        item_dim: int = 8,
+        num_items: int = 32,
+        num_clusters: int = 8,
+        query_noise: float = 0.3,
+        latent_noise: float = 0.3,
+        mode: Literal["clusters", "blocks"] = "clusters",
+        block_length: int = 100,
+        kernel_scale: float = 16.0,
+        noise: float = 0.1,
+        comparator_tau: float | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        name = "LowRankExperts"
+        for key, value in (("num_experts", num_experts), ("rank", rank), ("horizon", horizon)):
+            check_number(name, key, value, ge=1, integer=True)
+        check_number(name, "latent_dim", latent_dim, ge=rank, integer=True)
+        for key, value in (("query_noise", query_noise), ("noise", noise)):
+            check_number(name, key, value, ge=0)
+        check_number(name, "kernel_scale", kernel_scale, gt=0)
+        if mode not in ("clusters", "blocks"):
+            raise ValueError(f"{name}: mode must be 'clusters' or 'blocks', got {mode!r}")
+        dims_l = [int(d) for d in dims]
+        if not dims_l or min(dims_l) < latent_dim:
+            raise ValueError(f"{name}: dims must be non-empty and >= latent_dim, got {dims_l}")
+        seeds_l = [int(s) for s in seeds]
+        self.dims = torch.tensor([d for d in dims_l for _ in seeds_l])
+        self.seeds = torch.tensor([s for _ in dims_l for s in seeds_l])
+        self.num_trials, self.num_arms, self.horizon = len(self.seeds), num_experts, horizon
+        self.rank, self.noise, self.dtype = rank, float(noise), dtype
+        tau_star = 2.0 * rank if comparator_tau is None else float(comparator_tau)
+        self.comparator_tau = tau_star
+        d_max, big = max(dims_l), torch.float64
+        cfg = {
+            "latent_dim": latent_dim,
+            "item_dim": item_dim,
+            "num_items": num_items,
+            "num_experts": num_experts,
+            "rank": rank,
+            "horizon": horizon,
+            "num_clusters": num_clusters,
+            "latent_noise": latent_noise,
+            "query_noise": query_noise,
+            "mode": mode,
+            "block_length": block_length,
+            "kernel_scale": kernel_scale,
+            "tau_star": tau_star,
+        }
+        worlds = [self._world(int(s), int(d), d_max, cfg) for s, d in zip(self.seeds, self.dims)]
+        stack = {k: torch.stack([w[k] for w in worlds]) for k in worlds[0]}
+        self._device = torch.device(device)
+        self.embed = stack["embed"].to(self._device, big)  # [R, D, L]
+        items = stack["items"].to(self._device, big)  # [R, n, da]
+        # item rewards a^T B* and expert logits a^T V_m^T U_m in the latent space
+        self.item_rewards = items @ stack["reward_kernel"].to(self._device, big)  # [R, n, L]
+        self.item_logits = items[:, None] @ stack["expert_kernels"].to(self._device, big)
+        self.comparator = stack["comparator"].to(self._device, big)  # [R, M, L, L]
+        self.queries = stack["queries"].to(self._device, dtype)  # [R, T, D]
+
+    @staticmethod
+    def _world(seed: int, d: int, d_max: int, cfg: dict) -> dict[str, Tensor]:
+        """One trial's world: latent parts from ``seed``, embedding from ``(seed, d)``."""
+        g = torch.Generator().manual_seed(seed)
+        f64 = torch.float64
+        lat, da, m, s = cfg["latent_dim"], cfg["item_dim"], cfg["num_experts"], cfg["rank"]
+        t, k = cfg["horizon"], cfg["num_clusters"]
+        centers = _unit(torch.randn(k, lat, generator=g, dtype=f64))
+        items = _unit(torch.randn(cfg["num_items"], da, generator=g, dtype=f64))
+        star = torch.linalg.qr(torch.randn(lat, da, generator=g, dtype=f64))[0].T  # [da, L]
+        v = torch.randn(m, s, da, generator=g, dtype=f64)
+        u = torch.randn(m, s, lat, generator=g, dtype=f64)
+        experts = _spectral_scale(v.transpose(-1, -2) @ u, cfg["kernel_scale"])  # [M, da, L]
+        if cfg["mode"] == "clusters":
+            cluster = torch.randint(0, k, (t,), generator=g)
+        else:
+            cluster = (torch.arange(t) // cfg["block_length"] + seed) % k
+        z = centers[cluster] + cfg["latent_noise"] * torch.randn(t, lat, generator=g, dtype=f64)
+        z = _unit(z)
+        cov = torch.cov(items.T, correction=0)  # [da, da]
+        w = star.T @ cov @ experts  # [M, L, L]
+        w = 0.5 * (w + w.transpose(-1, -2))
+        nuc = torch.linalg.matrix_norm(w, ord="nuc").amax()
+        comparator = w * (cfg["tau_star"] / nuc)
+        g_d = torch.Generator().manual_seed(seed * 100_003 + d)
+        embed, _ = torch.linalg.qr(torch.randn(d, lat, generator=g_d, dtype=f64))
+        ambient = torch.randn(t, d, generator=g_d, dtype=f64) / d**0.5
+        queries = _unit(z @ embed.T + cfg["query_noise"] * ambient)  # [T, d]
+        pad = d_max - d
+        return {
+            "embed": torch.nn.functional.pad(embed, (0, 0, 0, pad)),
+            "items": items,
+            "reward_kernel": star,
+            "expert_kernels": experts,
+            "comparator": comparator,
+            "queries": torch.nn.functional.pad(queries, (0, pad)),
+        }
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def trials(self) -> pd.DataFrame:
+        return pd.DataFrame({"dim": self.dims.numpy(), "seed": self.seeds.numpy()})
+
+    def problem(self) -> Problem:
+        r = self.num_trials
+        return Problem(
+            num_trials=r,
+            num_arms=self.num_arms,
+            dim=self.queries.shape[-1],
+            rho=torch.zeros(r, dtype=torch.float64),
+            arm_names=tuple(f"expert{m}" for m in range(self.num_arms)),
+            horizon=self.horizon,
+            device=self._device,
+            dtype=self.dtype,
+            labels={"dim": self.dims.to(torch.float64)},
+        )
+
+    def context(self, t: int) -> Context:
+        return Context(x=self.queries[:, t : t + 1])
+
+    def expected_rewards(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``R_m(q) [R, B, M]``, the item distributions ``[R, B, M, n]`` and item rewards
+        ``a^T Psi* q [R, B, n]`` for queries ``x [R, B, D]`` (float64)."""
+        latent = x.to(torch.float64) @ self.embed  # [R, B, L]
+        item_reward = latent @ self.item_rewards.transpose(-1, -2)  # [R, B, n]
+        logits = latent[:, None] @ self.item_logits.transpose(-1, -2)  # [R, M, B, n]
+        xi = torch.softmax(logits.transpose(1, 2), -1)
+        return (xi * item_reward[:, :, None]).sum(-1), xi, item_reward
+
+    def comparator_scores(self, x: Tensor) -> Tensor:
+        """``q^T c W*_m q``, ``[R, B, M]``."""
+        latent = x.to(torch.float64) @ self.embed
+        return torch.einsum("rbl,rmlk,rbk->rbm", latent, self.comparator, latent)
+
+    def step(
+        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+    ) -> tuple[Feedback, Outcome]:
+        self.check_decision(decision)
+        means, xi, item_reward = self.expected_rewards(context.x)  # [R, B, M]
+        action = decision.action
+        r, b = action.shape
+        xi_played = xi.gather(2, action[..., None, None].expand(r, b, 1, xi.shape[-1]))[:, :, 0]
+        item = torch.multinomial(xi_played.reshape(r * b, -1), 1, generator=generator)
+        clean = item_reward.gather(-1, item.reshape(r, b, 1))[..., 0]
+        eps = torch.randn(r, b, generator=generator, device=self.device, dtype=torch.float64)
+        reward = clean + self.noise * eps
+        observed = torch.nn.functional.one_hot(action, self.num_arms).bool()
+        reward_k = torch.where(observed, reward[..., None], 0.0).to(self.dtype)
+        chosen = means.gather(-1, action[..., None])[..., 0]
+        probs = decision.probs.to(torch.float64)
+        rbar = (probs * means).sum(-1, keepdim=True)
+        log_pi = probs.clamp_min(1e-300).log()
+        comparator = self.comparator_scores(context.x)
+        lin = (probs * (means - rbar) * (comparator - log_pi)).sum(-1)
+        star = torch.softmax(comparator, -1)
+        outcome = {
+            "reward": reward,
+            "expected_reward": chosen,
+            "regret": means.amax(-1) - chosen,
+            "comparator_regret": (star * means).sum(-1) - chosen,
+            "linearized_regret": lin,
+            "expert_reward": means,
+        }
+        return Feedback(reward_k, observed, only_played=True), outcome
+
+    def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
+        best_const = sums["expert_reward"].amax(-1)
+        return {
+            "avg_reward": sums["reward"] / rounds,
+            "avg_expected_reward": sums["expected_reward"] / rounds,
+            "avg_regret": sums["regret"] / rounds,
+            "const_regret": (best_const - sums["expected_reward"]) / rounds,
+            "comparator_regret": sums["comparator_regret"] / rounds,
+            "linearized_regret": sums["linearized_regret"],
+        }
+
+    def fingerprint(self) -> dict:
+        return {
+            "env": "LowRankExperts",
+            "trials": self.trials().to_dict("list"),
+            "horizon": self.horizon,
+            "shape": list(self.queries.shape),
+            "checksum": float(self.queries.double().sum()),
+        }

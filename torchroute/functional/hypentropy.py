@@ -1,0 +1,211 @@
+"""Hypentropy mirror descent on symmetric matrices kept as low-rank eigendecompositions.
+
+ALGORITHMS.md section 6 (HPG, paper 000). A model's *mirror iterate* is
+``Theta = U diag(theta) U^T`` with ``U [..., d, k]`` (orthonormal active columns, zero
+inactive ones) and ``theta [..., k]`` (zero where inactive); the policy matrix is
+``W = U diag(beta sinh theta) U^T`` (same eigenvectors). Every function is batched over
+any leading dimensions (trials x models), keeps static shapes and never syncs with the host.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def mirror_map(lam: Tensor, beta: Tensor | float) -> Tensor:
+    """``grad Phi_beta`` on eigenvalues: ``asinh(lambda / beta)`` (``W`` -> mirror space)."""
+    return torch.asinh(lam / beta)
+
+
+def inverse_mirror_map(theta: Tensor, beta: Tensor | float) -> Tensor:
+    """The inverse of :func:`mirror_map`: ``beta sinh(theta)`` (mirror space -> ``W``)."""
+    return beta * torch.sinh(theta)
+
+
+def quadratic_form(U: Tensor, theta: Tensor, beta: Tensor | float, q: Tensor) -> Tensor:
+    """``q^T W q = sum_i beta sinh(theta_i) (u_i^T q)^2`` in ``O(d k)``.
+
+    Args:
+        U: ``[..., d, k]`` eigenvectors; theta: ``[..., k]``; beta: broadcastable to
+            ``[...]`` (a tensor ``[...]`` or a float); q: ``[..., b, d]`` queries.
+
+    Returns:
+        ``[..., b]``.
+    """
+    proj = q @ U  # [..., b, k]
+    lam = inverse_mirror_map(theta, _expand(beta, theta))  # [..., k]
+    return (proj.square() * lam[..., None, :]).sum(-1)
+
+
+def _expand(beta: Tensor | float, like: Tensor) -> Tensor | float:
+    """``beta [...]`` -> ``[..., 1]`` to broadcast against ``like [..., k]``."""
+    return beta[..., None] if isinstance(beta, Tensor) else beta
+
+
+def low_rank_eig_update(
+    U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Eigendecomposition of ``U diag(theta) U^T + sum_j c_j q_j q_j^T`` (section 6 step 2).
+
+    The updated matrix lives in the span of ``[U, Q_perp]`` with ``Q_perp`` an orthonormal
+    basis of the part of the ``q_j`` orthogonal to ``U`` (classical Gram-Schmidt twice,
+    then QR). In that basis it is the small matrix
+    ``S = diag(theta) + A diag(c) A^T`` with ``A = [U^T Q; R]``, diagonalised by ``eigh``
+    in ``O((k + b)^3)``; the new basis is ``[U, Q_perp] V`` (``O(d (k + b)^2)``). Never a
+    ``d x d`` eigendecomposition. Directions with negligible ``rho`` (``q`` already in the
+    span, always the case at full rank) give eigenvalues at round-off level, which leave the
+    active set (the exact value there is zero).
+
+    Args:
+        U: ``[..., d, k]``, orthonormal on the active columns, zero elsewhere.
+        theta: ``[..., k]`` eigenvalues (zero where inactive).
+        mask: ``[..., k]`` bool, the active columns.
+        q: ``[..., b, d]`` update directions.
+        c: ``[..., b]`` coefficients (any sign).
+
+    Returns:
+        ``(U' [..., d, k + b], theta' [..., k + b], mask' [..., k + b])``, inactive entries
+        zeroed; the ``k + b`` slots are in ascending eigenvalue order (not compacted).
+    """
+    U = U * mask[..., None, :].to(U.dtype)
+    theta = torch.where(mask, theta, torch.zeros_like(theta))
+    qt = q.transpose(-1, -2)  # [..., d, b]
+    z = U.transpose(-1, -2) @ qt  # [..., k, b]
+    perp = qt - U @ z
+    z2 = U.transpose(-1, -2) @ perp  # re-orthogonalise ("twice is enough")
+    perp = perp - U @ z2
+    z = z + z2
+    basis_perp, r = torch.linalg.qr(perp)  # [..., d, b], [..., b, b]
+    a = torch.cat([z, r], dim=-2)  # [..., k + b, b]
+    s = (a * c[..., None, :]) @ a.transpose(-1, -2)
+    s = s + torch.diag_embed(torch.cat([theta, torch.zeros_like(c)], dim=-1))
+    s = 0.5 * (s + s.transpose(-1, -2))
+    vals, vecs = torch.linalg.eigh(s)
+    basis = torch.cat([U, basis_perp], dim=-1)  # [..., d, k + b]
+    new_u = basis @ vecs
+    eps = torch.finfo(vals.dtype).eps
+    scale = vals.abs().amax(-1, keepdim=True) + (c.abs() * q.square().sum(-1)).amax(
+        -1, keepdim=True
+    )
+    new_mask = vals.abs() > (4 * s.shape[-1]) * eps * scale
+    new_theta = torch.where(new_mask, vals, torch.zeros_like(vals))
+    return new_u * new_mask[..., None, :].to(new_u.dtype), new_theta, new_mask
+
+
+def rank_one_eig_update(
+    U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Eigendecomposition of ``U diag(theta) U^T + c q q^T`` (section 6 step 2).
+
+    Args:
+        U: ``[..., d, k]``; theta, mask: ``[..., k]``; q: ``[..., d]``; c: ``[...]``.
+
+    Returns:
+        ``(U' [..., d, k + 1], theta' [..., k + 1], mask' [..., k + 1])``; see
+        :func:`low_rank_eig_update` (this is its ``b = 1`` case).
+    """
+    return low_rank_eig_update(U, theta, mask, q[..., None, :], c[..., None])
+
+
+def nuclear_projection(theta: Tensor, tau: Tensor | float, beta: Tensor | float) -> Tensor:
+    """Bregman (hypentropy) projection onto ``{W : ||W||_* <= tau}`` on eigenvalues (step 3).
+
+    The soft-threshold in mirror space ``theta'_i = sign(theta_i) max(|theta_i| - nu, 0)``
+    with ``nu = 0`` when ``sum_i beta sinh|theta_i| <= tau`` and otherwise the unique
+    ``nu > 0`` with ``sum_i beta sinh(max(|theta_i| - nu, 0)) = tau``. For the ``j``
+    largest ``|theta|`` the closed form is ``e^nu = E+ / (C + sqrt(C^2 + E+ E-))``
+    (``E+-`` = sums of ``exp(+-|theta|)``, ``C = tau / beta``), evaluated in log space; the
+    right ``j`` is the largest with ``|theta|_(j) > nu_j``. Zeros stay zero.
+
+    Args:
+        theta: ``[..., k]`` mirror eigenvalues.
+        tau: radius, ``> 0`` (float or ``[...]``).
+        beta: hypentropy scale, ``> 0`` (float or ``[...]``).
+
+    Returns:
+        ``[..., k]`` projected mirror eigenvalues.
+    """
+    a = theta.abs()
+    sorted_a, _ = a.sort(dim=-1, descending=True)  # [..., k]
+    log_ep = torch.logcumsumexp(sorted_a, dim=-1)
+    log_em = torch.logcumsumexp(-sorted_a, dim=-1)
+    log_c = torch.log(torch.as_tensor(tau, dtype=theta.dtype, device=theta.device)) - torch.log(
+        torch.as_tensor(beta, dtype=theta.dtype, device=theta.device)
+    )
+    log_c = log_c[..., None] if log_c.ndim else log_c
+    # log(C + sqrt(C^2 + E+ E-)) in log space
+    log_root = 0.5 * torch.logaddexp(2 * log_c, log_ep + log_em)
+    nu_j = log_ep - torch.logaddexp(log_c.expand_as(log_root), log_root)  # [..., k]
+    valid = sorted_a > nu_j
+    idx = torch.arange(1, a.shape[-1] + 1, device=a.device)
+    j = (valid * idx).amax(-1, keepdim=True)  # [..., 1], 0 if none (all zero)
+    nu = nu_j.gather(-1, (j - 1).clamp_min(0)).clamp_min(0.0)
+    nu = torch.where(j > 0, nu, torch.zeros_like(nu))
+    return theta.sign() * (a - nu).clamp_min(0.0)
+
+
+def compact(
+    U: Tensor, theta: Tensor, mask: Tensor, capacity: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Keep the ``capacity`` largest ``|theta|`` slots (static shapes).
+
+    Exact whenever at most ``capacity`` slots are active; otherwise it is the top-``k``
+    truncation of section 6 (an approximation), and ``dropped`` counts the lost slots.
+
+    Args:
+        U: ``[..., d, k]``; theta, mask: ``[..., k]`` with ``k >= capacity``.
+
+    Returns:
+        ``(U [..., d, capacity], theta [..., capacity], mask [..., capacity], dropped [...])``.
+    """
+    mask = mask & (theta != 0)
+    key = torch.where(mask, theta.abs(), torch.full_like(theta, -1.0))
+    _, idx = key.topk(capacity, dim=-1)  # [..., capacity]
+    new_theta = theta.gather(-1, idx)
+    new_mask = mask.gather(-1, idx)
+    new_u = U.gather(-1, idx[..., None, :].expand(*U.shape[:-1], capacity))
+    dropped = mask.sum(-1) - new_mask.sum(-1)
+    return new_u, new_theta, new_mask, dropped
+
+
+def mirror_step(
+    U: Tensor,
+    theta: Tensor,
+    mask: Tensor,
+    q: Tensor,
+    c: Tensor,
+    tau: Tensor | float,
+    beta: Tensor | float,
+    capacity: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One HPG round in mirror space: eigen-update, nuclear projection, compaction.
+
+    Args:
+        U: ``[..., d, capacity]``; theta, mask: ``[..., capacity]``; q: ``[..., b, d]``;
+            c: ``[..., b]``; tau, beta: floats or ``[...]``.
+
+    Returns:
+        ``(U, theta, mask, dropped)`` as :func:`compact`.
+    """
+    new_u, new_theta, new_mask = low_rank_eig_update(U, theta, mask, q, c)
+    new_theta = nuclear_projection(new_theta, tau, beta)
+    return compact(new_u, new_theta, new_mask & (new_theta != 0), capacity)
+
+
+def dense_mirror_step(
+    theta_dense: Tensor, q: Tensor, c: Tensor, tau: Tensor | float, beta: Tensor | float
+) -> Tensor:
+    """The reference/fallback path: a full ``d x d`` ``eigh`` per model (``O(d^3)``).
+
+    Args:
+        theta_dense: ``[..., d, d]`` symmetric mirror iterate; q: ``[..., b, d]``;
+            c: ``[..., b]``; tau, beta: floats or ``[...]``.
+
+    Returns:
+        ``[..., d, d]``, the projected mirror iterate.
+    """
+    upd = theta_dense + (q.transpose(-1, -2) * c[..., None, :]) @ q
+    vals, vecs = torch.linalg.eigh(0.5 * (upd + upd.transpose(-1, -2)))
+    vals = nuclear_projection(vals, tau, beta)
+    return (vecs * vals[..., None, :]) @ vecs.transpose(-1, -2)

@@ -1,0 +1,230 @@
+"""Softmax routing policies learned by policy gradient: the shared base and the baselines of
+HPG (ALGORITHMS.md section 6): EXP3 (constant class), log-linear REINFORCE and the flattened
+Euclidean policy gradient on the log-quadratic class."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from torchroute.checks import check_number
+from torchroute.functional.sampling import sample_categorical
+from torchroute.learners.base import Learner
+from torchroute.types import Context, Decision, Feedback, Problem
+
+
+def trial_dims(problem: Problem) -> Tensor:
+    """The true query dimension of each trial, ``[R]``: ``Problem.labels['dim']`` when the env
+    zero-pads several dimensions into one run, else ``Problem.dim`` for every trial."""
+    if "dim" in problem.labels:
+        return problem.labels["dim"].to(torch.float64).cpu()
+    return torch.full((problem.num_trials,), float(problem.dim), dtype=torch.float64)
+
+
+def require_horizon(problem: Problem, horizon: int | None, who: str) -> int:
+    """``horizon`` or ``Problem.horizon``; a one-line error when neither is known."""
+    value = horizon if horizon is not None else problem.horizon
+    if value is None:
+        raise ValueError(f"{who}: horizon (T) is unknown; pass horizon=<rounds>")
+    check_number(who, "horizon", value, ge=1, integer=True)
+    return int(value)
+
+
+class SoftmaxPolicy(Learner):
+    """A policy ``pi(m | q) = softmax_m(score_m(q))`` sampled every round.
+
+    Subclasses implement :meth:`scores` (``[R, B, d] -> [R, B, K]``) and :meth:`update`.
+    """
+
+    def scores(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def policy(self, x: Tensor) -> Tensor:
+        """``pi(. | q)`` of the current state, ``[R, B, K]``."""
+        return torch.softmax(self.scores(x), dim=-1)
+
+    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+        self._check_context(context)
+        probs = self.policy(context.x)
+        return Decision(probs=probs, action=sample_categorical(probs, generator))
+
+    def _played_reward(self, context: Context, decision: Decision, feedback: Feedback) -> Tensor:
+        """The reward of the played arm, ``[R, B]``; checks shapes (and finiteness on CPU)."""
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        reward = feedback.reward.gather(-1, decision.action[..., None])[..., 0]
+        if reward.device.type == "cpu" and not bool(torch.isfinite(reward).all()):
+            raise ValueError(f"{type(self).__name__}: Feedback.reward must be finite, got NaN/inf")
+        return reward
+
+    def _advantage_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
+        """``r (1[m = m_t] - pi_m)``, ``[R, B, K]`` (minus the REINFORCE gradient's scale).
+
+        ``pi`` is recomputed from the state (unchanged since ``act``), so the update reads
+        only the played arm of ``decision``.
+        """
+        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
+        return reward[..., None] * (one_hot - self.policy(context.x).to(reward.dtype))
+
+
+class EXP3(SoftmaxPolicy):
+    """EXP3 over models (the constant policy class): ``pi = (1 - gamma) softmax(w) + gamma/K``.
+
+    Loss-based importance weighting: ``w_m -= eta (r_max - r) 1[m = m_t] / pi_m``.
+
+    Args:
+        num_trials, num_arms: ``R``, ``K``.
+        eta: step size ``> 0``.
+        gamma: uniform exploration in ``[0, 1]``.
+        reward_max: the largest reward (losses are ``r_max - r``).
+    """
+
+    def __init__(
+        self, num_trials: int, num_arms: int, eta: float, gamma: float = 0.0, reward_max=1.0
+    ) -> None:
+        super().__init__(num_trials, num_arms)
+        check_number("EXP3", "eta", eta, gt=0)
+        check_number("EXP3", "gamma", gamma, ge=0, le=1)
+        check_number("EXP3", "reward_max", reward_max)
+        self.eta, self.gamma, self.reward_max = float(eta), float(gamma), float(reward_max)
+        self.register_buffer("log_weights", torch.zeros(num_trials, num_arms))
+
+    @classmethod
+    def from_problem(
+        cls, problem: Problem, eta: float | None = None, horizon: int | None = None, **kw
+    ) -> EXP3:
+        """Default ``eta = sqrt(2 log K / (T K))`` (Auer et al. 2002)."""
+        k = problem.num_arms
+        if eta is None:
+            eta = math.sqrt(2 * math.log(k) / (require_horizon(problem, horizon, "EXP3") * k))
+        return cls(problem.num_trials, k, eta, **kw)
+
+    def policy(self, x: Tensor) -> Tensor:
+        probs = torch.softmax(self.log_weights, -1).to(x.dtype)
+        probs = (1 - self.gamma) * probs + self.gamma / self.num_arms
+        return probs[:, None].expand(*x.shape[:2], self.num_arms)
+
+    def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
+        reward = self._played_reward(context, decision, feedback)
+        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
+        probs = self.policy(context.x).to(reward.dtype)
+        played = probs.gather(-1, decision.action[..., None])[..., 0]
+        loss = ((self.reward_max - reward) / played)[..., None] * one_hot
+        self.log_weights -= self.eta * loss.sum(1).to(self.log_weights)
+        self.log_weights -= self.log_weights.amax(-1, keepdim=True)  # keep weights bounded
+        self._tick(context)
+        return {}
+
+
+class LogLinearPG(SoftmaxPolicy):
+    """Log-linear policy ``softmax_m(theta_m^T q)`` by REINFORCE with a Euclidean step.
+
+    ``theta_m <- Proj_{||.|| <= radius}(theta_m + eta sum_b r (1[m = m_t] - pi_m) q)``.
+
+    Args:
+        num_trials, num_arms, dim: ``R``, ``K``, ``d``.
+        eta: step size ``> 0``.
+        radius: Euclidean radius of each ``theta_m`` (``None``: no projection).
+    """
+
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, eta: float, radius: float | None = None
+    ) -> None:
+        super().__init__(num_trials, num_arms)
+        check_number("LogLinearPG", "dim", dim, ge=1, integer=True)
+        check_number("LogLinearPG", "eta", eta, gt=0)
+        if radius is not None:
+            check_number("LogLinearPG", "radius", radius, gt=0)
+        self.dim, self.eta, self.radius = int(dim), float(eta), radius
+        self.register_buffer("theta", torch.zeros(num_trials, num_arms, dim))
+
+    @classmethod
+    def from_problem(
+        cls,
+        problem: Problem,
+        rank: int = 4,
+        eta: float | None = None,
+        horizon: int | None = None,
+        eta_scale: float = 1.0,
+        **kw,
+    ) -> LogLinearPG:
+        """Defaults ``radius = 2 s`` and the OGD step ``eta = radius / sqrt(2 T)``
+        (``1 / sqrt(2 T)`` without a radius), times ``eta_scale`` (an ablation knob)."""
+        kw.setdefault("radius", 2.0 * rank)
+        if eta is None:
+            scale = kw["radius"] if kw["radius"] is not None else 1.0
+            eta = scale / math.sqrt(2 * require_horizon(problem, horizon, "LogLinearPG"))
+            eta = eta * eta_scale
+        return cls(problem.num_trials, problem.num_arms, problem.dim, eta, **kw)
+
+    def scores(self, x: Tensor) -> Tensor:
+        return torch.einsum("rbd,rkd->rbk", x, self.theta.to(x.dtype))
+
+    def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
+        weights = self._advantage_weights(
+            context, decision, self._played_reward(context, decision, feedback)
+        )
+        step = torch.einsum("rbk,rbd->rkd", weights, context.x.to(weights.dtype))
+        theta = self.theta + self.eta * step.to(self.theta)
+        if self.radius is not None:
+            norm = theta.norm(dim=-1, keepdim=True)
+            theta = theta * (self.radius / norm.clamp_min(self.radius))
+        self.theta.copy_(theta)
+        self._tick(context)
+        return {}
+
+
+class EuclideanQuadPG(SoftmaxPolicy):
+    """Flattened Euclidean policy gradient on the log-quadratic class (dense ``W_m``).
+
+    ``W_m <- Proj_{||.||_F <= tau}(W_m + eta sum_b r (1[m = m_t] - pi_m) q q^T)``: what
+    HPG's hypentropy buys is measured against this (section 6 baselines).
+
+    Args:
+        num_trials, num_arms, dim: ``R``, ``K``, ``d``.
+        tau: Frobenius radius ``> 0``.
+        eta: step size ``> 0``.
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, tau: float, eta: float) -> None:
+        super().__init__(num_trials, num_arms)
+        check_number("EuclideanQuadPG", "dim", dim, ge=1, integer=True)
+        check_number("EuclideanQuadPG", "tau", tau, gt=0)
+        check_number("EuclideanQuadPG", "eta", eta, gt=0)
+        self.dim, self.tau, self.eta = int(dim), float(tau), float(eta)
+        self.register_buffer("weights", torch.zeros(num_trials, num_arms, dim, dim))
+
+    @classmethod
+    def from_problem(
+        cls,
+        problem: Problem,
+        rank: int = 4,
+        tau: float | None = None,
+        eta: float | None = None,
+        horizon: int | None = None,
+        eta_scale: float = 1.0,
+    ) -> EuclideanQuadPG:
+        """Defaults ``tau = 2 s`` and the OGD step ``eta = tau / sqrt(2 T)``, times
+        ``eta_scale`` (an ablation knob)."""
+        tau = 2.0 * rank if tau is None else tau
+        if eta is None:
+            eta = tau / math.sqrt(2 * require_horizon(problem, horizon, "EuclideanQuadPG"))
+            eta = eta * eta_scale
+        return cls(problem.num_trials, problem.num_arms, problem.dim, tau, eta)
+
+    def scores(self, x: Tensor) -> Tensor:
+        return torch.einsum("rbd,rkde,rbe->rbk", x, self.weights.to(x.dtype), x)
+
+    def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
+        weights = self._advantage_weights(
+            context, decision, self._played_reward(context, decision, feedback)
+        )
+        x = context.x.to(weights.dtype)
+        step = torch.einsum("rbk,rbd,rbe->rkde", weights, x, x)
+        w = self.weights + self.eta * step.to(self.weights)
+        norm = w.flatten(-2).norm(dim=-1)[..., None, None]
+        self.weights.copy_(w * (self.tau / norm.clamp_min(self.tau)))
+        self._tick(context)
+        return {}
