@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
-from torchroute.features import project_features
+from torchroute.features import FEATURE_SOURCES, oracle_features, project_features
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
@@ -109,9 +109,29 @@ def load_features(cfg: DictConfig) -> tuple[RoutingTable, torch.Tensor]:
             f"{table.source}: the table has no embeddings; choose an encoder (encoder=minilm)"
         )
     f = cfg.features
+    source = f.get("source", "pca")
+    if source not in FEATURE_SOURCES:
+        raise ConfigError(f"features.source must be one of {FEATURE_SOURCES}, got {source!r}")
+    if source == "oracle":  # the pre-trained feature head (CABS paper): features.oracle node
+        if f.get("oracle") is None:
+            raise ConfigError(
+                "features.source=oracle needs a features.oracle node (e.g. _target_: "
+                "torchroute.trainers.load_or_pretrain, see configs/experiment/cabs_table2.yaml)"
+            )
+        oracle = _instantiate(
+            f.oracle,
+            "features.oracle",
+            arm_names=list(table.arm_names),
+            embed_dim=int(table.embeddings.shape[1]),
+        )
+        feats = oracle_features(
+            table.embeddings, oracle, f.get("bias", True), f.get("normalize", True)
+        )
+        return table, feats
     fit_rows = table.rows("train") if "train" in table.split else table.rows(cfg.split)
+    pca_dim = None if source == "raw" else f.get("pca_dim")
     feats = project_features(
-        table.embeddings, fit_rows, f.get("pca_dim"), f.get("bias", True), f.get("normalize", True)
+        table.embeddings, fit_rows, pca_dim, f.get("bias", True), f.get("normalize", True)
     )
     return table, feats
 

@@ -1,10 +1,19 @@
-"""Context features from embeddings: optional PCA (fit on the train split) and a bias column."""
+"""Context features from embeddings: optional PCA (fit on the train split) and a bias column.
+
+Feature sources (``features.source`` of the simulate config): ``pca`` (the embeddings
+projected with :func:`project_features`, the default), ``raw`` (the embeddings themselves)
+and ``oracle`` (the pre-trained oracle's feature head applied to the embeddings,
+:func:`oracle_features`; the bandit context of every online learner in the CABS paper).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+#: the values ``features.source`` accepts
+FEATURE_SOURCES = ("pca", "raw", "oracle")
 
 
 def project_features(
@@ -45,3 +54,39 @@ def project_features(
     if bias:
         x = torch.cat([x, x.new_ones(x.shape[0], 1)], dim=1)
     return x.float()
+
+
+def oracle_features(
+    embeddings: Tensor,
+    oracle: nn.Module,
+    bias: bool = True,
+    normalize: bool = True,
+    chunk: int = 4096,
+) -> Tensor:
+    """Bandit features from a pre-trained oracle's feature head (CABS paper, section 5).
+
+    ``phi = oracle.features(e)`` (``d_phi = 128`` for the CABS oracle) in eval mode and
+    without gradients, then the row normalisation and bias column of
+    :func:`project_features`.
+
+    Args:
+        embeddings: ``[n, e]`` encoder embeddings.
+        oracle: a module with ``features(e [m, e]) -> [m, d_phi]`` (a ``MultiHeadOracle``).
+        bias: append a constant feature.
+        normalize: rescale each row to unit norm (before the bias).
+        chunk: rows per forward pass.
+
+    Returns:
+        ``[n, d_phi + bias]`` float32.
+    """
+    if not hasattr(oracle, "features"):
+        raise ValueError(
+            f"features.source=oracle needs a module with features(e), got {type(oracle).__name__}"
+        )
+    was_training = oracle.training
+    oracle.eval()
+    dtype = next(oracle.parameters()).dtype
+    with torch.no_grad():
+        parts = [oracle.features(e.to(dtype)) for e in embeddings.split(chunk)]
+    oracle.train(was_training)
+    return project_features(torch.cat(parts), np.arange(0), None, bias, normalize)

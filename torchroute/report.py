@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from torchroute.io import atomic_write, write_csv_atomic, write_text_atomic
+from torchroute.report_cabs import cabs_section
 from torchroute.report_subset import subset_section
 
 REGIMES = ("low", "medium", "high")
@@ -73,7 +74,7 @@ LABELS = ("learner", "trial", "seed", "rounds")
 #: ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap
 #: tables) add theirs to :data:`SECTIONS`.
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-SECTIONS: list[Section] = [subset_section]
+SECTIONS: list[Section] = [subset_section, cabs_section]
 
 
 def write_report(
@@ -89,10 +90,11 @@ def write_report(
     results, curves = load_results(dirs)
     out = Path(out_dir or dirs[0])
     lines: list[str] = []
+    # The curves repeat each trial's labels (rho, seed, dim, constraint, ...): those columns
+    # label trials and are not averaged as measurements.
+    labels = {*LABELS, "rho", *(c for c in curves.columns if not c.startswith("cum_"))}
     measured = [
-        c
-        for c in results.columns
-        if c not in LABELS and c != "rho" and pd.api.types.is_numeric_dtype(results[c])
+        c for c in results.columns if c not in labels and pd.api.types.is_numeric_dtype(results[c])
     ]
     summary = results.groupby("learner")[measured].mean()
     images: list[str] = []

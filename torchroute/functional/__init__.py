@@ -1,5 +1,6 @@
 """Pure batched math: utilities, ridge statistics, sampling, SquareCB, MLPs, oracle math."""
 
+from torchroute.functional.graph_program import graph_squarecb_probs, graph_squarecb_value
 from torchroute.functional.mlp import mlp_forward, mlp_init, z_inverse_update
 from torchroute.functional.oracle import (
     affinity_from_accuracy,
@@ -33,6 +34,8 @@ from torchroute.functional.utility import utility
 __all__ = [
     "affinity_from_accuracy",
     "argmax_random_ties",
+    "graph_squarecb_probs",
+    "graph_squarecb_value",
     "iqr_keep_mask",
     "mlp_forward",
     "mlp_init",

@@ -25,7 +25,6 @@ from torchroute.learners.subset_baselines import (
 __all__ = [
     "CABSC",
     "CABSD",
-    "NeuralSquareCB",
     "EXP3",
     "HPG",
     "BestSingleArm",
@@ -43,6 +42,7 @@ __all__ = [
     "LinUCB",
     "LogLinearPG",
     "MoEGating",
+    "NeuralSquareCB",
     "NeuralUCB",
     "OMDApproachability",
     "ParameterFreeHPG",
