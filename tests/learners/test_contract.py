@@ -67,16 +67,25 @@ def _permute(state, perm: torch.Tensor):
 
 
 def test_every_learner_is_registered():
+    """Single-choice learners are covered here; subset learners (a multiset action and a
+    set reward) have the same contract tests in tests/learners/test_subset_contract.py."""
     import torchroute.learners as lib
+    from tests.learners.test_subset_contract import SUBSET_LEARNERS
 
     concrete = {
         name
         for name in lib.__all__
         if isinstance(getattr(lib, name), type)
         and issubclass(getattr(lib, name), Learner)
-        and name not in {"Learner", "RidgeLearner", "RegressorRouter"}  # test_static.py
+        and name not in {"Learner", "RidgeLearner", "SubsetLearner", "RegressorRouter"}
     }
-    assert concrete <= set(LEARNERS), f"add {concrete - set(LEARNERS)} to tests/learners/helpers"
+    subset = {n for n in concrete if issubclass(getattr(lib, n), lib.SubsetLearner)}
+    assert concrete - subset <= set(LEARNERS), (
+        f"add {concrete - subset - set(LEARNERS)} to tests/learners/helpers"
+    )
+    assert subset <= set(SUBSET_LEARNERS), (
+        f"add {subset - set(SUBSET_LEARNERS)} to tests/learners/test_subset_contract.py"
+    )
 
 
 @pytest.mark.parametrize("b", [1, 3])

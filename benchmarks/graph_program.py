@@ -1,0 +1,110 @@
+"""Amortised time per instance of the batched SquareCB-G solver against cvxpylayers and cvxpy.
+
+Workload: ``K = 11`` arms, random instances (losses ``U(0, 1)``, random graphs of density
+0.3 plus the diagonal, ``gamma`` log-uniform in ``[1e-2, 1e4]``). Three figures measured in
+the same run so that their ratio shares the machine's load:
+
+1. :func:`torchroute.functional.graph_squarecb_probs` on 210 instances per call
+   (``--device``), median of ``--repeats`` calls, divided by 210.
+2. cvxpylayers (the DPP form with ``w = G^T p``, :mod:`tests.functional.graph_reference`)
+   on a batch of 32 instances per call, median of the calls, divided by 32.
+3. A plain cvxpy re-solve (Clarabel) of the same parametrised problem, one instance per
+   call, median.
+
+It also reports the worst relative gap ``(V_ours - V_ref) / max(1, |V_ref|)`` against
+cvxpylayers (negative: ours is better). The last line is ``ratio_vs_cvxpylayers_K11: <x>``.
+
+Usage: ``.venv/bin/python benchmarks/graph_program.py [--device cpu] [--repeats 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.functional.graph_reference import (
+    TIGHT,
+    reference_layer,
+    squarecb_g_problem,
+)
+from torchroute.functional.graph_program import (
+    graph_squarecb_probs,
+    graph_squarecb_value,
+)
+
+K = 11
+
+
+def instances(n: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    f = torch.rand(n, K, generator=generator, dtype=torch.float64)
+    g = torch.rand(n, K, K, generator=generator) < 0.3
+    gamma = 10 ** (torch.rand(n, generator=generator, dtype=torch.float64) * 6 - 2)
+    return f, g, gamma
+
+
+def timed(fn, repeats: int, sync) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    f, g, gamma = instances(210, gen)
+    fd, gd, gammad = f.to(dev), g.to(dev), gamma.to(dev)
+    graph_squarecb_probs(fd, gd, gammad)  # warm-up
+    ours = timed(lambda: graph_squarecb_probs(fd, gd, gammad), args.repeats, sync) / 210
+
+    layer = reference_layer(K)
+    eye = torch.eye(K, dtype=torch.bool)
+    gf = (g[:32] | eye).double()
+    args32 = (f[:32], gf, 1.0 / gamma[:32])
+    (p_ref,) = layer(*args32, solver_args=dict(TIGHT))
+    layers = timed(lambda: layer(*args32, solver_args=dict(TIGHT)), args.repeats, sync) / 32
+
+    problem, (fp, gp, igp), _ = squarecb_g_problem(K)
+    cvx_opts = {k: v for k, v in TIGHT.items() if k != "solve_method"}
+
+    def cvxpy_one(i: int = 0) -> None:
+        fp.value, gp.value, igp.value = f[i].numpy(), gf[i].numpy(), float(1.0 / gamma[i])
+        problem.solve(solver="CLARABEL", **cvx_opts)
+
+    cvxpy_one()
+    plain = timed(cvxpy_one, max(args.repeats, 5), lambda: None)
+
+    p_ours = graph_squarecb_probs(f[:32], g[:32], gamma[:32])
+    v_ours = graph_squarecb_value(p_ours, f[:32], g[:32], gamma[:32])
+    p_ref = p_ref.clamp_min(0) / p_ref.clamp_min(0).sum(-1, keepdim=True)
+    v_ref = graph_squarecb_value(p_ref, f[:32], g[:32], gamma[:32])
+    gap = ((v_ours - v_ref) / v_ref.abs().clamp_min(1)).max().item()
+    print(f"threads: {torch.get_num_threads()}  device: {dev}")
+    print(f"ours (210 per call):        {ours * 1e3:9.4f} ms/instance")
+    print(f"cvxpylayers (32 per call):  {layers * 1e3:9.4f} ms/instance")
+    print(f"cvxpy re-solve (1 per call):{plain * 1e3:9.4f} ms/instance")
+    print(f"worst relative V gap vs cvxpylayers: {gap:.3e}")
+    print(f"ratio_vs_cvxpy_K11: {plain / ours:.2f}")
+    print(f"ratio_vs_cvxpylayers_K11: {layers / ours:.2f}")
+
+
+if __name__ == "__main__":
+    main()

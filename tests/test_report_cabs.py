@@ -1,0 +1,46 @@
+"""The CABS report section: paper numbers beside measured ones, relations, Figure 3."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from torchroute.paper_results import paper_table
+from torchroute.report_cabs import cabs_section, paper_comparison
+
+
+def _results():
+    rows = []
+    for learner, base in [("linucb", 0.5), ("cabs_d", 0.6), ("cabs_c", 0.55), ("linucb_full", 0.7)]:
+        for rho in (0.0, 500.0, 900.0):
+            rows.append({"learner": learner, "rho": rho, "seed": 0, "avg_utility": base - rho / 1e4,
+                         "avg_regret": 1 - base})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _curves():
+    rows = []
+    for learner, slope in [("linucb", 0.3), ("cabs_d", 0.2)]:
+        for rho in (0.0, 500.0, 900.0):
+            rows += [{"learner": learner, "rho": rho, "seed": 0, "round": t,
+                      "cum_regret": slope * t} for t in (1, 2, 3)]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_paper_table_is_transcribed():
+    paper = paper_table("cabs")
+    row = paper[(paper.table == "table8") & (paper.learner == "cabs_d") & (paper.regime == "low")]
+    assert row["value"].item() == 0.6539  # Table 8, RouterBench, CABS-D (Linear), low
+    assert len(paper) == 48
+
+
+def test_section_compares_and_checks_relations(tmp_path):
+    comparison = paper_comparison(_results())
+    assert comparison.loc["cabs_d", "low"] == 0.6
+    assert comparison.loc["cabs_d", "low_paper"] == 0.6539
+    lines = cabs_section(_results(), _curves(), tmp_path)
+    text = "\n".join(lines)
+    assert "`cabs_d` > `linucb`: low: holds" in text
+    assert "`linucb_full` >= `cabs_d`: low: holds" in text
+    assert (tmp_path / "cabs_relative_regret.png").is_file()
+    assert "| cabs_d | -0.3000 | -0.3000 | -0.3000 |" in text  # (0.2 - 0.3) * 3 per regime
+    assert cabs_section(_results().assign(learner="linucb"), _curves(), tmp_path) == []

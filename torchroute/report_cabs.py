@@ -1,0 +1,127 @@
+"""Report section of the CABS presets: the paper's numbers beside the measured ones.
+
+For results with CABS learners (``cabs_c``, ``cabs_d``, ...) and a ``rho`` column: the
+measured utility (and regret) per cost regime next to the CABS paper's Table 1 and Table 8
+(RouterBench, all-MiniLM) values of :mod:`torchroute.paper_results` (``cabs.csv``), the
+relations the paper reports, and the relative cumulative regret w.r.t. LinUCB per cost
+regime (the paper's Figure 3), drawn to ``cabs_relative_regret.png``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from torchroute.io import atomic_write
+from torchroute.paper_results import paper_table
+
+REGIMES = ("low", "medium", "high")
+
+
+def _regime(rho: float) -> str:
+    if rho <= 300:
+        return "low"
+    return "medium" if rho < 800 else "high"
+
+
+def _measured(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    frame = results.assign(regime=results["rho"].map(_regime))
+    return frame.pivot_table(index="learner", columns="regime", values=metric, aggfunc="mean")
+
+
+def _markdown(frame: pd.DataFrame) -> list[str]:
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(["learner", *map(str, cols)]) + " |"]
+    lines.append("|" + "---|" * (len(cols) + 1))
+    for name, row in frame.iterrows():
+        cells = [f"{v:.4f}" if isinstance(v, float) and v == v else "" for v in row]
+        lines.append("| " + " | ".join([str(name), *cells]) + " |")
+    return lines
+
+
+def paper_comparison(results: pd.DataFrame, metric: str = "avg_utility") -> pd.DataFrame:
+    """Measured vs paper per learner and regime: columns ``<regime>`` and ``<regime>_paper``."""
+    paper = paper_table("cabs")
+    paper = paper[paper["metric"] == metric]
+    # Table 8 (all-MiniLM) first; Table 1 adds the CABS-C rows.
+    paper = paper.sort_values("table", ascending=False).drop_duplicates(["learner", "regime"])
+    ref = paper.pivot_table(index="learner", columns="regime", values="value")
+    measured = _measured(results, metric)
+    out = pd.DataFrame(index=measured.index)
+    for regime in REGIMES:
+        if regime in measured:
+            out[regime] = measured[regime]
+            out[f"{regime}_paper"] = ref[regime].reindex(out.index) if regime in ref else None
+    return out
+
+
+def relations(results: pd.DataFrame) -> list[str]:
+    """The paper's relations per regime (issue 7): which hold in the measured results."""
+    util = _measured(results, "avg_utility")
+    lines = []
+    checks = [
+        ("cabs_d", ">", "linucb"),
+        ("cabs_d", ">", "lints"),
+        ("cabs_d", ">", "epsilon_greedy"),
+        ("cabs_d", ">=", "cabs_c"),
+        ("linucb_full", ">=", "cabs_d"),
+    ]
+    for a, op, b in checks:
+        if a not in util.index or b not in util.index:
+            continue
+        cells = []
+        for regime in REGIMES:
+            if regime not in util:
+                continue
+            x, y = util.loc[a, regime], util.loc[b, regime]
+            ok = x > y if op == ">" else x >= y
+            cells.append(f"{regime}: {'holds' if ok else 'FAILS'} ({x:.4f} vs {y:.4f})")
+        lines.append(f"- `{a}` {op} `{b}`: " + "; ".join(cells))
+    return lines
+
+
+def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Markdown lines (and ``cabs_relative_regret.png``) for CABS results, else ``[]``."""
+    if "rho" not in results or not results["learner"].astype(str).str.startswith("cabs").any():
+        return []
+    lines = ["", "## CABS: measured vs paper (RouterBench; Table 1 and Table 8, all-MiniLM)", ""]
+    lines += _markdown(paper_comparison(results, "avg_utility"))
+    if "avg_regret" in results:
+        lines += ["", "Average regret (paper: Table 1):", ""]
+        lines += _markdown(paper_comparison(results, "avg_regret"))
+    rel = relations(results)
+    if rel:
+        lines += ["", "Paper relations (average utility per regime):", "", *rel]
+    if not curves.empty and "cum_regret" in curves and (curves["learner"] == "linucb").any():
+        keys = ["rho", "seed", "round"]
+        ref = curves[curves["learner"] == "linucb"][[*keys, "cum_regret"]]
+        merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
+        merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]
+        merged["regime"] = merged["rho"].map(_regime)
+        mean = merged.groupby(["regime", "learner", "round"], as_index=False)["relative"].mean()
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)
+        for ax, regime in zip(axes, REGIMES, strict=True):
+            part = mean[mean["regime"] == regime]
+            for name, group in part.groupby("learner"):
+                ax.plot(group["round"], group["relative"], label=str(name))
+            ax.set_title(f"{regime} cost sensitivity")
+            ax.set_xlabel("round")
+            ax.axhline(0.0, color="grey", lw=0.5)
+        axes[0].set_ylabel("cumulative regret - LinUCB's")
+        axes[-1].legend(fontsize=7)
+        path = Path(out_dir) / "cabs_relative_regret.png"
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        last = mean[mean["round"] == mean["round"].max()]
+        table = last.pivot_table(index="learner", columns="regime", values="relative")
+        table = table.reindex(columns=[r for r in REGIMES if r in table.columns])
+        lines += ["", "Relative cumulative regret vs LinUCB at the last round (Figure 3):", ""]
+        lines += _markdown(table)
+        lines += ["", f"![relative regret per regime]({path.name})"]
+    return lines
