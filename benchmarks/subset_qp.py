@@ -50,7 +50,7 @@ def instances(seed: int = 0):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--cvxpy-instances", type=int, default=50)
     args = parser.parse_args()
     y, a, b, gamma = instances()

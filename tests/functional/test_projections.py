@@ -56,16 +56,28 @@ def test_capped_simplex_matches_cvxpy(k):
     assert (q >= gamma - 1e-12).all()
 
 
+@pytest.mark.parametrize("newton_iters", [12, 3, 0])  # 0: the bisection fallback alone
 @pytest.mark.parametrize("k", [3, 10, 50])
-def test_halfspace_projection_matches_cvxpy(k):
+def test_halfspace_projection_matches_cvxpy(k, newton_iters):
     y, a, b, gamma = _instances(10, k, seed=100 + k)
-    q = project_capped_simplex_halfspace(y, gamma, a, b)
+    q = project_capped_simplex_halfspace(y, gamma, a, b, newton_iters=newton_iters)
     for i in range(10):
         ref = _cvxpy_projection(y[i].numpy(), gamma, a[i].numpy(), float(b[i]))
         np.testing.assert_allclose(q[i].numpy(), ref, atol=1e-7)
     assert ((a * q).sum(-1) <= b + 1e-9).all()
     assert torch.allclose(q.sum(-1), torch.ones(10, dtype=F64), atol=1e-12)
     assert (q >= gamma - 1e-12).all()
+
+
+def test_active_set_newton_alone_is_exact_on_most_instances():
+    """The Newton path settles within its budget on these instances (no fallback needed),
+    and its KKT point satisfies every condition; the fallback path agrees with it."""
+    y, a, b, gamma = _instances(200, 50, seed=7)
+    fast = project_capped_simplex_halfspace(y, gamma, a, b)
+    slow = project_capped_simplex_halfspace(y, gamma, a, b, newton_iters=0)
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-9)
+    assert ((a * fast).sum(-1) <= b + 1e-12).all()
+    assert torch.allclose(fast.sum(-1), torch.ones(200, dtype=F64), atol=1e-12)
 
 
 def test_halfspace_projection_leading_dims_and_inactive_constraint():

@@ -46,32 +46,84 @@ def project_capped_simplex_halfspace(
     a: Tensor,
     b: Tensor,
     iters: int = 50,
+    newton_iters: int = 12,
 ) -> Tensor:
     """Euclidean projection onto ``{q in simplex, q >= gamma, a^T q <= b}``.
 
     KKT: ``q(lam) = Proj_{simplex, q >= gamma}(y - lam a)`` with ``lam >= 0``;
     ``s(lam) = a^T q(lam) - b`` is non-increasing and piecewise linear in ``lam``
-    (ALGORITHMS.md section 7, step 2). ``lam = 0`` when ``q(0)`` is feasible; otherwise an
-    upper bracket is found by growing ``lam`` geometrically, then the root of ``s`` is
-    bracketed by ``iters`` bisection steps, and a last secant step
-    through the true values at the bracket ends is exact once both ends lie on one linear
-    piece. The returned point is always on the feasible side (the secant point when it is
-    feasible, else the upper bracket end). When even ``lam -> inf`` is infeasible (the
-    halfspace misses the capped simplex) the point closest to feasibility is returned.
+    (ALGORITHMS.md section 7, step 2). ``lam = 0`` when ``q(0)`` is feasible. Otherwise the
+    constraint is active and, for a fixed support ``S = {i : q_i > gamma}``, ``sum q = 1``
+    and ``a^T q = b`` are two linear equations in the threshold ``tau`` and ``lam``: an
+    active-set Newton iteration solves them and recomputes ``S`` until it no longer
+    changes (``newton_iters`` steps). A stable support with ``lam >= 0`` satisfies every
+    KKT condition, so the result is the exact projection. Instances whose support has not
+    settled (or is degenerate) fall back to :func:`_bisection_halfspace`; on the CPU only
+    those are recomputed (one batch-level check), on other devices the fallback is computed
+    for all and selected with ``torch.where`` (no host sync).
 
     Args:
         y: ``[..., K]`` points.
         gamma: floor, float or ``[...]``.
         a: ``[..., K]`` halfspace normals.
         b: ``[...]`` offsets.
-        iters: bisection steps (50 narrow the bracket to ``2^-50`` of its width; the
-            secant step then lands on the root).
+        iters: bisection steps of the fallback.
+        newton_iters: active-set Newton steps.
 
     Returns:
         ``[..., K]`` projections.
     """
     a = a.to(y.dtype).expand_as(y)
     b = torch.as_tensor(b, dtype=y.dtype, device=y.device).expand(y.shape[:-1])
+    k = y.shape[-1]
+    g = torch.as_tensor(gamma, dtype=y.dtype, device=y.device).expand(y.shape[:-1])  # [...]
+    q0 = project_capped_simplex(y, gamma)
+    active = ((a * q0).sum(-1) - b) > 0  # [...]
+    z = y - g[..., None]
+    radius = 1.0 - k * g  # mass above the floor
+    floor_a = g * a.sum(-1)  # gamma sum_i a_i: the floor's part of a^T q
+    support = (q0 - g[..., None]) > 0  # start from the support at lam = 0
+    stable = torch.zeros_like(active)
+    lam = torch.zeros_like(b)
+    tau = torch.zeros_like(b)
+    # The support sums of 1, a, a^2, z, a z in one batched product per step.
+    columns = torch.stack([torch.ones_like(a), a, a * a, z, a * z], -1)  # [..., K, 5]
+    on_cpu = y.device.type == "cpu"
+    for _ in range(newton_iters):
+        sums = (support.to(y.dtype).unsqueeze(-2) @ columns).squeeze(-2)  # [..., 5]
+        n, sa, saa, sz, saz = sums.unbind(-1)
+        # sum_S (z - lam a - tau) = radius;  sum_S a (z - lam a - tau) + floor_a = b
+        det = saa - sa * sa / n.clamp_min(1)
+        lam = (saz - sa * (sz - radius) / n.clamp_min(1) + floor_a - b) / det.clamp_min(1e-300)
+        tau = (sz - lam * sa - radius) / n.clamp_min(1)
+        new_support = (z - lam[..., None] * a - tau[..., None]) > 0
+        stable = (new_support == support).all(-1) & (n > 0) & (det > 1e-12) & (lam >= 0)
+        support = new_support
+        if on_cpu and bool((stable | ~active).all()):  # free on the CPU: stop once settled
+            break
+    q_newton = (z - lam[..., None] * a - tau[..., None]).clamp_min(0.0) + g[..., None]
+    need = active & ~stable
+    if y.device.type == "cpu":
+        if bool(need.any()):
+            fallback = _bisection_halfspace(y[need], g[need], a[need], b[need], iters)
+            q_newton = q_newton.index_put((need,), fallback)
+    else:
+        fallback = _bisection_halfspace(y, g, a, b, iters)
+        q_newton = torch.where(need[..., None], fallback, q_newton)
+    return torch.where(active[..., None], q_newton, q0)
+
+
+def _bisection_halfspace(y: Tensor, gamma: Tensor, a: Tensor, b: Tensor, iters: int) -> Tensor:
+    """The halfspace projection by bracketing and bisection on ``lam`` (robust fallback).
+
+    An upper bracket is found by growing ``lam`` geometrically, then the root of ``s`` is
+    bracketed by ``iters`` bisection steps, and a last secant step through the true values
+    at the bracket ends is exact once both ends lie on one linear piece. The returned
+    point is always on the feasible side (the secant point when it is feasible, else the
+    upper bracket end). When even ``lam -> inf`` is infeasible (the halfspace misses the
+    capped simplex) the point closest to feasibility is returned. Shapes as
+    :func:`project_capped_simplex_halfspace` (``gamma``: ``[...]``).
+    """
 
     def q_at(lam: Tensor) -> Tensor:
         return project_capped_simplex(y - lam[..., None] * a, gamma)
