@@ -408,6 +408,10 @@ def _finish(
     return metrics
 
 
+#: pretrain configs already trained in this process -> the folder holding their artifact
+_PRETRAINED: dict[str, Path] = {}
+
+
 def load_or_pretrain(
     checkpoint: str | Path | None,
     config: Mapping[str, Any] | None = None,
@@ -428,14 +432,21 @@ def load_or_pretrain(
         arm_names: the caller's arms; an oracle trained for others is refused.
         embed_dim: the caller's embedding size; an oracle reading another is refused.
 
+    A config names the same oracle in several places (the ``oracle`` feature source and
+    each learner that reads it): a pretrain config is trained at most once per process,
+    later calls load the artifact it wrote.
+
     Raises:
         OracleArtifactError: no artifact, not an artifact, or other arms / embedding size.
     """
     if checkpoint is None:
         if config is None or config.get("out_dir") is None:
             raise ValueError("load_or_pretrain needs a checkpoint or a config with out_dir")
-        run_pretrain(config)
-        checkpoint = Path(str(config["out_dir"])).expanduser()
+        key = json.dumps(_plain(config), sort_keys=True, default=str)
+        if key not in _PRETRAINED:
+            run_pretrain(config)
+            _PRETRAINED[key] = Path(str(config["out_dir"])).expanduser()
+        checkpoint = _PRETRAINED[key]
     path = Path(str(checkpoint))
     return load_oracle(
         path / "oracle.pt" if path.is_dir() else path, arm_names=arm_names, embed_dim=embed_dim

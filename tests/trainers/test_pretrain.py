@@ -271,3 +271,18 @@ def test_finetune_top_layer_of_tiny_deberta(tmp_path):
     assert not torch.equal(tuned_p[top], orig_p[top])  # the top layer was trained
     assert torch.equal(tuned_p[bottom], orig_p[bottom])  # the rest stayed frozen
     assert oracle(tuned.encode(list(table.text[:3]), progress=False))["accuracy"].shape == (3, 3)
+
+
+def test_load_or_pretrain_trains_a_config_once_per_process(tmp_path):
+    """A config naming the same oracle twice (features and a learner) trains it once: the
+    second call loads the artifact the first wrote (same weights, file not rewritten)."""
+    table = tiny_table()
+    cfg = _cfg(table, tmp_path / "once", trainer={**FAST, "max_epochs": 1})
+    first = load_or_pretrain(None, cfg, arm_names=table.arm_names, embed_dim=8)
+    written = (tmp_path / "once" / "oracle.pt").stat().st_mtime_ns
+    second = load_or_pretrain(None, cfg, arm_names=table.arm_names, embed_dim=8)
+    assert (tmp_path / "once" / "oracle.pt").stat().st_mtime_ns == written
+    for key, value in first.state_dict().items():
+        assert torch.equal(second.state_dict()[key], value), key
+    with pytest.raises(OracleArtifactError, match="trained for arms"):
+        load_or_pretrain(None, cfg, arm_names=["x", "y", "z"])  # still checked when cached
