@@ -41,3 +41,12 @@ def check_number(
     ok = ok and (le is None or value <= le)
     if not ok:
         raise ValueError(f"{owner}: {name} must be {expected}, got {value!r}")
+
+
+def check_igw(owner: str, num_arms: int, gamma: float, mu: float | None, eps_floor: float) -> None:
+    """The hyper-parameters of SquareCB's inverse gap weighting plus the probability floor:
+    ``gamma > 0``, ``mu >= K`` (when given), ``0 <= eps_floor <= 1 / K``."""
+    check_number(owner, "gamma", gamma, gt=0)
+    if mu is not None:
+        check_number(owner, "mu", mu, ge=num_arms)
+    check_number(owner, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from torchroute.checks import check_number
+from torchroute.checks import check_igw, check_number
 from torchroute.functional.sampling import probability_floor, sample_categorical
 from torchroute.functional.squarecb import squarecb_probs
 from torchroute.learners.base import Learner
@@ -44,11 +44,7 @@ class NeuralSquareCB(NeuralUCB):
     ) -> None:
         kwargs.setdefault("nu", 0.0)
         super().__init__(num_trials, num_arms, dim, **kwargs)
-        name = type(self).__name__
-        check_number(name, "gamma", gamma, gt=0)
-        if mu is not None:
-            check_number(name, "mu", mu, ge=num_arms)
-        check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
+        check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
         self.gamma, self.mu, self.eps_floor = float(gamma), mu, float(eps_floor)
 
     def probs(self, context: Context) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchroute.checks import check_number
+from torchroute.checks import check_igw, check_number
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.functional.sampling import (
     argmax_random_ties,
@@ -195,11 +195,7 @@ class SquareCB(RidgeLearner):
         lam: float = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
-        name = type(self).__name__
-        check_number(name, "gamma", gamma, gt=0)
-        if mu is not None:
-            check_number(name, "mu", mu, ge=num_arms)
-        check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
+        check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
