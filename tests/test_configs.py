@@ -99,3 +99,22 @@ def test_learner_configs_instantiate_and_act(name, tiny_table):
     decision = learner.act(env.context(0), torch.Generator().manual_seed(0))
     assert decision.probs.shape == (2, 1, tiny_table.num_arms)
     torch.testing.assert_close(decision.probs.sum(-1), torch.ones(2, 1))
+
+
+def test_initial_weights_follow_the_loop_seed_and_leave_the_global_rng_alone(tiny_table):
+    learner_cfg = OmegaConf.load(config_dir() / "learner" / "neural_ucb.yaml")
+    env = SingleChoiceEnv(tiny_table, rho=[0.0], seeds=[0])
+
+    def weights(seed: int) -> dict[str, torch.Tensor]:
+        learner = build_learner(learner_cfg, env.problem(), "neural_ucb", init_seed=seed)
+        return {k: v.detach().clone() for k, v in learner.named_parameters()}
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    first, again, other = weights(0), weights(0), weights(1)
+    torch.testing.assert_close(torch.rand(3), expected_next)  # global stream untouched
+    assert first.keys() == again.keys() and len(first) > 0
+    for key in first:
+        torch.testing.assert_close(first[key], again[key], rtol=0, atol=0)
+    assert any(not torch.equal(first[k], other[k]) for k in first)

@@ -53,8 +53,10 @@ def test_metrics_match_a_hand_rolled_loop(tiny_table):
         acc += tiny_table.scores[rows, arm]
         cost += tiny_table.costs[rows, arm]
     s = result.summary
+    k = tiny_table.num_arms
+    per_arm = [f"{name}_{j}" for name in ("share", "arm_accuracy", "arm_cost") for j in range(k)]
     assert list(s.columns) == [
-        "rho", "seed", "rounds", "avg_utility", "avg_regret", "accuracy", "avg_cost"
+        "rho", "seed", "rounds", "avg_utility", "avg_regret", "accuracy", "avg_cost", *per_arm
     ]  # fmt: skip
     for column, expected in [
         ("avg_utility", util),

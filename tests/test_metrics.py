@@ -93,3 +93,25 @@ def test_state_round_trip_and_curve_key_mismatch():
     assert empty_rounds == [] and empty.shape == (0, 2, 3)
     with pytest.raises(ValueError, match="records curves"):
         RunningMetrics(2, "cpu", curve_keys=("regret",)).load_state_dict(m.state_dict())
+
+
+def test_learner_trajectory_is_the_interval_mean_and_survives_a_state_round_trip():
+    metrics = RunningMetrics(2, "cpu", ("reward",))
+    for t in range(6):  # loss = t per trial 0, 10 t per trial 1; "late" appears at round 4
+        metrics.add({"reward": torch.ones(2, 1)})  # one context per round
+        stats = {"loss": torch.tensor([t, 10.0 * t])}
+        if t >= 3:
+            stats["late"] = torch.tensor([1.0, 2.0])
+        metrics.add_learner_stats(stats)
+        if t in (1, 3, 5):  # marks after rounds 2, 4, 6 (two rounds per interval)
+            metrics.mark()
+    restored = RunningMetrics(2, "cpu", ("reward",))
+    restored.load_state_dict(metrics.state_dict())
+    for m in (metrics, restored):
+        traj = m.learner_trajectory()
+        expected = torch.tensor([[0.5, 5.0], [2.5, 25.0], [4.5, 45.0]], dtype=torch.float64)
+        torch.testing.assert_close(traj["loss"], expected)
+        assert torch.isnan(traj["late"][0]).all()
+        # interval 2 holds one round with "late" (t = 3) over a two-round interval
+        want = torch.tensor([[0.5, 1.0], [1.0, 2.0]], dtype=torch.float64)
+        torch.testing.assert_close(traj["late"][1:], want)

@@ -4,9 +4,11 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 ``torchroute.configs``) and overridden from the command line::
 
     torchroute simulate experiment=default out_dir=outputs/default rhos=[0,500] seeds=[0]
+    torchroute sweep experiment=default sweep=linucb_alpha out_dir=outputs/sweep
     torchroute report outputs/default
     torchroute pretrain experiment=routerbench_oracles out_dir=outputs/oracles
     torchroute data inspect my_table.csv score_pattern={arm} cost_pattern={arm}_cost
+    torchroute serve outputs/default --learner linucb --rho 500 --port 8000
 """
 
 from __future__ import annotations
@@ -67,6 +69,15 @@ def _gap(args: argparse.Namespace) -> None:
     print(relative_improvements(frame).to_string(index=False))
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from torchroute.sweep import chosen_markdown, run_sweep
+
+    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    frame = run_sweep(cfg)
+    print(f"wrote {Path(cfg.out_dir) / 'sweep_results.csv'} and chosen.md")
+    print(chosen_markdown(frame))
+
+
 def _report(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
 
@@ -88,6 +99,26 @@ def _data(args: argparse.Namespace) -> None:
     data_command(args.args)
 
 
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from torchroute.serve import load_router
+    from torchroute.serve.app import create_app
+
+    router = load_router(
+        args.run_dir,
+        args.learner,
+        args.rho,
+        args.seed,
+        state_path=args.state,
+        fresh=args.fresh,
+        encoder=not args.no_encoder,
+    )
+    status = router.status()
+    log.info("serving %s (rho=%g) for %s", status["learner"], status["rho"], status["models"])
+    uvicorn.run(create_app(router), host=args.host, port=args.port, log_level="info")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
     parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
@@ -98,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("simulate", _simulate, "run an online routing experiment"),
         ("pretrain", _pretrain, "pre-train oracle heads offline (Lightning)"),
         ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
+        ("sweep", _sweep, "choose hyper-parameters on the val split, evaluate once on test"),
     ]:
         p = sub.add_parser(name, help=help_)
         p.add_argument("overrides", nargs="*", help="key=value config overrides")
@@ -111,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
     p.set_defaults(func=_data)
+    p = sub.add_parser("serve", help="a live router behind HTTP, from a simulate out_dir")
+    p.add_argument("run_dir", help="out_dir of a simulate run (config.yaml, checkpoints/)")
+    p.add_argument("--learner", default=None, help="learner name (needed when several)")
+    p.add_argument("--rho", type=float, default=None, help="the trial's rho (default: first)")
+    p.add_argument("--seed", type=int, default=None, help="the trial's seed (default: first)")
+    p.add_argument("--state", default=None, help="router state file (default: run_dir/serve/)")
+    p.add_argument("--fresh", action="store_true", help="a fresh learner, not the checkpoint")
+    p.add_argument("--no-encoder", action="store_true", help="accept embeddings only")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=_serve)
     return parser
 
 

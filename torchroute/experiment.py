@@ -174,10 +174,12 @@ def build_env(cfg: DictConfig) -> Env:
     return env
 
 
-def build_learner(node: DictConfig, problem: Problem, name: str) -> Learner:
+def build_learner(node: DictConfig, problem: Problem, name: str, init_seed: int = 0) -> Learner:
     """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
 
-    Hyper-parameters are validated here, before anything of the run is written.
+    Hyper-parameters are validated here, before anything of the run is written. The factory
+    runs with torch's default generator seeded by ``init_seed`` (and restored afterwards), so
+    the initial weights of a neural learner are the same in every run of a configuration.
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
@@ -188,7 +190,9 @@ def build_learner(node: DictConfig, problem: Problem, name: str) -> Learner:
             "'<Learner>.from_problem' _target_ with _partial_: true)"
         )
     try:
-        learner = factory(problem)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            learner = factory(problem)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"learners.{name}: {exc}") from exc
     if not isinstance(learner, Learner):
@@ -225,7 +229,8 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
     resume_name = _check_resume(cfg, numbers)
     env = build_env(cfg)
     problem = env.problem()
-    learners = {name: build_learner(cfg.learners[name], problem, name) for name in names}
+    seed = int(cfg.get("loop_seed", 0))
+    learners = {name: build_learner(cfg.learners[name], problem, name, seed) for name in names}
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_text_atomic(out_dir / "fingerprint.json", json.dumps({"config": digest}) + "\n")
@@ -251,7 +256,7 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
             result = simulate(
                 learner,
                 env,
-                seed=int(cfg.get("loop_seed", 0)),
+                seed=seed,
                 log_every=int(cfg.log_every),
                 ckpt_every=cfg.get("ckpt_every"),
                 ckpt_path=out_dir / "checkpoints" / f"{name}.pt",

@@ -31,8 +31,10 @@ class SimulationResult:
             ``rounds``, then the env's result columns (e.g. ``avg_utility, avg_regret,
             accuracy, avg_cost``), then the per-round means of the metrics the learner's
             ``update`` returned (e.g. ``loss``).
-        curve: one row per trial and logged round: ``trial``, the labels, ``round`` and
-            ``cum_<name>`` for each of the env's ``curve_keys`` (e.g. ``cum_regret``).
+        curve: one row per trial and logged round: ``trial``, the labels, ``round``,
+            ``cum_<name>`` for each of the env's ``curve_keys`` (e.g. ``cum_regret``) and
+            ``stat_<name>`` for each metric the learner's ``update`` returned, averaged over
+            the logging interval (e.g. HPG's ``stat_rank``, NeuralUCB's ``stat_loss``).
     """
 
     summary: pd.DataFrame
@@ -217,4 +219,6 @@ def _result(env: Env, metrics: RunningMetrics) -> SimulationResult:
     curve["round"] = torch.tensor(rounds, dtype=torch.long).repeat_interleave(r).numpy()
     for c, key in enumerate(env.curve_keys):
         curve[f"cum_{key}"] = values[:, c].reshape(-1).numpy()
+    for key, trajectory in metrics.learner_trajectory().items():
+        curve[f"stat_{key}"] = trajectory.reshape(-1).numpy()
     return SimulationResult(summary=summary, curve=curve)

@@ -13,8 +13,9 @@ class RunningMetrics:
 
     Each outcome ``[R, B]`` (or ``[R, B, c]``) is summed over ``B`` and accumulated in
     float64 as ``[R]`` (or ``[R, c]``). :meth:`mark` records the running sums of
-    ``curve_keys``. Nothing syncs with the host except :meth:`state_dict` and the readers
-    the loop calls at logging intervals.
+    ``curve_keys`` and of the learner's metrics (what ``update`` returned, e.g. HPG's
+    ``rank``), so both have trajectories. Nothing syncs with the host except
+    :meth:`state_dict` and the readers the loop calls at logging intervals.
 
     Args:
         num_trials: ``R``.
@@ -33,6 +34,7 @@ class RunningMetrics:
         self.rounds = 0
         self.curve_rounds: list[int] = []
         self.curve_values: list[Tensor] = []  # each [len(curve_keys), R]
+        self.learner_curve: list[dict[str, Tensor]] = []  # each {name: [R]} running sums
 
     def add(self, outcome: Mapping[str, Tensor]) -> None:
         """Accumulate one round: ``{name: [R, B] or [R, B, c]}``."""
@@ -71,9 +73,26 @@ class RunningMetrics:
         return {k: v / max(self.rounds, 1) for k, v in self.learner_sums.items()}
 
     def mark(self) -> None:
-        """Record the running sums of ``curve_keys`` as one point of the curves."""
+        """Record the running sums of ``curve_keys`` and of the learner's metrics as one
+        point of the curves."""
         self.curve_rounds.append(self.rounds)
         self.curve_values.append(torch.stack([self.sums[k] for k in self.curve_keys]))
+        self.learner_curve.append({k: v.clone() for k, v in self.learner_sums.items()})
+
+    def learner_trajectory(self) -> dict[str, Tensor]:
+        """``{name: [n_points, R]}`` on the CPU: the learner's metric averaged over each
+        logging interval (the increase of its running sum divided by the rounds between
+        two points); NaN at points before the metric first appeared."""
+        names = dict.fromkeys(k for point in self.learner_curve for k in point)
+        rounds = torch.tensor([0, *self.curve_rounds], dtype=torch.float64)
+        steps = (rounds[1:] - rounds[:-1]).clamp_min(1.0)[:, None]
+        out = {}
+        for name in names:
+            nan = torch.full((self.num_trials,), torch.nan, dtype=torch.float64)
+            sums = torch.stack([p[name].cpu() if name in p else nan for p in self.learner_curve])
+            previous = torch.cat([torch.zeros(1, self.num_trials, dtype=torch.float64), sums[:-1]])
+            out[name] = (sums - previous.nan_to_num(0.0)) / steps
+        return out
 
     def sums_cpu(self) -> dict[str, Tensor]:
         """A copy of the running sums on the CPU (syncs)."""
@@ -104,6 +123,10 @@ class RunningMetrics:
             "curve_keys": list(self.curve_keys),
             "curve_rounds": torch.tensor(rounds, dtype=torch.long),
             "curve_values": values,
+            "learner_curve": [
+                {k: v.detach().to("cpu", copy=True) for k, v in point.items()}
+                for point in self.learner_curve
+            ],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -120,3 +143,7 @@ class RunningMetrics:
         self.rounds = int(state["rounds"])
         self.curve_rounds = [int(r) for r in state["curve_rounds"]]
         self.curve_values = [v.to(self.device) for v in state["curve_values"]]
+        self.learner_curve = [
+            {k: v.to(self.device, copy=True) for k, v in point.items()}
+            for point in state.get("learner_curve", [{}] * len(self.curve_rounds))
+        ]

@@ -19,6 +19,8 @@ import pandas as pd
 
 from torchroute.io import atomic_write, write_csv_atomic, write_text_atomic
 from torchroute.report_cabs import cabs_section
+from torchroute.report_hpg import hpg_section
+from torchroute.report_routing import routing_section
 from torchroute.report_subset import subset_section
 
 REGIMES = ("low", "medium", "high")
@@ -68,13 +70,16 @@ def relative_regret(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
 
 #: result columns that label trials rather than measure them
 LABELS = ("learner", "trial", "seed", "rounds")
+#: per-arm result columns (``share_k``, ...): kept in results.csv, left out of the overall
+#: means table (one column per arm); the routing-metrics section reads them
+PER_ARM = ("share_", "arm_accuracy_", "arm_cost_")
 
 #: A report section: ``(results, curves, out_dir) -> markdown lines``; it returns ``[]``
 #: for results that are not its own (it looks at their columns) and may write plots into
 #: ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap
 #: tables) add theirs to :data:`SECTIONS`.
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-SECTIONS: list[Section] = [subset_section, cabs_section]
+SECTIONS: list[Section] = [subset_section, cabs_section, hpg_section, routing_section]
 
 
 def write_report(
@@ -92,9 +97,17 @@ def write_report(
     lines: list[str] = []
     # The curves repeat each trial's labels (rho, seed, dim, constraint, ...): those columns
     # label trials and are not averaged as measurements.
-    labels = {*LABELS, "rho", *(c for c in curves.columns if not c.startswith("cum_"))}
+    labels = {
+        *LABELS,
+        "rho",
+        *(c for c in curves.columns if not c.startswith(("cum_", "stat_"))),
+    }
     measured = [
-        c for c in results.columns if c not in labels and pd.api.types.is_numeric_dtype(results[c])
+        c
+        for c in results.columns
+        if c not in labels
+        and not c.startswith(PER_ARM)
+        and pd.api.types.is_numeric_dtype(results[c])
     ]
     summary = results.groupby("learner")[measured].mean()
     images: list[str] = []
@@ -127,6 +140,10 @@ def write_report(
             _plot_relative(
                 relative_regret(curves, reference), reference, out / "relative_regret.png"
             )
+    for column in [c for c in curves.columns if c.startswith("stat_")]:
+        name = column[len("stat_") :]
+        _plot_curves(curves.dropna(subset=[column]), column, out / f"learner_{name}.png")
+        images.append(f"![Learner metric {name} per logging interval](learner_{name}.png)")
     for section in SECTIONS:
         lines += section(results, curves, out)
     text = "\n".join(lines + images) + "\n"
@@ -168,7 +185,7 @@ def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
             ax.plot(group["round"], group[column], label=name)
         ax.set_title(f"{regime} cost regime" if regime != "all" else "all trials")
         ax.set_xlabel("round")
-    axes[0][0].set_ylabel(column.replace("cum_", "cumulative "))
+    axes[0][0].set_ylabel(column.replace("cum_", "cumulative ").replace("stat_", ""))
     axes[0][-1].legend(fontsize=8)
     _save(fig, path)
 

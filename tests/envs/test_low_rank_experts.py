@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pandas as pd
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from torchroute.envs import LowRankExperts
+from torchroute.envs.low_rank_experts import low_rank_experts_table
 from torchroute.learners import EXP3, HPG, EuclideanQuadPG, LogLinearPG, ParameterFreeHPG
 from torchroute.loop import simulate
 from torchroute.tracking import NullTracker
@@ -99,6 +101,70 @@ def test_blocks_mode_and_bad_input():
         _env(dims=[2])
     with pytest.raises(ValueError, match="kernel_scale must be a finite number > 0"):
         _env(kernel_scale=0.0)
+
+
+def _brute_force_rewards(env, trial, q):
+    """``R_m(q)`` by explicit loops over models and items: ``sum_a xi_m(a | q) a^T Psi* q``
+    with ``xi_m(a | q) = exp(a^T Psi_m q) / sum_a' exp(a'^T Psi_m q)``."""
+    d = q.shape[-1]
+    latent = env.embed[trial, :d].T @ q  # [L]
+    n_items = env.item_rewards.shape[1]
+    out = []
+    for m in range(env.num_arms):
+        logits = [float(env.item_logits[trial, m, a] @ latent) for a in range(n_items)]
+        weights = [math.exp(v - max(logits)) for v in logits]
+        rewards = [float(env.item_rewards[trial, a] @ latent) for a in range(n_items)]
+        out.append(sum(w * r for w, r in zip(weights, rewards, strict=True)) / sum(weights))
+    return torch.tensor(out, dtype=F64)
+
+
+def test_to_table_scores_are_the_exact_expected_rewards():
+    env = _env()
+    table = env.to_table(num_queries=30, trial=2)  # seed 0 at d = 10
+    assert table.scores.shape == (30, 3) and table.embeddings.shape == (30, 10)
+    assert (table.costs == 0).all() and len(set(table.split)) == 3
+    q = table.embeddings.double()
+    torch.testing.assert_close(q.norm(dim=-1), torch.ones(30, dtype=F64), atol=1e-6, rtol=0)
+    for i in range(30):
+        want = (_brute_force_rewards(env, 2, q[i]) + 1) / 2
+        torch.testing.assert_close(table.scores[i], want, rtol=0, atol=1e-12)
+    assert float(table.scores.std(0).min()) > 0.01  # the experts differ per query
+    # the default table of a trial is its online stream (unpadded)
+    stream = torch.cat([env.context(t).x for t in range(env.horizon)], 1)  # [R, T, 10]
+    own = env.to_table(trial=1)  # seed 1 at d = 6
+    torch.testing.assert_close(own.embeddings.double(), stream[1, :, :6], rtol=0, atol=1e-7)
+    same = low_rank_experts_table(num_queries=20, seed=1, dim=6, **SMALL)
+    torch.testing.assert_close(same.scores, own.scores, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"trial must be in 0\.\.3"):
+        env.to_table(trial=4)
+
+
+def test_gap_preset_builds_a_simulator_table():
+    from hydra.utils import instantiate
+
+    from torchroute.cli import compose_config
+
+    overrides = ["experiment=hpg_gap_simulator", "out_dir=x", "data.num_queries=40"]
+    cfg = compose_config("simulate", overrides)
+    assert cfg.encoder is None and cfg.features.bias and cfg.gap.held_out == "test"
+    table = instantiate(cfg.data)
+    assert table.scores.shape == (40, 8) and table.embeddings.shape == (40, 64)
+
+
+def test_rank_curve_is_the_rank_trajectory():
+    """With a nuclear radius that never binds and capacity d, every W_m after t updates has
+    rank min(t, d) (queries in general position), so the loop's ``stat_rank`` at round T'
+    is the mean of ``min(t + 1, d)`` over the interval's rounds ``t``; learners that report
+    no rank get no such curve."""
+    env = _env()
+    learner = HPG(4, 3, 10, tau=1e6, beta=0.5, eta=0.5, capacity=10).to(F64)
+    curve = simulate(learner, env, seed=3, progress=False, log_every=5).curve
+    for dim in (6, 10):
+        part = curve[curve["dim"] == dim]
+        want = [sum(min(t + 1, dim) for t in range(int(r) - 5, int(r))) / 5 for r in part["round"]]
+        assert part["stat_rank"].tolist() == pytest.approx(want, abs=1e-12)
+    exp3 = simulate(EXP3(4, 3, eta=0.1).to(F64), _env(), seed=3, progress=False, log_every=5)
+    assert "stat_rank" not in exp3.curve and "rank" not in exp3.summary
 
 
 FACTORIES = {

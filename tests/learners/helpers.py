@@ -176,6 +176,12 @@ LEARNERS: dict[str, Spec] = {
     "LogLinearPG": Spec(
         lambda r, k, d, s: LogLinearPG(r, k, d, eta=0.3, radius=2.0), True, False, True
     ),
+    "LogLinearPG(euclidean)": Spec(
+        lambda r, k, d, s: LogLinearPG(r, k, d, eta=0.3, radius=2.0, step="euclidean"),
+        True,
+        False,
+        True,
+    ),
     "EuclideanQuadPG": Spec(
         lambda r, k, d, s: EuclideanQuadPG(r, k, d, tau=2.0, eta=0.3), True, False, True
     ),

@@ -152,8 +152,8 @@ def test_baselines_one_step_by_hand():
     reward = torch.tensor([[[0.2, 0.7, -0.4]], [[1.0, 0.0, 0.5]]], dtype=F64)
     action = torch.tensor([[1], [2]])
     decision = forced_decision(action, K)
-    # log-linear: theta = 0 -> pi uniform, step eta r (e - 1/K) q
-    loglin = LogLinearPG(R, K, D, eta=0.5, radius=None).to(F64)
+    # log-linear, Euclidean step: theta = 0 -> pi uniform, step eta r (e - 1/K) q
+    loglin = LogLinearPG(R, K, D, eta=0.5, radius=None, step="euclidean").to(F64)
     loglin.update(Context(x), decision, feedback_for(loglin, decision, reward))
     for r in range(R):
         a = int(action[r, 0])
@@ -178,6 +178,87 @@ def test_baselines_one_step_by_hand():
         w = torch.zeros(K, dtype=F64)
         w[a] = -0.1 * (1 - float(reward[r, 0, a])) * K
         torch.testing.assert_close(exp3.log_weights[r], w - w.max())
+
+
+def _one_step(learner, x, played, reward):
+    """Force arm ``played`` on the single context ``x [d]`` with reward ``reward``."""
+    k = learner.num_arms
+    decision = forced_decision(torch.tensor([[played]]), k)
+    rewards = torch.zeros(1, 1, k, dtype=F64)
+    rewards[0, 0, played] = reward
+    learner.update(Context(x.view(1, 1, -1)), decision, feedback_for(learner, decision, rewards))
+
+
+def test_loglinear_npg_step_by_hand():
+    """K = 2, theta = 0, q = (3, 4), r = 0.5, arm 0, eta = 0.2: pi = (1/2, 1/2) and
+    F^+ g = r (e_0 - 1/2) / pi_0 q / ||q||^2 = (0.5, -0.5) q / 25."""
+    learner = LogLinearPG(1, 2, 2, eta=0.2, radius=None).to(F64)
+    _one_step(learner, torch.tensor([3.0, 4.0], dtype=F64), 0, 0.5)
+    want = torch.tensor([[[0.012, 0.016], [-0.012, -0.016]]], dtype=F64)
+    torch.testing.assert_close(learner.theta, want, rtol=0, atol=1e-15)
+
+
+def test_loglinear_npg_step_is_the_natural_gradient_and_the_kl_step():
+    """From a nonzero theta: the step is eta F^+ g with the Fisher information and the
+    REINFORCE gradient of log pi taken by autograd, and pi(. | q) moves by the KL mirror
+    (exponential-weights) step pi' ~ pi exp(eta r 1[m = m_t] / pi_{m_t})."""
+    k, d, eta, reward, played = 3, 2, 0.4, 0.7, 2
+    theta0 = 0.5 * torch.randn(k, d, generator=torch.Generator().manual_seed(11), dtype=F64)
+    q = torch.tensor([0.6, -1.3], dtype=F64)  # not unit norm
+    learner = LogLinearPG(1, k, d, eta=eta, radius=None).to(F64)
+    learner.theta.copy_(theta0[None])
+    _one_step(learner, q, played, reward)
+
+    def log_pi(flat):
+        return torch.log_softmax(flat.view(k, d) @ q, 0)
+
+    jac = torch.autograd.functional.jacobian(log_pi, theta0.reshape(-1))  # [K, K d]
+    pi = torch.softmax(theta0 @ q, 0)
+    fisher = torch.einsum("m,mi,mj->ij", pi, jac, jac)
+    natural = torch.linalg.pinv(fisher, hermitian=True, rtol=1e-10) @ (reward * jac[played])
+    want = theta0.reshape(-1) + eta * natural
+    torch.testing.assert_close(learner.theta.reshape(-1), want, rtol=0, atol=1e-12)
+    gain = torch.zeros(k, dtype=F64)
+    gain[played] = reward / pi[played]
+    kl_step = pi * torch.exp(eta * gain)
+    torch.testing.assert_close(torch.softmax(learner.theta[0] @ q, 0), kl_step / kl_step.sum())
+
+
+def test_loglinear_npg_batch_projection_and_zero_query():
+    """B = 2 contexts sum their steps; the radius ball projects; q = 0 makes no step."""
+    k, d = 3, 4
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(1, 2, d, generator=g, dtype=F64)
+    action = torch.tensor([[0, 2]])
+    rewards = torch.rand(1, 2, k, generator=g, dtype=F64)
+    both = LogLinearPG(1, k, d, eta=0.3, radius=None).to(F64)
+    decision = forced_decision(action, k)
+    both.update(Context(x), decision, feedback_for(both, decision, rewards))
+    want = torch.zeros(k, d, dtype=F64)
+    for b in range(2):
+        a = int(action[0, b])
+        coef = 0.3 * float(rewards[0, b, a]) / (1 / k) / float(x[0, b].square().sum())
+        for m in range(k):
+            want[m] += coef * (float(m == a) - 1 / k) * x[0, b]
+    torch.testing.assert_close(both.theta[0], want)
+    small = LogLinearPG(1, k, d, eta=0.3, radius=0.05).to(F64)
+    small.update(Context(x), decision, feedback_for(small, decision, rewards))
+    norms = want.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(small.theta[0], want * (0.05 / norms.clamp_min(0.05)))
+    still = LogLinearPG(1, k, d, eta=0.3).to(F64)
+    _one_step(still, torch.zeros(d, dtype=F64), 1, 1.0)
+    assert torch.equal(still.theta, torch.zeros(1, k, d, dtype=F64))
+
+
+def test_loglinear_defaults_and_bad_step():
+    problem = Problem(1, 8, 4, rho=torch.zeros(1), arm_names=tuple("abcdefgh"), horizon=2000)
+    npg = LogLinearPG.from_problem(problem, rank=4, eta_scale=10.0)
+    assert npg.step == "npg" and npg.radius == 8.0
+    assert abs(npg.eta - 10 * math.sqrt(2 * math.log(8) / (8 * 2000))) < 1e-15
+    ogd = LogLinearPG.from_problem(problem, rank=4, step="euclidean")
+    assert abs(ogd.eta - 8.0 / math.sqrt(4000)) < 1e-15
+    with pytest.raises(ValueError, match="step must be one of"):
+        LogLinearPG(1, 2, 2, eta=0.1, step="mirror")
 
 
 def test_bad_input_one_line_errors():

@@ -15,6 +15,10 @@ Several dimensions run in one env: trials are ``dims x seeds`` (dim-major); quer
 trial with ``d < max(dims)`` are zero-padded, and ``Problem.labels['dim']`` holds each
 trial's true ``d``. The latent world (clusters, items, kernels) depends on the seed only,
 so the same seed at two dimensions differs only by the embedding and the ambient noise.
+
+:meth:`LowRankExperts.to_table` (and :func:`low_rank_experts_table`, a data config target)
+emits a routing table of one trial's world with the exact ``R_m(q)`` as scores, for
+table-based learners and the policy-class gap (``torchroute gap``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.data.splits import random_split
+from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem
 
@@ -37,6 +43,18 @@ def _unit(x: Tensor) -> Tensor:
 
 def _spectral_scale(x: Tensor, scale: float) -> Tensor:
     return x * (scale / torch.linalg.matrix_norm(x, ord=2)[..., None, None])
+
+
+def _mixture_rewards(
+    latent: Tensor, item_rewards: Tensor, item_logits: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``R_m(q) [..., B, M]``, ``xi_m(a | q) [..., B, M, n]`` and ``a^T Psi* q [..., B, n]``
+    from latent queries ``[..., B, L]``, ``item_rewards [..., n, L]`` and
+    ``item_logits [..., M, n, L]``."""
+    item_reward = latent @ item_rewards.transpose(-1, -2)  # [..., B, n]
+    logits = latent.unsqueeze(-3) @ item_logits.transpose(-1, -2)  # [..., M, B, n]
+    xi = torch.softmax(logits.transpose(-3, -2), -1)  # [..., B, M, n]
+    return (xi * item_reward.unsqueeze(-2)).sum(-1), xi, item_reward
 
 
 class LowRankExperts(Env):
@@ -123,6 +141,7 @@ class LowRankExperts(Env):
             "kernel_scale": kernel_scale,
             "tau_star": tau_star,
         }
+        self._cfg = cfg
         worlds = [self._world(int(s), int(d), d_max, cfg) for s, d in zip(self.seeds, self.dims)]
         stack = {k: torch.stack([w[k] for w in worlds]) for k in worlds[0]}
         self._device = torch.device(device)
@@ -164,6 +183,7 @@ class LowRankExperts(Env):
         queries = _unit(z @ embed.T + cfg["query_noise"] * ambient)  # [T, d]
         pad = d_max - d
         return {
+            "cluster": cluster,
             "embed": torch.nn.functional.pad(embed, (0, 0, 0, pad)),
             "items": items,
             "reward_kernel": star,
@@ -200,10 +220,48 @@ class LowRankExperts(Env):
         """``R_m(q) [R, B, M]``, the item distributions ``[R, B, M, n]`` and item rewards
         ``a^T Psi* q [R, B, n]`` for queries ``x [R, B, D]`` (float64)."""
         latent = x.to(torch.float64) @ self.embed  # [R, B, L]
-        item_reward = latent @ self.item_rewards.transpose(-1, -2)  # [R, B, n]
-        logits = latent[:, None] @ self.item_logits.transpose(-1, -2)  # [R, M, B, n]
-        xi = torch.softmax(logits.transpose(1, 2), -1)
-        return (xi * item_reward[:, :, None]).sum(-1), xi, item_reward
+        return _mixture_rewards(latent, self.item_rewards, self.item_logits)
+
+    def to_table(
+        self,
+        num_queries: int | None = None,
+        trial: int = 0,
+        fractions: Sequence[float] = (0.6, 0.1, 0.3),
+    ) -> RoutingTable:
+        """A routing table of ``num_queries`` queries from trial ``trial``'s world.
+
+        The queries are drawn like the trial's stream (same clusters, embedding and ambient
+        noise; with ``num_queries = horizon``, the default, they are the stream itself).
+        ``scores [n, M]``: ``Y[i, m] = (R_m(q_i) + 1) / 2``, the exact expected reward
+        mapped affinely from ``[-1, 1]`` (``|a^T Psi* q| <= 1`` for unit ``a, q`` and
+        ``||Psi*||_2 = 1``) to ``[0, 1]``, so every gap is half the reward gap. ``costs``
+        are zero; ``embeddings [n, d]`` are the queries at the trial's true ``d`` (no
+        padding), and the scores are exact for them as stored (float32); the split is
+        random with ``fractions``, seeded by the trial's seed; ``groups`` name the cluster
+        (or block) of each query.
+        """
+        n = self.horizon if num_queries is None else num_queries
+        check_number("LowRankExperts.to_table", "num_queries", n, ge=1, integer=True)
+        if not 0 <= trial < self.num_trials:
+            raise ValueError(
+                f"LowRankExperts.to_table: trial must be in 0..{self.num_trials - 1}, got {trial}"
+            )
+        seed, d = int(self.seeds[trial]), int(self.dims[trial])
+        world = self._world(seed, d, d, {**self._cfg, "horizon": int(n)})
+        queries = world["queries"].float()  # [n, d], what the table stores
+        latent = queries.to(self._device, torch.float64) @ self.embed[trial, :d]
+        means, _, _ = _mixture_rewards(latent, self.item_rewards[trial], self.item_logits[trial])
+        scores = ((means + 1) / 2).clamp(0.0, 1.0).cpu()  # clamp: rounding at +-1 only
+        return RoutingTable(
+            scores=scores,
+            costs=torch.zeros_like(scores),
+            arm_names=tuple(f"expert{m}" for m in range(self.num_arms)),
+            query_ids=tuple(f"lre-s{seed}-d{d}-{i:06d}" for i in range(int(n))),
+            split=random_split(int(n), fractions, seed),
+            embeddings=queries,
+            groups=tuple(f"cluster{c}" for c in world["cluster"].tolist()),
+            source=f"LowRankExperts(seed={seed}, d={d}).to_table(num_queries={n})",
+        )
 
     def comparator_scores(self, x: Tensor) -> Tensor:
         """``q^T c W*_m q``, ``[R, B, M]``."""
@@ -260,3 +318,20 @@ class LowRankExperts(Env):
             "shape": list(self.queries.shape),
             "checksum": float(self.queries.double().sum()),
         }
+
+
+def low_rank_experts_table(
+    num_queries: int = 2000,
+    seed: int = 0,
+    dim: int = 64,
+    fractions: Sequence[float] = (0.6, 0.1, 0.3),
+    **env_kwargs,
+) -> RoutingTable:
+    """The routing table of :meth:`LowRankExperts.to_table` for one world (``seed``, ``d =
+    dim``): ``num_queries`` queries, ``scores [n, M] = (R_m(q) + 1) / 2``, ``embeddings
+    [n, d]``. ``env_kwargs`` are the simulator's other arguments (``num_experts``,
+    ``rank``, ...); a data config target for ``torchroute gap`` and table-based runs."""
+    env = LowRankExperts(
+        seeds=[seed], dims=[dim], horizon=num_queries, dtype=torch.float32, **env_kwargs
+    )
+    return env.to_table(fractions=fractions)

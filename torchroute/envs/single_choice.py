@@ -39,7 +39,8 @@ class SingleChoiceEnv(Env):
     Shapes:
         ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
         table's embeddings, when it has them); ``step`` returns ``Feedback`` ``[R, 1, K]``
-        and the outcome ``{utility, regret, score, cost}``, each ``[R, 1]``.
+        and the outcome ``{utility, regret, score, cost}``, each ``[R, 1]``, plus
+        ``share [R, 1, K]`` (the one-hot of the played arm).
 
     Example:
         >>> env = SingleChoiceEnv(table, rho=[0.0, 500.0], seeds=[0, 0])  # doctest: +SKIP
@@ -112,6 +113,11 @@ class SingleChoiceEnv(Env):
         self._scores = table.scores.to(device=device, dtype=dtype)  # [n, K]
         self._costs = table.costs.to(device=device, dtype=dtype)  # [n, K]
         self.rho = rho_t.to(device=device, dtype=dtype)  # [R]
+        # Per-arm score and cost sums over the first ``_arm_rounds`` rounds of each stream,
+        # a cache that lets ``summarize`` add only the rounds played since its last call.
+        self._arm_rounds = 0
+        self._arm_sums = torch.zeros(2, self.num_trials, self.num_arms, dtype=torch.float64)
+        self._arm_sums = self._arm_sums.to(device)  # [2, R, K]
 
     @property
     def device(self) -> torch.device:
@@ -203,18 +209,39 @@ class SingleChoiceEnv(Env):
             "regret": utility_.amax(-1) - chosen,
             "score": scores.gather(-1, action)[..., 0],
             "cost": costs.gather(-1, action)[..., 0],
+            "share": torch.zeros_like(scores).scatter_(-1, action, 1.0),
         }
         return feedback, outcome
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
-        """``avg_utility``, ``avg_regret``, ``accuracy`` (mean score), ``avg_cost``: ``[R]``."""
+        """``avg_utility``, ``avg_regret``, ``accuracy`` (mean score), ``avg_cost``: ``[R]``.
+
+        With the ``share`` sums, also ``share [R, K]`` (the fraction of rounds each arm was
+        played) and the per-arm references over the ``rounds`` queries each trial replayed:
+        ``arm_accuracy [R, K]`` (mean score of always playing arm ``k``) and
+        ``arm_cost [R, K]`` (its mean cost). The results hold them as ``<name>_<k>``.
+        """
         n = max(rounds, 1)
-        return {
+        out = {
             "avg_utility": sums["utility"] / n,
             "avg_regret": sums["regret"] / n,
             "accuracy": sums["score"] / n,
             "avg_cost": sums["cost"] / n,
         }
+        if "share" in sums:
+            arm = self._arm_totals(rounds).to(sums["share"].device) / n  # [2, R, K]
+            out |= {"share": sums["share"] / n, "arm_accuracy": arm[0], "arm_cost": arm[1]}
+        return out
+
+    def _arm_totals(self, rounds: int) -> Tensor:
+        """Score and cost sums of every arm over each trial's first ``rounds`` queries."""
+        if rounds < self._arm_rounds:
+            self._arm_rounds, self._arm_sums = 0, torch.zeros_like(self._arm_sums)
+        rows = self._stream[:, self._arm_rounds : rounds]  # [R, t] rows not summed yet
+        part = torch.stack([self._scores[rows], self._costs[rows]])  # [2, R, t, K]
+        self._arm_sums = self._arm_sums + part.sum(2, dtype=torch.float64)
+        self._arm_rounds = rounds
+        return self._arm_sums
 
     def fingerprint(self) -> dict[str, Any]:
         """Table hash, split, horizon, feedback mode, seeds and rho (resume compares it)."""

@@ -119,25 +119,50 @@ class EXP3(SoftmaxPolicy):
 
 
 class LogLinearPG(SoftmaxPolicy):
-    """Log-linear policy ``softmax_m(theta_m^T q)`` by REINFORCE with a Euclidean step.
+    """Log-linear policy ``softmax_m(theta_m^T q)`` by REINFORCE with a natural-gradient step.
 
-    ``theta_m <- Proj_{||.|| <= radius}(theta_m + eta sum_b r (1[m = m_t] - pi_m) q)``.
+    The REINFORCE gradient of one context is ``g = r (e_{m_t} - pi) (x) q`` (``G = -g``).
+    ``step="npg"`` (default) is the KL / entropic step of section 6 (NPG, Kakade 2001; NPG is
+    mirror descent with a KL regulariser on the policy, Geist et al. 2019): precondition
+    ``g`` by the pseudo-inverse of the policy's Fisher information at the query,
+    ``F_q = (diag(pi) - pi pi^T) (x) q q^T``. Its minimum-norm solution is
+    ``F_q^+ g = r (e_{m_t} - 1/K) / pi_{m_t} (x) q / ||q||^2``, so
+
+        ``theta_m <- theta_m + eta r (1[m = m_t] - 1/K) / pi_{m_t} q / ||q||^2``,
+
+    which moves the policy at ``q`` by exactly the KL mirror (exponential-weights) step
+    ``pi'(m | q) ~ pi(m | q) exp(eta r 1[m = m_t] / pi_{m_t})``; other queries ``q'`` move
+    by the fraction ``q'^T q / ||q||^2`` of it. A zero query makes no step (``F_q = 0``).
+    ``step="euclidean"``: ``theta_m <- theta_m + eta r (1[m = m_t] - pi_m) q``. With
+    ``B > 1`` contexts the per-context steps are summed. Either step is followed by the
+    projection of each ``theta_m`` on the Euclidean ball of radius ``radius``.
 
     Args:
         num_trials, num_arms, dim: ``R``, ``K``, ``d``.
         eta: step size ``> 0``.
         radius: Euclidean radius of each ``theta_m`` (``None``: no projection).
+        step: ``"npg"`` or ``"euclidean"``.
     """
 
+    STEPS = ("npg", "euclidean")
+
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, eta: float, radius: float | None = None
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        eta: float,
+        radius: float | None = None,
+        step: str = "npg",
     ) -> None:
         super().__init__(num_trials, num_arms)
         check_number("LogLinearPG", "dim", dim, ge=1, integer=True)
         check_number("LogLinearPG", "eta", eta, gt=0)
         if radius is not None:
             check_number("LogLinearPG", "radius", radius, gt=0)
-        self.dim, self.eta, self.radius = int(dim), float(eta), radius
+        if step not in self.STEPS:
+            raise ValueError(f"LogLinearPG: step must be one of {self.STEPS}, got {step!r}")
+        self.dim, self.eta, self.radius, self.step = int(dim), float(eta), radius, step
         self.register_buffer("theta", torch.zeros(num_trials, num_arms, dim))
 
     @classmethod
@@ -150,22 +175,41 @@ class LogLinearPG(SoftmaxPolicy):
         eta_scale: float = 1.0,
         **kw,
     ) -> LogLinearPG:
-        """Defaults ``radius = 2 s`` and the OGD step ``eta = radius / sqrt(2 T)``
-        (``1 / sqrt(2 T)`` without a radius), times ``eta_scale`` (an ablation knob)."""
+        """Defaults ``radius = 2 s`` and the step's theory rate, times ``eta_scale`` (an
+        ablation knob): ``npg``: ``eta = sqrt(2 log K / (K T))`` (at the query the step is
+        an EXP3 step with gains ``r / pi``, Auer et al. 2002); ``euclidean``: the OGD rate
+        ``eta = radius / sqrt(2 T)`` (``1 / sqrt(2 T)`` without a radius)."""
         kw.setdefault("radius", 2.0 * rank)
         if eta is None:
-            scale = kw["radius"] if kw["radius"] is not None else 1.0
-            eta = scale / math.sqrt(2 * require_horizon(problem, horizon, "LogLinearPG"))
+            t = require_horizon(problem, horizon, "LogLinearPG")
+            if kw.get("step", "npg") == "npg":
+                k = problem.num_arms
+                eta = math.sqrt(2 * math.log(max(k, 2)) / (k * t))
+            else:
+                scale = kw["radius"] if kw["radius"] is not None else 1.0
+                eta = scale / math.sqrt(2 * t)
             eta = eta * eta_scale
         return cls(problem.num_trials, problem.num_arms, problem.dim, eta, **kw)
 
     def scores(self, x: Tensor) -> Tensor:
         return torch.einsum("rbd,rkd->rbk", x, self.theta.to(x.dtype))
 
+    def _natural_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
+        """``r (1[m = m_t] - 1/K) / (pi_{m_t} ||q||^2)``, ``[R, B, K]`` (0 for ``q = 0``)."""
+        x = context.x.to(reward.dtype)
+        probs = self.policy(x)
+        played = probs.gather(-1, decision.action[..., None])[..., 0]  # [R, B]
+        sq = x.square().sum(-1)
+        inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
+        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
+        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)
+
     def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
-        weights = self._advantage_weights(
-            context, decision, self._played_reward(context, decision, feedback)
-        )
+        reward = self._played_reward(context, decision, feedback)
+        if self.step == "npg":
+            weights = self._natural_weights(context, decision, reward)
+        else:
+            weights = self._advantage_weights(context, decision, reward)
         step = torch.einsum("rbk,rbd->rkd", weights, context.x.to(weights.dtype))
         theta = self.theta + self.eta * step.to(self.theta)
         if self.radius is not None:
