@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
-from torchroute.functional.ridge import ridge_predict, ridge_width
+from torchroute.functional.ridge import ridge_init, ridge_predict, ridge_width
 from torchroute.functional.sampling import (
     argmax_random_ties,
     one_hot_probs,
@@ -16,8 +19,66 @@ from torchroute.functional.squarecb import squarecb_probs
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision
 
+#: A hyper-parameter given once (a number) or per trial (``R`` values: a sequence or ``[R]``).
+PerTrial = float | Sequence[float] | Tensor
 
-class LinUCB(RidgeLearner):
+
+def per_trial(owner: str, name: str, value: PerTrial, num_trials: int, **bounds) -> float | Tensor:
+    """A number (checked with ``bounds``, returned as is) or ``R`` per-trial values -> ``[R]``.
+
+    Per-trial values come back as a float64 ``[R]`` tensor, each checked with ``bounds``
+    (the keywords of :func:`~torchroute.checks.check_number`).
+    """
+    if not isinstance(value, (Tensor, Sequence)) or isinstance(value, str):
+        check_number(owner, name, value, **bounds)
+        return value
+    values = torch.as_tensor(
+        value if isinstance(value, Tensor) else list(value), dtype=torch.float64
+    ).reshape(-1)
+    if values.numel() != num_trials:
+        raise ValueError(
+            f"{owner}: {name} must be a number or R={num_trials} per-trial values, "
+            f"got {values.numel()} values"
+        )
+    for v in values.tolist():
+        check_number(owner, name, v, **bounds)
+    return values
+
+
+def _scale(value: float | Tensor, like: Tensor) -> float | Tensor:
+    """A number as is; ``[R]`` per-trial values as ``[R, 1, 1]`` in ``like``'s dtype."""
+    return value if not isinstance(value, Tensor) else value.to(like.dtype)[:, None, None]
+
+
+class _PerTrialRidge(RidgeLearner):
+    """A ridge learner whose ``lam`` may also be given per trial (``R`` values).
+
+    ``per_trial_hparams`` names the hyper-parameters a subclass accepts per trial; a float
+    keeps the numbers of a float-only learner bit for bit (``A_k^{-1} = I / lam`` is built
+    the same way for every distinct value).
+    """
+
+    per_trial_hparams: tuple[str, ...] = ("lam",)
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, lam: PerTrial) -> None:
+        lam = per_trial(type(self).__name__, "lam", lam, num_trials, gt=0)
+        super().__init__(num_trials, num_arms, dim, 1.0 if isinstance(lam, Tensor) else lam)
+        if isinstance(lam, Tensor):
+            for value in lam.unique().tolist():
+                self.a_inv[lam == value] = ridge_init(1, num_arms, self.dim, value)[0]
+            del self.lam
+            self.register_buffer("lam", lam)
+
+    def _per_trial(self, name: str, value: PerTrial, **bounds) -> None:
+        """Set ``self.<name>``: a number as an attribute, per-trial values as a buffer."""
+        checked = per_trial(type(self).__name__, name, value, self.num_trials, **bounds)
+        if isinstance(checked, Tensor):
+            self.register_buffer(name, checked)
+        else:
+            setattr(self, name, checked)
+
+
+class LinUCB(_PerTrialRidge):
     """LinUCB (Li et al. 2010) with one ridge model per arm.
 
     Score ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)``; argmax with random tie-break
@@ -27,8 +88,8 @@ class LinUCB(RidgeLearner):
         num_trials: ``R``.
         num_arms: ``K``.
         dim: ``d``.
-        alpha: width of the confidence bonus.
-        lam: ridge regulariser.
+        alpha: width of the confidence bonus (a number, or ``R`` per-trial values).
+        lam: ridge regulariser (a number, or ``R`` per-trial values).
 
     Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
@@ -43,19 +104,25 @@ class LinUCB(RidgeLearner):
         ``act``: ``x [R, B, d]`` -> ``probs [R, B, K]`` (one-hot), ``action [R, B]``.
     """
 
+    per_trial_hparams = ("alpha", "lam")
+
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, alpha: float = 1.0, lam: float = 1.0
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        alpha: PerTrial = 1.0,
+        lam: PerTrial = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
-        check_number(type(self).__name__, "alpha", alpha, ge=0)
-        self.alpha = alpha
+        self._per_trial("alpha", alpha, ge=0)
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         scores = ridge_predict(self.theta, x)  # [R, B, K]
-        if self.alpha != 0:
-            scores = scores + self.alpha * ridge_width(self.a_inv, x)
+        if isinstance(self.alpha, Tensor) or self.alpha != 0:
+            scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
@@ -69,7 +136,12 @@ class FullFeedbackLinUCB(LinUCB):
     """
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, alpha: float = 0.0, lam: float = 1.0
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        alpha: PerTrial = 0.0,
+        lam: PerTrial = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
 
@@ -79,7 +151,7 @@ class FullFeedbackLinUCB(LinUCB):
         return Decision(probs=decision.probs, action=decision.action, observe=observe)
 
 
-class LinTS(RidgeLearner):
+class LinTS(_PerTrialRidge):
     """Linear Thompson sampling (Agrawal & Goyal 2013): ``theta~ ~ N(theta_k, v^2 A_k^{-1})``.
 
     Only ``x^T theta~_k`` enters the argmax, and for one context it is distributed as
@@ -92,8 +164,8 @@ class LinTS(RidgeLearner):
         num_trials: ``R``.
         num_arms: ``K``.
         dim: ``d``.
-        v: posterior scale.
-        lam: ridge regulariser.
+        v: posterior scale (a number, or ``R`` per-trial values).
+        lam: ridge regulariser (a number, or ``R`` per-trial values).
 
     Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
     standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
@@ -102,24 +174,25 @@ class LinTS(RidgeLearner):
     beats a model scoring 0.8.
     """
 
+    per_trial_hparams = ("v", "lam")
+
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, v: float = 1.0, lam: float = 1.0
+        self, num_trials: int, num_arms: int, dim: int, v: PerTrial = 1.0, lam: PerTrial = 1.0
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
-        check_number(type(self).__name__, "v", v, ge=0)
-        self.v = v
+        self._per_trial("v", v, ge=0)
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         mean = ridge_predict(self.theta, x)  # [R, B, K]
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        scores = mean + self.v * ridge_width(self.a_inv, x) * noise
+        scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
 
-class EpsilonGreedy(RidgeLearner):
+class EpsilonGreedy(_PerTrialRidge):
     """Epsilon-greedy on the ridge prediction with a decaying exploration rate.
 
     ``eps_t = max(eps_min, eps_0 / (1 + decay t))``; with probability ``eps_t`` a uniform
@@ -129,45 +202,53 @@ class EpsilonGreedy(RidgeLearner):
         num_trials: ``R``.
         num_arms: ``K``.
         dim: ``d``.
-        eps0: initial exploration rate (the CABS grid is ``{1, .5, .2, .1}``).
+        eps0: initial exploration rate (the CABS grid is ``{1, .5, .2, .1}``; a number,
+            or ``R`` per-trial values).
         decay: decay rate per round.
         eps_min: floor of the exploration rate.
         eps_floor: minimum probability of every arm (CABS Assumption 4.5).
         lam: ridge regulariser (1 by default, as for every ridge learner; the uniform
-            share ``eps_t / K`` explores whatever its value).
+            share ``eps_t / K`` explores whatever its value; a number, or ``R`` values).
     """
+
+    per_trial_hparams = ("eps0", "lam")
 
     def __init__(
         self,
         num_trials: int,
         num_arms: int,
         dim: int,
-        eps0: float = 0.5,
+        eps0: PerTrial = 0.5,
         decay: float = 1e-3,
         eps_min: float = 0.01,
         eps_floor: float = 1e-3,
-        lam: float = 1.0,
+        lam: PerTrial = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         name = type(self).__name__
-        check_number(name, "eps0", eps0, ge=0, le=1)
-        check_number(name, "eps_min", eps_min, ge=0, le=eps0)
+        self._per_trial("eps0", eps0, ge=0, le=1)
+        smallest = float(self.eps0.min()) if isinstance(self.eps0, Tensor) else self.eps0
+        check_number(name, "eps_min", eps_min, ge=0, le=smallest)
         check_number(name, "decay", decay, ge=0)
         check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
-        self.eps0, self.decay, self.eps_min, self.eps_floor = eps0, decay, eps_min, eps_floor
+        self.decay, self.eps_min, self.eps_floor = decay, eps_min, eps_floor
 
     def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
-        eps = (self.eps0 / (1 + self.decay * self.rounds.to(x.dtype))).clamp_min(self.eps_min)
+        # number / tensor is reciprocal() * number in torch: written so, per-trial values
+        # give the bits of a float eps0.
+        eps0 = self.eps0 if not isinstance(self.eps0, Tensor) else self.eps0.to(x.dtype)
+        denom = 1 + self.decay * self.rounds.to(x.dtype)  # [R]
+        eps = (denom.reciprocal() * eps0).clamp_min(self.eps_min)
         eps = eps[:, None, None]  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
 
-class SquareCB(RidgeLearner):
+class SquareCB(_PerTrialRidge):
     """SquareCB (Foster & Rakhlin 2020) on a ridge regression solver (CABS Algorithm 3).
 
     ``p = IGW(r^; gamma, mu = K)`` (:func:`~torchroute.functional.squarecb.squarecb_probs`),
@@ -181,7 +262,8 @@ class SquareCB(RidgeLearner):
         mu: IGW constant, ``K`` when ``None``.
         eps_floor: minimum probability (CABS Assumption 4.5).
         lam: ridge regulariser (1 by default, as for every ridge learner; IGW gives an
-            untried arm, predicted 0, probability ``1 / (mu + gamma r^_b) >= 1 / (K + gamma)``).
+            untried arm, predicted 0, probability ``1 / (mu + gamma r^_b) >= 1 / (K + gamma)``;
+            a number, or ``R`` per-trial values).
     """
 
     def __init__(
@@ -192,7 +274,7 @@ class SquareCB(RidgeLearner):
         gamma: float = 4.0,
         mu: float | None = None,
         eps_floor: float = 1e-3,
-        lam: float = 1.0,
+        lam: PerTrial = 1.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)

@@ -1,0 +1,325 @@
+"""``torchroute sweep``: choose learner hyper-parameters on the validation split, test once.
+
+``torchroute sweep experiment=<preset> sweep=<grid>`` reads ``sweep.grid`` (see
+``configs/sweep/``), a map ``<learner>: {<param>: [values]}``; each learner's grid points
+are the product of its value lists. Then:
+
+1. **Validation.** Every grid point runs on ``split=val`` over the configured ``rhos`` and
+   ``seeds``. A learner whose class lists every swept parameter in
+   ``per_trial_hparams`` (LinUCB ``alpha``/``lam``, LinTS ``v``/``lam``, epsilon-greedy
+   ``eps0``/``lam``, SquareCB ``lam``: ``torchroute.learners.linear``) runs all its ``G``
+   grid points as one batched run: each ``(rho, seed)`` trial is repeated once per grid
+   point and the learner gets ``R * G`` per-trial values. Any other learner (e.g.
+   NeuralUCB ``lr``) gets one run per grid point.
+2. **Selection.** Per learner and cost regime (:func:`torchroute.report.cost_regime`: low
+   ``rho <= 300``, medium, high ``rho >= 800``) the grid point with the highest mean
+   ``avg_utility`` over the regime's validation trials is chosen (ties: the first grid
+   point). Only validation results are read.
+3. **Test.** The chosen point of each regime is then evaluated once on ``split=test`` on
+   that regime's rhos (a batched learner in one run, with per-trial values by regime).
+
+The trials of a batched grid point draw their tie-breaks and exploration from the run's one
+generator, as every trial of a run does: their numbers are exactly those of a run with the
+point's values as numbers on the same repeated trials, and equal in distribution (not bit
+for bit) to those of a run of the ``R`` plain trials. ``configs/sweep/wandb_sweep.yaml``
+drives the same grid as wandb agents, one ``torchroute simulate`` per grid point.
+
+Output folder (``out_dir``)::
+
+    sweep_results.csv   learner, batched, point (grid index), the swept parameters, regime,
+                        val_utility, chosen, test_utility (chosen rows only)
+    chosen.md           the chosen values per learner and regime, with both scores
+    val/<learner>[/point-<g>], test/<learner>[/point-<g>]   the simulate runs behind them
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from torchroute.experiment import ConfigError, _number_list, run_config
+from torchroute.io import write_csv_atomic, write_text_atomic
+from torchroute.report import REGIMES, cost_regime
+
+log = logging.getLogger(__name__)
+
+VAL, TEST = "val", "test"
+
+
+def grid_points(grid: dict[str, dict[str, list]]) -> dict[str, list[dict[str, Any]]]:
+    """``{learner: {param: [values]}}`` -> ``{learner: [{param: value}, ...]}`` (the product,
+    last parameter fastest)."""
+    out = {}
+    for name, params in grid.items():
+        keys = list(params)
+        out[name] = [dict(zip(keys, combo)) for combo in itertools.product(*params.values())]
+    return out
+
+
+def per_trial_params(node: DictConfig) -> tuple[str, ...]:
+    """The hyper-parameters the learner of config ``node`` accepts per trial (``[R]``)."""
+    try:
+        target = get_object(str(node._target_))
+    except Exception:  # a missing target is reported when the learner is built
+        return ()
+    return tuple(getattr(getattr(target, "__self__", target), "per_trial_hparams", ()))
+
+
+def select(val: pd.DataFrame) -> pd.DataFrame:
+    """Mean ``avg_utility`` per learner, grid point and regime on validation, and the choice.
+
+    Args:
+        val: one row per validation trial with ``learner``, ``point`` (grid index), ``rho``
+            and ``avg_utility``.
+
+    Returns:
+        one row per ``(learner, regime, point)`` with ``val_utility`` and ``chosen`` (the
+        first grid point with the highest ``val_utility`` of its learner and regime).
+    """
+    frame = val.assign(regime=val["rho"].map(cost_regime))
+    score = frame.groupby(["learner", "regime", "point"])["avg_utility"].mean()
+    table = score.rename("val_utility").reset_index()  # sorted by learner, regime, point
+    best = table.groupby(["learner", "regime"])["val_utility"].transform("max")
+    is_best = table["val_utility"] == best
+    first = is_best & (is_best.groupby([table["learner"], table["regime"]]).cumsum() == 1)
+    return table.assign(chosen=first)
+
+
+def run_sweep(cfg: DictConfig) -> pd.DataFrame:
+    """Validation runs, selection per regime, one test run of the choices; see the module.
+
+    Writes ``sweep_results.csv`` and ``chosen.md`` in ``cfg.out_dir`` and returns the
+    results frame.
+    """
+    grid = _grid(cfg)
+    out_dir = Path(str(cfg.out_dir))
+    rhos = _number_list(cfg, "rhos", float)
+    seeds = _number_list(cfg, "seeds", int)
+    points = grid_points(grid)
+    batched = {name: _batchable(cfg, name, grid[name]) for name in grid}
+    for name in grid:
+        how = "as more trials of one run" if batched[name] else "one run each"
+        log.info("sweep %s: %d grid points, %s", name, len(points[name]), how)
+    val = pd.concat(
+        [
+            frame
+            for name in grid
+            for frame in _validate_learner(cfg, name, points[name], batched[name], rhos, seeds)
+        ],
+        ignore_index=True,
+    )
+    if "avg_utility" not in val or "rho" not in val:
+        raise ConfigError(
+            f"env {cfg.env._target_}: the sweep needs rho and avg_utility results, got {list(val)}"
+        )
+    table = select(val)  # the choice reads validation results only
+    tests = []
+    for name in grid:
+        chosen = table[(table["learner"] == name) & table["chosen"]]
+        by_regime = {r: points[name][int(p)] for r, p in zip(chosen["regime"], chosen["point"])}
+        tests.append(_test_learner(cfg, name, by_regime, batched[name], rhos, seeds))
+    result = _results_frame(table, tests, points, batched)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv_atomic(out_dir / "sweep_results.csv", result)
+    write_text_atomic(out_dir / "chosen.md", chosen_markdown(result))
+    return result
+
+
+def chosen_markdown(result: pd.DataFrame) -> str:
+    """The chosen rows of ``sweep_results.csv`` as a markdown table, one per learner x regime."""
+    rows = result[result["chosen"]]
+    fixed = ["learner", "batched", "point", "regime", "val_utility", "chosen", "test_utility"]
+    params = [c for c in result.columns if c not in fixed]
+    values = [
+        ", ".join(f"{p}={row[p]}" for p in params if _present(row[p])) for _, row in rows.iterrows()
+    ]
+    shown = rows[["learner", "regime"]].assign(chosen=values)
+    shown = shown.assign(val_utility=rows["val_utility"], test_utility=rows["test_utility"])
+    lines = [
+        "# Sweep: chosen hyper-parameters",
+        "",
+        "Chosen per cost regime by the mean avg_utility on the val split; each choice was then "
+        "evaluated once on the test split, on that regime's rhos.",
+        "",
+        shown.to_markdown(index=False, floatfmt=".4f"),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _grid(cfg: DictConfig) -> dict[str, dict[str, list]]:
+    sweep = cfg.get("sweep")
+    if sweep is None or sweep.get("grid") is None:
+        raise ConfigError(
+            "sweep.grid is not set: choose a grid (sweep=linucb_alpha, see configs/sweep/); "
+            "wandb_sweep.yaml is a wandb sweep config (wandb sweep configs/sweep/wandb_sweep.yaml)"
+        )
+    if cfg.get("data") is None:
+        raise ConfigError("sweep chooses on a table's val split: data must be set")
+    grid: dict[str, dict[str, list]] = {}
+    for name, params in sweep.grid.items():
+        if name not in cfg.learners:
+            raise ConfigError(
+                f"sweep.grid.{name}: no learner {name!r} configured; have {sorted(cfg.learners)}"
+            )
+        if not params:
+            raise ConfigError(f"sweep.grid.{name} must map parameters to value lists")
+        grid[name] = {}
+        for param, values in params.items():
+            if param not in cfg.learners[name]:
+                raise ConfigError(
+                    f"sweep.grid.{name}.{param}: learners.{name} has no key {param!r}; "
+                    f"keys: {sorted(k for k in cfg.learners[name] if not k.startswith('_'))}"
+                )
+            values = OmegaConf.to_container(values) if OmegaConf.is_list(values) else values
+            if not isinstance(values, list) or not values:
+                raise ConfigError(
+                    f"sweep.grid.{name}.{param} must be a non-empty list, got {values!r}"
+                )
+            grid[name][param] = values
+    return grid
+
+
+def _batchable(cfg: DictConfig, name: str, params: dict[str, list]) -> bool:
+    """All of the learner's swept parameters can be given per trial, and are numbers."""
+    allowed = per_trial_params(cfg.learners[name])
+    numbers = all(_is_number(v) for values in params.values() for v in values)
+    return numbers and set(params) <= set(allowed)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _present(value: Any) -> bool:
+    return not (isinstance(value, float) and math.isnan(value))
+
+
+def _run(
+    cfg: DictConfig,
+    name: str,
+    split: str,
+    out_dir: Path,
+    rhos: list[float],
+    seeds: list[int],
+    params: dict[str, Any],
+) -> pd.DataFrame:
+    """One ``run_config`` of learner ``name`` with ``params`` set on its config node."""
+    sub = copy.deepcopy(cfg)
+    with open_dict(sub):
+        sub.pop("sweep", None)
+        sub.learners = {name: sub.learners[name]}
+        sub.run_learners = None
+        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), rhos, seeds
+        for param, value in params.items():
+            sub.learners[name][param] = value
+    try:
+        return run_config(sub)
+    except ConfigError as exc:
+        if "split" not in str(exc) or repr(split) not in str(exc):
+            raise
+        raise ConfigError(
+            f"{exc} (the sweep runs split={split}: give the table a {split} split, e.g. "
+            "data.val_fraction=0.1)"
+        ) from exc
+
+
+def _validate_learner(
+    cfg: DictConfig,
+    name: str,
+    points: list[dict[str, Any]],
+    batched: bool,
+    rhos: list[float],
+    seeds: list[int],
+) -> Iterator[pd.DataFrame]:
+    """Validation results of every grid point of ``name``, with their ``point`` index."""
+    root = Path(str(cfg.out_dir)) / VAL / name
+    if not batched:
+        for g, point in enumerate(points):
+            frame = _run(cfg, name, VAL, root / f"point-{g}", rhos, seeds, point)
+            yield frame.assign(point=g)
+        return
+    # trial_grid(rhos, seeds * G) is rho-major: trial (rho i, point g, seed s) sits at
+    # (i * G + g) * S + s; each trial gets the values of its grid point.
+    g_count = len(points)
+    layout = [g for _ in rhos for g in range(g_count) for _ in seeds]
+    params = {p: [points[g][p] for g in layout] for p in points[0]}
+    frame = _run(cfg, name, VAL, root, rhos, seeds * g_count, params)
+    expected = [(r, s) for r in rhos for _ in range(g_count) for s in seeds]
+    if list(zip(frame["rho"], frame["seed"])) != expected:
+        raise ConfigError(f"env {cfg.env._target_} does not keep the (rho, seed) trial order")
+    yield frame.assign(point=layout)
+
+
+def _test_learner(
+    cfg: DictConfig,
+    name: str,
+    by_regime: dict[str, dict[str, Any]],
+    batched: bool,
+    rhos: list[float],
+    seeds: list[int],
+) -> pd.DataFrame:
+    """Mean test ``avg_utility`` per regime of the chosen values: ``learner, regime,
+    test_utility``."""
+    root = Path(str(cfg.out_dir)) / TEST / name
+    frames = []
+    if batched:
+        values = [by_regime[cost_regime(r)] for r in rhos for _ in seeds]
+        params = {p: [v[p] for v in values] for p in values[0]}
+        frames.append(_run(cfg, name, TEST, root, rhos, seeds, params))
+    else:
+        # One run per distinct choice, on the rhos of the regimes that chose it.
+        for g, point in enumerate(_distinct(by_regime.values())):
+            regime_rhos = [r for r in rhos if by_regime[cost_regime(r)] == point]
+            frames.append(_run(cfg, name, TEST, root / f"point-{g}", regime_rhos, seeds, point))
+    test = pd.concat(frames, ignore_index=True)
+    test = test.assign(regime=test["rho"].map(cost_regime))
+    score = test.groupby("regime")["avg_utility"].mean().rename("test_utility").reset_index()
+    return score.assign(learner=name)
+
+
+def _distinct(items: Any) -> list:
+    out: list = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _results_frame(
+    table: pd.DataFrame,
+    tests: list[pd.DataFrame],
+    points: dict[str, list[dict[str, Any]]],
+    batched: dict[str, bool],
+) -> pd.DataFrame:
+    """One row per learner x grid point x regime: the columns of ``sweep_results.csv``."""
+    params = _distinct(p for pts in points.values() for p in pts[0])
+    rows = []
+    for row in table.itertuples(index=False):
+        point = points[row.learner][int(row.point)]
+        rows.append(
+            {
+                "learner": row.learner,
+                "batched": batched[row.learner],
+                "point": int(row.point),
+                **{p: point.get(p, float("nan")) for p in params},
+                "regime": row.regime,
+                "val_utility": row.val_utility,
+                "chosen": bool(row.chosen),
+            }
+        )
+    frame = pd.DataFrame(rows).merge(pd.concat(tests), on=["learner", "regime"], how="left")
+    frame.loc[~frame["chosen"], "test_utility"] = float("nan")
+    order = {r: i for i, r in enumerate(REGIMES)}
+    frame["order"] = frame["regime"].map(order)
+    frame = frame.sort_values(["learner", "order", "point"], kind="stable")
+    return frame.drop(columns="order").reset_index(drop=True)
