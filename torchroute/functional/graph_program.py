@@ -3,21 +3,61 @@
 Minimise over the simplex ``V(p) = p.f + max_a [(1/gamma) sum_i (p_i - 1[i=a])^2 / (G^T p)_i
 - f_a]`` (``ALGORITHMS.md`` section 4 step 3). ``V`` is invariant to shifting ``f`` and
 ``V(p; s f, gamma / s) = s V(p; f, gamma)``, so the solver works on the scaled losses
-``f' = gamma (f - min f)`` with ``gamma' = 1`` and maps the value back. It runs a batched
-primal-dual interior-point method (Boyd & Vandenberghe 2004, section 11.7) on the ``K + 1``
-variables ``(p, z)`` with the ``K`` convex constraints ``g_a(p) - f'_a - z <= 0``, the ``K``
-bounds ``p >= 0`` and ``1^T p = 1``; every instance takes its own Newton steps and its own
-backtracking line search (candidate steps evaluated at once), in float64.
+``f' = gamma (f - min f)`` with ``gamma' = 1`` (value ``V' = gamma V``).
+
+Method: a batched primal-dual interior-point method (Boyd & Vandenberghe 2004, section 11.7)
+in float64 on ``(p, z)`` with the ``K`` convex constraints ``h_a = g_a(p) - f'_a - z <= 0``
+(multipliers ``lambda``), ``p >= 0`` (multipliers ``s``) and ``1^T p = 1``, every instance
+with its own steps, from ``p = lambda = 1/K``, ``z`` one above the largest ``g_a - f'_a`` and
+``s`` that makes the dual residual constant:
+
+* Newton system. With ``w = G^T p`` the Jacobian of ``g`` is ``1 c^T - M``,
+  ``M = diag(2/w) + diag((1 - 2p)/w^2) G^T``, and each term of ``sum_a lambda_a g_a``
+  depends on ``(p_i, w_i)`` only, so its Hessian is ``T^T Q T`` with ``T = [I; G^T]`` and
+  ``Q`` block-diagonal (``2 x 2`` per arm). Eliminating the multipliers and writing
+  ``dz - c.dp`` for ``dz`` (``z`` absorbs the ``1 c^T`` part) leaves one symmetric
+  positive-definite ``(K + 1) x (K + 1)`` system, built with one batched matrix product and
+  solved by Cholesky; a second right-hand side enforces ``1^T dp = 0``.
+* Centring ``sigma = 0.1`` (``0.03`` after a full step); the target complementarity never
+  drops below ``0.3 tol max(gamma, |V'(p)|) / (2K)``: pushing the gap far below the
+  tolerance only makes the eliminated multipliers inaccurate (and the certificate loose).
+* Second-order correction: the curvature of ``h`` that the linear model misses at the
+  longest step re-enters the complementarity target and is solved with the same factor; the
+  iteration takes whichever of the two directions goes further.
+* Step length: fraction to the boundary for ``p``, the multipliers and ``s``; then ``-h``
+  must stay above 1% of its current value. ``-h`` is concave along the line and ``w`` is
+  linear in ``p``, so the chord from 0 to each of a few trial steps (``O(K)`` each) has a
+  feasible root; the longest root is taken.
+* Certificate. For ``lambda`` in the simplex, ``phi(q) = q.f' + sum_a lambda_a (g_a(q) -
+  f'_a) <= V'(q)`` and, by convexity, ``min_q phi >= phi(p) + min_i dphi_i - p.dphi`` over
+  the simplex; so ``V'(p)`` minus that bound at the current iterate bounds ``V'(p) - V'*``. An
+  instance stops once that is ``<= tol max(gamma, |V'(p)|)``, i.e. ``V(p) - V* <= tol
+  max(1, |V(p)|)``.
+
+On the CPU finished instances leave the batch (a host read is free there); on other devices
+the batch keeps its shape, finished instances are frozen and a batch-level flag is read
+every other iteration. The iterations run under ``torch.inference_mode`` (the solver is not
+differentiated; the result is an ordinary tensor without gradient).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-#: candidate step sizes of the batched backtracking line search: ``0.99 alpha_max 2^-k``
-_MU = 10.0
-_STEPS = 0.5 ** torch.arange(8, dtype=torch.float64)
+#: centring: each Newton step targets ``sigma`` times the mean complementarity
+_SIGMA = 0.1
+#: ... and this after a full step (``alpha >= _FULL``)
+_SIGMA_FULL = 0.03
+_FULL = 0.99
+#: fraction to the boundary for ``p``, the multipliers and ``s``
+_ETA = 0.99
+#: floor of the complementarity target, as a fraction of the stopping threshold
+_FLOOR = 0.3
+#: trial fractions of the longest step for the chord line search
+_TRIALS = (1.0, 0.7, 0.4, 0.1)
 
 
 def _check(losses: Tensor, graph: Tensor, gamma: float | Tensor) -> tuple[Tensor, Tensor]:
@@ -52,21 +92,6 @@ def _check(losses: Tensor, graph: Tensor, gamma: float | Tensor) -> tuple[Tensor
     return gamma_t.expand(lead), torch.Size(lead)
 
 
-def _observe(p: Tensor, graph: Tensor) -> Tensor:
-    """``w = G^T p``: ``w_i = sum_j G[j, i] p_j``; ``p [..., K]``, ``graph [..., K, K]``."""
-    return (p[..., :, None] * graph).sum(-2)  # elementwise: cheaper than K x 1 matmuls
-
-
-def _constraints(p: Tensor, graph: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``g_a(p) = sum_i (p_i - 1[i=a])^2 / w_i = sum_i p_i^2 / w_i + (1 - 2 p_a) / w_a``.
-
-    Returns ``(g [..., K], w [..., K], r = p / w [..., K])`` in ``O(K^2)``.
-    """
-    w = _observe(p, graph)
-    r = p / w
-    return (p * r).sum(-1, keepdim=True) + (1 - 2 * p) / w, w, r
-
-
 def graph_squarecb_value(
     probs: Tensor, losses: Tensor, graph: Tensor, gamma: float | Tensor
 ) -> Tensor:
@@ -99,19 +124,18 @@ def graph_squarecb_probs(
     losses: Tensor,
     graph: Tensor,
     gamma: float | Tensor,
-    max_iter: int = 80,
-    tol: float = 1e-10,
+    max_iter: int = 50,
+    tol: float = 1e-7,
+    compact: bool | None = None,
 ) -> Tensor:
     """Minimiser of the SquareCB-G program over the simplex, batched (CABS Theorem D.1).
 
     ``argmin_p p.f + max_a [(1/gamma) sum_i (p_i - 1[i=a])^2 / (G^T p)_i - f_a]``, i.e. the
     convex program of ``ALGORITHMS.md`` section 4 step 3 with ``z`` the inner max.
 
-    The interior-point iterations stop when every instance's surrogate duality gap and
-    residuals are below ``tol`` (relative to the scaled problem), or after ``max_iter``
-    iterations. The stopping test reads one batch-level flag (never a per-instance value):
-    every iteration on CPU, where it costs nothing, and every 8th iteration on other devices
-    (finished instances are frozen meanwhile).
+    Each instance stops once its certificate ``V(p) - V* <= tol * max(1, |V(p)|)`` holds
+    (module docstring), or after ``max_iter`` interior-point iterations (about 10-20 are
+    typical). Not differentiable: the result carries no gradient.
 
     Args:
         losses: ``[..., K]`` predicted losses (any finite reals).
@@ -119,7 +143,10 @@ def graph_squarecb_probs(
             as true.
         gamma: float or ``[...]`` tensor, ``> 0``.
         max_iter: iteration budget.
-        tol: target surrogate duality gap of the scaled problem (``V' = gamma (V - min f)``).
+        tol: certified relative accuracy of the value ``V``.
+        compact: drop finished instances from the batch (one host read per iteration);
+            ``None``: on the CPU only. Otherwise the batch keeps its shape, finished
+            instances are frozen and a batch-level flag is read every other iteration.
 
     Returns:
         ``probs [..., K]`` on the simplex, in the dtype of ``losses``.
@@ -130,122 +157,208 @@ def graph_squarecb_probs(
         tensor(1.)
     """
     gamma_t, lead = _check(losses, graph, gamma)
+    with torch.inference_mode():  # no autograd bookkeeping on the many small ops
+        p = _solve(losses, graph, gamma_t, lead, max_iter, tol, compact)
+    return p.clone()  # a normal tensor again
+
+
+def _solve(
+    losses: Tensor,
+    graph: Tensor,
+    gamma_t: Tensor,
+    lead: torch.Size,
+    max_iter: int,
+    tol: float,
+    compact: bool | None,
+) -> Tensor:
+    """The body of :func:`graph_squarecb_probs` after the input checks."""
     k = losses.shape[-1]
     dev = losses.device
-    eye = torch.eye(k, dtype=torch.float64, device=dev)
     f = losses.to(torch.float64).expand(*lead, k).reshape(-1, k)
-    gm = (graph.bool() | eye.bool()).to(torch.float64).expand(*lead, k, k).reshape(-1, k, k)
     n = f.shape[0]
     if k == 1 or n == 0:
         return torch.ones_like(losses).expand(*lead, k).clone()
-    # Scaled problem: f' = gamma (f - min f) >= 0, gamma' = 1.
-    f = gamma_t.reshape(-1, 1) * (f - f.amin(-1, keepdim=True))
-    p = torch.full((n, k), 1.0 / k, dtype=torch.float64, device=dev)
-    g0, _, _ = _constraints(p, gm)
-    z = (g0 - f).amax(-1) + 1.0  # h = g - f - z <= -1
-    lam = torch.full((n, k), 1.0 / k, dtype=torch.float64, device=dev)
-    s = torch.ones((n, k), dtype=torch.float64, device=dev)
-    nu = torch.zeros(n, dtype=torch.float64, device=dev)
-    state = (p, z, lam, s, nu)
-    done = torch.zeros(n, dtype=torch.bool, device=dev)
-    steps = _STEPS.to(dev)
-    for it in range(max_iter):
-        state, done = _ipm_step(state, done, f, gm, steps, tol)
-        # Batch-level stopping test: every iteration on CPU (free), every 8th elsewhere.
-        if (dev.type == "cpu" or it % 8 == 7) and bool(done.all()):
-            break
-    p = state[0].clamp_min(0.0)
+    eye = torch.eye(k, dtype=torch.bool, device=dev)
+    gm = (graph.bool() | eye).to(torch.float64).expand(*lead, k, k).reshape(n, k, k)
+    gt = gm.transpose(1, 2).contiguous()
+    scale = tol * gamma_t.reshape(n)
+    f = gamma_t.reshape(n, 1) * (f - f.amin(-1, keepdim=True))  # f' = gamma (f - min f)
+    x = _start(f, gm)
+    consts = _Consts(
+        torch.tensor(_TRIALS, dtype=torch.float64, device=dev),
+        torch.eye(k + 1, dtype=torch.float64, device=dev)[:k].sum(0),  # [1, ..., 1, 0]
+        tol,
+    )
+    if not (dev.type == "cpu" if compact is None else compact):  # fixed shapes
+        done = torch.zeros(n, dtype=torch.bool, device=dev)
+        for it in range(max_iter):
+            x, now = _step(x, f, gm, gt, scale, consts, done)
+            done = done | now
+            if it % 2 == 1 and bool(done.all()):
+                break
+        p = x[:, :k]
+    else:  # compaction: finished instances leave the batch
+        p = x[:, :k].clone()
+        idx = torch.arange(n, device=dev)
+        for _ in range(max_iter):
+            x_new, done = _step(x, f, gm, gt, scale, consts, None)
+            if bool(done.any()):
+                p[idx[done]] = x[done, :k]
+                keep = (~done).nonzero()[:, 0]
+                if keep.numel() == 0:
+                    break
+                idx, x, f, gm, gt, scale = (t[keep] for t in (idx, x_new, f, gm, gt, scale))
+            else:
+                x = x_new
+        else:
+            p[idx] = x[:, :k]
+    p = p.clamp_min(0.0)
     p = p / p.sum(-1, keepdim=True)
     return p.reshape(*lead, k).to(losses.dtype)
 
 
-def _residuals(p, z, lam, s, nu, f, gm):
-    """Constraint values ``h``, Jacobian ``dg_a/dp_j`` and the dual/primal residuals.
+class _Consts(NamedTuple):
+    trials: Tensor  # [S] trial fractions of the longest step
+    ones: Tensor  # [K + 1]: 1 on the p rows, 0 on the z row
+    tol: float
 
-    ``J[a, j] = 2 r_j - (G r^2)_j - 2 [a = j] / w_j - (1 - 2 p_a) G[j, a] / w_a^2`` with
-    ``r = p / w`` (differentiating the ``O(K)`` form of :func:`_constraints`). Returns
-    ``(h, jac, w, r_dp [N, K], r_dz [N], r_pri [N])``.
+
+def _start(f: Tensor, gm: Tensor) -> Tensor:
+    """Initial state ``x = [p, lambda, s, w, z, alpha] [N, 4K + 2]``.
+
+    ``p`` and ``lambda`` uniform, ``z`` one above the largest ``g_a - f'_a``, ``s`` making
+    the dual residual ``f' + J^T lambda - s`` constant plus ``mean(lambda (-h)) / p``,
+    ``w = G^T p``, previous step 0.
     """
-    g, w, r = _constraints(p, gm)
-    h = g - f - z[:, None]  # [N, K]
-    common = 2 * r - (gm * (r * r)[:, None, :]).sum(-1)  # [N, K]
-    coef = (1 - 2 * p) / (w * w)  # [N, K]
-    jac = common[:, None, :] - torch.diag_embed(2 / w) - coef[:, :, None] * gm.transpose(1, 2)
+    n, k = f.shape
+    p = f.new_full((n, k), 1.0 / k)
+    lam = p.clone()
+    w = torch.bmm(p[:, None], gm)[:, 0]
+    r = p / w
+    omw = (1 - 2 * p) / w
+    gf = (p * r).sum(-1, keepdim=True) + omw - f
+    z = gf.amax(-1, keepdim=True) + 1.0
+    gv = torch.bmm(torch.stack([r * r, omw / w * lam], 1), gm.mT)  # G [r^2, coef lambda]
+    grad = f + 2 * r - gv[:, 0] - 2 * lam / w - gv[:, 1]  # f' + J^T lambda
+    s = grad - grad.amin(-1, keepdim=True) + (lam * (z - gf)).mean(-1, keepdim=True) / p
+    return torch.cat([p, lam, s, w, z, torch.zeros_like(z)], -1)
+
+
+def _step(
+    x: Tensor,
+    f: Tensor,
+    gm: Tensor,
+    gt: Tensor,
+    scale: Tensor,
+    consts: _Consts,
+    frozen: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """One interior-point iteration on ``x = [p, lambda, s, w, z, alpha] [N, 4K + 2]``.
+
+    ``f [N, K]`` scaled losses, ``gm``/``gt [N, K, K]`` the graph and its transpose,
+    ``scale [N] = tol gamma``. Returns the new state and ``done [N]``: the certificate holds
+    at the current point (those instances, and ``frozen`` ones, do not move).
+    """
+    n, k = f.shape
+    p, lam, s, w, z, last = x.split([k, k, k, k, 1, 1], -1)
+    iw, ip = w.reciprocal(), p.reciprocal()
+    r = p * iw
+    omw = torch.rsub(r, iw, alpha=2.0)  # (1 - 2p) / w
+    coef = omw * iw
+    gf = (omw - f).add_((p * r).sum(-1, keepdim=True))  # g - f'
+    u = z - gf  # -h > 0
+    iu = u.reciprocal()
+    d = lam * iu
     big = lam.sum(-1, keepdim=True)
-    lam_grad = big * common - 2 * lam / w - (gm * (lam * coef)[:, None, :]).sum(-1)
-    r_dp = f + lam_grad - s + nu[:, None]  # [N, K]
-    return h, jac, w, r_dp, 1.0 - big[:, 0], p.sum(-1) - 1.0
-
-
-def _ipm_step(state, done, f, gm, steps, tol):
-    """One primal-dual Newton step (Boyd & Vandenberghe 11.7) with a batched line search.
-
-    Instances whose surrogate gap and dual/primal residuals are below ``tol`` (relative to
-    the scaled problem) are marked done and frozen. The step is the largest of
-    ``0.99 alpha_max 2^-k`` (``alpha_max`` keeps ``p, lam, s`` positive) whose point is
-    strictly feasible (``g_a - f_a - z < 0``).
-    """
-    p, z, lam, s, nu = state
-    n, k = p.shape
-    h, jac, w, r_dp, r_dz, r_pri = _residuals(p, z, lam, s, nu, f, gm)
-    gap = -(h * lam).sum(-1) + (p * s).sum(-1)  # surrogate duality gap, [N]
-    scale = 1.0 + (p * f).sum(-1).abs() + z.abs()
-    feas = (r_dp.square().sum(-1) + r_dz.square() + r_pri.square()).sqrt()
-    feas_scale = 1.0 + f.amax(-1) + lam.sum(-1)
-    done = done | ((gap <= tol * scale) & (feas <= 1e2 * tol * feas_scale))
-    inv_t = gap / (_MU * 2 * k)  # 1/t with t = mu m / gap, m = 2K
-    r_ca = -lam * h - inv_t[:, None]
-    r_cs = s * p - inv_t[:, None]
-    # Hessian of sum_a lam_a g_a (closed form of the quad-over-lin terms):
-    # sum_i (2 / w_i) [L e_i e_i^T - (al_i / w_i)(e_i G_i^T + G_i e_i^T) + (be_i / w_i^2) G_i G_i^T]
-    big = lam.sum(-1, keepdim=True)  # L, [N, 1]
-    c = 2 * (big * p - lam) / w**2
-    d = 2 * (big * p * p - 2 * p * lam + lam) / w**3
-    gmt = gm.transpose(-1, -2)
-    hess = torch.diag_embed(2 * big / w) - c[:, :, None] * gmt - gm * c[:, None, :]
-    hess = hess + (gm * d[:, None, :]) @ gmt
-    # Reduced KKT system on (dp, dz, dnu): dlam and ds are eliminated.
-    dd = lam / (-h)  # [N, K] > 0
-    jt = jac.transpose(1, 2)  # [N, K(j), K(a)]
-    kkt = p.new_zeros(n, k + 2, k + 2)
-    kkt[:, :k, :k] = (jt * dd[:, None, :]) @ jac + hess + torch.diag_embed(s / p)
-    kkt[:, :k, k] = -(jt @ dd[:, :, None])[:, :, 0]
-    kkt[:, k, :k] = kkt[:, :k, k]
-    kkt[:, k, k] = dd.sum(-1)
-    kkt[:, :k, k + 1] = 1.0
-    kkt[:, k + 1, :k] = 1.0
-    v = r_ca / (-h)  # [N, K]
-    rhs = torch.cat(
-        [
-            -r_dp + (jt @ v[:, :, None])[:, :, 0] - r_cs / p,
-            (-r_dz - v.sum(-1))[:, None],
-            -r_pri[:, None],
-        ],
-        -1,
+    cols = torch.stack([r, lam, d, iu], 1).mul_(torch.stack([r, coef, coef, coef], 1))
+    r2, cl, cd, _ = cols.unbind(1)
+    g_r2, g_cl, g_cd, g_cu = torch.bmm(cols, gt).unbind(1)  # G applied to each row of cols
+    c = torch.add(r, r).sub_(g_r2)
+    bc = big * c
+    jl = bc - torch.addcmul(g_cl, lam, iw, value=2.0)  # J^T lambda
+    # Certificate (module docstring) with lambda / sum(lambda):
+    # V'(p) - lower bound = sum_a lambda_a (max g - f' - (g_a - f'_a)) + p.dphi - min dphi.
+    grad = f + jl / big  # dphi
+    gmax = gf.amax(-1, keepdim=True)
+    cert = ((gmax - gf) * lam).sum(-1, keepdim=True) / big
+    cert = cert + ((grad - grad.amin(-1, keepdim=True)) * p).sum(-1, keepdim=True)
+    vp = (p * f).sum(-1, keepdim=True) + gmax  # V'(p)
+    thr = torch.maximum(scale[:, None], consts.tol * vp.abs())
+    done = (cert <= thr)[:, 0]
+    # Newton matrix on (dp, dz - c.dp): B = diag(a) + 2 (Y + Y^T) + G diag(e) G^T with
+    # Y = diag(q) G^T, bordered by m = 2 d / w + G (coef d) and sum(d).
+    sp = s * ip
+    m = torch.addcmul(g_cd, d, iw, value=2.0)
+    y = torch.addcmul(cd - big * r, lam, iw).mul_(iw)[:, :, None] * gt
+    e = torch.addcmul(coef * cd, iw, torch.addcmul(cl, big, r2), value=2.0)
+    mat = torch.baddbmm(y + y.mT, gm * e[:, None], gt, beta=2.0)
+    mat.diagonal(0, -2, -1).add_(
+        torch.addcmul(sp, iw, big, value=2.0).addcmul_(d, iw * iw, value=4.0)
     )
-    # solve_ex: a (numerically) singular system in one instance must not stop the batch;
-    # that instance takes no step this iteration.
-    sol, info = torch.linalg.solve_ex(kkt, rhs)
-    bad = (info != 0) | ~torch.isfinite(sol).all(-1)
-    sol = torch.where(bad[:, None], 0.0, sol)
-    dp, dz, dnu = sol[:, :k], sol[:, k], sol[:, k + 1]
-    dh = (jac @ dp[:, :, None])[:, :, 0] - dz[:, None]  # [N, K]
-    dlam = (r_ca - lam * dh) / h
-    ds = -(r_cs + s * dp) / p
-    # Largest step keeping lam, s, p positive, then backtracking on strict feasibility.
-    x0, dx = torch.cat([lam, s, p], -1), torch.cat([dlam, ds, dp], -1)
-    ratio = torch.where(dx < 0, x0 / (-dx), torch.inf)
-    cand = ratio.amin(-1).clamp(max=1.0 / 0.99)[:, None] * 0.99 * steps  # [N, S]
-    p_s = p[:, None] + cand[:, :, None] * dp[:, None]  # [N, S, K]
-    z_s = z[:, None] + cand * dz[:, None]  # [N, S]
-    g_s, _, _ = _constraints(p_s, gm[:, None])
-    ok = ((g_s - f[:, None] - z_s[:, :, None]) < 0).all(-1) & (p_s > 0).all(-1)
-    ok &= torch.isfinite(g_s).all(-1)
-    ns = steps.shape[0]
-    first = torch.where(ok, torch.arange(ns, device=p.device), ns).amin(-1)  # [N]
-    alpha = torch.where(
-        (first < ns) & ~done & ~bad, cand.gather(1, first.clamp(max=ns - 1)[:, None])[:, 0], 0.0
+    mat = torch.cat(
+        [torch.cat([mat, m[:, :, None]], -1), torch.cat([m, d.sum(-1, keepdim=True)], -1)[:, None]],
+        1,
     )
-    a1 = alpha[:, None]
-    new = (p + a1 * dp, z + alpha * dz, lam + a1 * dlam, s + a1 * ds, nu + alpha * dnu)
-    return new, done
+    chol, info = torch.linalg.cholesky_ex(mat, upper=True)  # upper: skips a transpose
+    sigma = torch.where(last >= _FULL, _SIGMA_FULL / (2 * k), _SIGMA / (2 * k))
+    tau = sigma * ((lam * u).sum(-1, keepdim=True) + (s * p).sum(-1, keepdim=True))
+    tau = torch.maximum(tau, thr * (_FLOOR / (2 * k)))
+    rhs_p = torch.addcmul(g_cu + ip, iu, iw, value=2.0).mul_(tau).sub_(f).sub_(bc)
+    rhs_z = torch.addcmul(-big, tau, iu.sum(-1, keepdim=True))
+    rhs = torch.stack([torch.cat([rhs_p, rhs_z], -1), consts.ones.expand(n, k + 1)], -1)
+    sol, unit = torch.cholesky_solve(rhs, chol, upper=True).unbind(-1)
+    unit = unit / unit[:, :k].sum(-1, keepdim=True)  # removes the 1^T dp component
+
+    def direction(sol: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(dp, dw = G^T dp, du = -dh, dz)`` from a solution in ``(dp, dz - c.dp)``."""
+        sol = torch.addcmul(sol, unit, sol[:, :k].sum(-1, keepdim=True), value=-1.0)
+        dp, dzc = sol.split([k, 1], -1)
+        dw = torch.bmm(dp[:, None], gm)[:, 0]
+        du = torch.addcmul(torch.addcmul(dzc, coef, dw), dp, iw, value=2.0)
+        return dp, dw, du, (c * dp).sum(-1, keepdim=True) + dzc
+
+    dp, dw, du, dz = direction(sol)
+    dlam = torch.addcmul(tau * iu - lam, d, du, value=-1.0)
+    delta = torch.cat([dp, dlam, torch.addcmul(tau * ip - s, sp, dp, value=-1.0), dw, dz], -1)
+    # Second-order correction: the curvature of h that the linear model misses at the
+    # longest step ``at`` enters the complementarity target (same factorisation).
+    at = _longest(x, delta, k)
+    pt = torch.addcmul(p, at, dp)
+    iwt = torch.addcmul(w, at, dw).reciprocal_()
+    rt = pt * iwt
+    ut = torch.addcmul(z, at, dz).sub_((pt * rt).sum(-1, keepdim=True))
+    ut = torch.sub(f, torch.rsub(rt, iwt, alpha=2.0)).add_(ut)  # -h at the longest step
+    v2 = (torch.addcmul(u, at, du) - ut).mul_(d).div_(at)
+    g_v2 = torch.bmm((coef * v2)[:, None], gt)[:, 0]
+    rhs2 = torch.cat([torch.addcmul(g_v2, v2, iw, value=2.0), v2.sum(-1, keepdim=True)], -1)
+    dp2, dw2, du2, dz2 = direction(torch.cholesky_solve(rhs2[:, :, None], chol, upper=True)[..., 0])
+    delta2 = torch.cat([dp2, torch.addcmul(v2, d, du2, value=-1.0), -sp * dp2, dw2, dz2], -1)
+    delta2 = delta2.add_(delta)
+    # Line search on both directions: chords of the concave -h from 0 to each trial step.
+    both = torch.stack([delta, delta2], 1)  # [N, 2, 4K + 1]
+    trial = torch.stack([at, _longest(x, delta2, k)], 1) * consts.trials  # [N, 2, S]
+    dpb, _, _, dwb, dzb = both[:, :, None].split([k, k, k, k, 1], -1)
+    p3, _, _, w3, z3, _ = x[:, None, None].split([k, k, k, k, 1, 1], -1)
+    t4 = trial[..., None]
+    pc = torch.addcmul(p3, t4, dpb)
+    iwc = torch.addcmul(w3, t4, dwb).reciprocal_()
+    rc = pc * iwc
+    uc = torch.addcmul(z3, t4, dzb).sub_(torch.linalg.vecdot(pc, rc)[..., None])
+    # -h must stay >= 1% of its current value u: excess = min(0, u(t) - u / 100) <= 0
+    bound, f_min = torch.stack([0.99 * u, f - 0.01 * u], 1)[:, :, None, None].unbind(1)
+    excess = torch.sub(f_min, torch.rsub(rc, iwc, alpha=2.0)).add_(uc).clamp_(max=0.0)
+    alpha = (trial * (bound / (bound - excess)).amin(-1)).amax(-1)  # [N, 2]
+    pick = alpha[:, 1:] > alpha[:, :1]
+    alpha = torch.where(pick, alpha[:, 1:], alpha[:, :1])
+    move = (alpha > 0) & (info == 0)[:, None]
+    if frozen is not None:
+        move &= ~(frozen | done)[:, None]
+    alpha = torch.where(move, alpha, 0.0)
+    new = torch.addcmul(x[:, : 4 * k + 1], alpha, torch.where(pick, delta2, delta))
+    return torch.cat([torch.where(move, new, x[:, : 4 * k + 1]), alpha], -1), done
+
+
+def _longest(x: Tensor, delta: Tensor, k: int) -> Tensor:
+    """``min(1, eta alpha_max) [N, 1]``, ``alpha_max`` keeping ``p, lambda, s`` positive."""
+    worst = (delta[:, : 3 * k] / x[:, : 3 * k]).amin(-1, keepdim=True)
+    return -_ETA / worst.clamp(max=-_ETA)
