@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +68,7 @@ from torchroute.types import Context, Feedback
 NUM_ARMS = 11
 ALPHA = 1.0
 LAM = 10.0
-SETTINGS = ((128, 210), (384, 32))  # (d, R)
+SETTINGS = ((128, 210, 16), (384, 32, 1))  # (d, R, trials per learner of the chunked path)
 POOL_ROUNDS = 64  # pre-generated rounds, cycled
 
 
@@ -101,47 +102,94 @@ def make_pool(d: int, r: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor
     return x, reward
 
 
-def bench_torch(
-    d: int, r: int, device: torch.device, min_time: float, rounds: int | None
-) -> tuple[Rate, int]:
-    """Trial-rounds per second of :class:`LinUCB` (median over blocks) and rounds timed."""
+def torch_player(
+    d: int,
+    r: int,
+    device: torch.device,
+    kernel: str = "torch",
+    chunk: int | None = None,
+) -> Callable[[], tuple[float, int]]:
+    """A block of :class:`LinUCB` rounds per call: returns ``(trial-rounds/s, rounds)``.
+
+    ``chunk = C`` splits the ``R`` trials into learners of ``C`` trials each; a block plays
+    its rounds on the first learner, then on the next, so that one learner's state stays in
+    cache through the block. Blocks last about 0.1 s (0.5 s when chunked, so that each
+    learner plays some 50-100 rounds in a row and its first, uncached round weighs little).
+    """
     x_pool, reward_pool = (t.to(device) for t in make_pool(d, r))
-    learner = LinUCB(r, NUM_ARMS, d, alpha=ALPHA, lam=LAM).to(device)
+    size = chunk or r
+    chunks = []
+    for start in range(0, r, size):
+        stop = min(start + size, r)
+        learner = LinUCB(stop - start, NUM_ARMS, d, alpha=ALPHA, lam=LAM, kernel=kernel)
+        pools = (x_pool[:, start:stop].contiguous(), reward_pool[:, start:stop].contiguous())
+        chunks.append((learner.to(device), *pools))
     gen = torch.Generator(device=device).manual_seed(0)
     step = 0
 
-    def play(n: int) -> None:
+    def play(n: int) -> float:
         nonlocal step
-        for _ in range(n):
-            i = step % POOL_ROUNDS
-            step += 1
-            context = Context(x_pool[i])
-            decision = learner.act(context, gen)
-            observed = torch.nn.functional.one_hot(decision.action, NUM_ARMS).bool()
-            feedback = Feedback(
-                reward=reward_pool[i] * observed, observed=observed, only_played=True
-            )
-            learner.update(context, decision, feedback)
+        _sync(device)
+        t0 = time.perf_counter()
+        for learner, xs, rewards in chunks:
+            for t in range(step, step + n):
+                i = t % POOL_ROUNDS
+                context = Context(xs[i])
+                decision = learner.act(context, gen)
+                observed = torch.nn.functional.one_hot(decision.action, NUM_ARMS).bool()
+                feedback = Feedback(
+                    reward=rewards[i] * observed, observed=observed, only_played=True
+                )
+                learner.update(context, decision, feedback)
+        _sync(device)
+        step += n
+        return time.perf_counter() - t0
 
     play(5)  # warm-up: allocator, thread pool, kernels
-    _sync(device)
-    t0 = time.perf_counter()
-    play(5)
-    _sync(device)
-    per_round = max((time.perf_counter() - t0) / 5, 1e-6)
-    block = max(1, round(0.1 / per_round))  # ~0.1 s blocks
-    samples: list[float] = []
-    done, start = 0, time.perf_counter()
-    while (rounds is not None and done < rounds) or (
-        rounds is None and time.perf_counter() - start < min_time
-    ):
-        n = block if rounds is None else min(block, rounds - done)
+    block = max(1, round((0.5 if len(chunks) > 1 else 0.1) / max(play(5) / 5, 1e-6)))
+
+    def run() -> tuple[float, int]:
+        return block * r / play(block), block
+
+    return run
+
+
+def numpy_player(d: int, r: int, vectorised: bool = False) -> Callable[[], tuple[float, int]]:
+    """One trial of the numpy reference per call: returns ``(trial-rounds/s, rounds)``."""
+    x_pool, reward_pool = make_pool(d, r)
+    x = x_pool[:, :, 0].numpy()  # [P, R, d]
+    reward = reward_pool[:, :, 0].numpy()  # [P, R, K]
+    numpy_trial(x[:8, 0], reward[:8, 0], vectorised)  # warm-up
+    trial = 0
+
+    def run() -> tuple[float, int]:
+        nonlocal trial
         t0 = time.perf_counter()
-        play(n)
-        _sync(device)
-        samples.append(n * r / (time.perf_counter() - t0))
-        done += n
-    return _rate(samples), done
+        numpy_trial(x[:, trial % r], reward[:, trial % r], vectorised)
+        trial += 1
+        return POOL_ROUNDS / (time.perf_counter() - t0), POOL_ROUNDS
+
+    return run
+
+
+def interleaved(
+    players: dict[str, Callable[[], tuple[float, int]]], seconds: float, slices: int
+) -> dict[str, tuple[Rate, int]]:
+    """Each player's block rates over ``slices`` turns of ``seconds / slices`` each.
+
+    The turns alternate between the players, so that every figure samples the machine's
+    load over the same stretch of time. Returns the rate and the rounds timed per player.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in players}
+    rounds = dict.fromkeys(players, 0)
+    for _ in range(slices):
+        for name, run in players.items():
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds / slices or not samples[name]:
+                rate, n = run()
+                samples[name].append(rate)
+                rounds[name] += n
+    return {name: (_rate(samples[name]), rounds[name]) for name in players}
 
 
 def numpy_trial(x: np.ndarray, reward: np.ndarray, vectorised: bool) -> np.ndarray:
@@ -175,22 +223,6 @@ def numpy_trial(x: np.ndarray, reward: np.ndarray, vectorised: bool) -> np.ndarr
     return arms
 
 
-def bench_numpy(d: int, r: int, min_time: float, vectorised: bool = False) -> Rate:
-    """Trial-rounds per second of the numpy reference, median over blocks (one trial each)."""
-    x_pool, reward_pool = make_pool(d, r)
-    x = x_pool[:, :, 0].numpy()  # [P, R, d]
-    reward = reward_pool[:, :, 0].numpy()  # [P, R, K]
-    numpy_trial(x[:8, 0], reward[:8, 0], vectorised)  # warm-up
-    samples: list[float] = []
-    trial, start = 0, time.perf_counter()
-    while time.perf_counter() - start < min_time or len(samples) < 3:
-        t0 = time.perf_counter()
-        numpy_trial(x[:, trial % r], reward[:, trial % r], vectorised)
-        samples.append(POOL_ROUNDS / (time.perf_counter() - t0))
-        trial += 1
-    return _rate(samples)
-
-
 def copy_bandwidth(device: torch.device, gib: float, repeats: int) -> float:
     """Bytes per second of ``dst.copy_(src)``, counting the read of src and the write of dst."""
     n = int(gib * 2**30) // 4
@@ -211,71 +243,72 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
-        "--rounds",
-        type=int,
+        "--seconds",
+        type=float,
         default=None,
-        help="timed rounds of the batched LinUCB per setting (default: as many as fit in 2 s)",
+        help="time per figure and setting (default 3; 0.6 with --quick)",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="short smoke run (0.3 s per measurement, 256 MiB copy); figures are noisier",
+        help="short smoke run (0.6 s per figure, 256 MiB copy); figures are noisier",
     )
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch.cuda.is_available() is False")
-    min_time = 0.3 if args.quick else 2.0
-    info_time = 0.2 if args.quick else 0.75
+    seconds = args.seconds or (0.6 if args.quick else 3.0)
+    gib, repeats = (0.25, 3) if args.quick else (1.0, 5)
+    fused = device.type == "cpu"  # the fused kernel runs on CPU tensors only
 
     print(
         f"torch {torch.__version__}, device {device}, torch.get_num_threads() = "
         f"{torch.get_num_threads()}, numpy {np.__version__}, K = {NUM_ARMS}, float32"
     )
-    bandwidth = copy_bandwidth(device, 0.25 if args.quick else 1.0, 3 if args.quick else 5)
-    rows = []
-    for d, r in SETTINGS:
-        torch_rate, timed = bench_torch(d, r, device, min_time, args.rounds)
-        np_rate = bench_numpy(d, r, min_time)
-        np_vec = bench_numpy(d, r, info_time, vectorised=True)
-        matrix_bytes = NUM_ARMS * d * d * 4
-        rows.append((d, r, torch_rate, timed, np_rate, np_vec, matrix_bytes))
-    bandwidth_after = copy_bandwidth(device, 0.25 if args.quick else 1.0, 3 if args.quick else 5)
-    bandwidth = max(bandwidth, bandwidth_after)  # the less disturbed of the two measurements
+    bandwidth = copy_bandwidth(device, gib, repeats)
+    results = {}
+    for d, r, chunk in SETTINGS:
+        players = {"eager": torch_player(d, r, device)}
+        if fused:
+            players["fused"] = torch_player(d, r, device, "fused")
+            players[f"fused C={chunk}"] = torch_player(d, r, device, "fused", chunk)
+        players["numpy"] = numpy_player(d, r)
+        players["np-vec"] = numpy_player(d, r, vectorised=True)
+        results[d, r] = interleaved(players, seconds, 3)
+    bandwidth = max(bandwidth, copy_bandwidth(device, gib, repeats))  # the less disturbed
 
     print(
         f"\ncopy bandwidth (read + write, 1 large copy): {bandwidth / 1e9:.2f} GB/s "
         f"(before/after the settings: median of the better)"
     )
     header = (
-        f"{'d':>4} {'R':>4} | {'torch tr/s':>11} {'[min..max]':>17} {'ms/round':>8} "
-        f"{'rounds':>6} | {'numpy tr/s':>10} {'ratio':>6} | {'np-vec tr/s':>11} "
-        f"{'ratio':>6} | {'A GB/s':>7} {'bw frac':>7}"
+        f"{'d':>4} {'R':>4} {'learner':>12} | {'tr/s':>8} {'[min..max]':>17} {'ms/round':>8} "
+        f"{'rounds':>6} | {'/numpy':>6} {'/np-vec':>7} | {'A GB/s':>7} {'bw frac':>7}"
     )
     print(header)
     print("-" * len(header))
-    ratio_128 = frac_384 = float("nan")
-    for d, r, tr, timed, npr, npv, matrix_bytes in rows:
-        gbs = tr.median * matrix_bytes
-        frac = gbs / bandwidth
-        ratio = tr.median / npr.median
-        print(
-            f"{d:>4} {r:>4} | {tr.median:>11.0f} {f'[{tr.low:.0f}..{tr.high:.0f}]':>17} "
-            f"{1e3 * r / tr.median:>8.2f} {timed:>6} | {npr.median:>10.0f} {ratio:>6.2f} | "
-            f"{npv.median:>11.0f} {tr.median / npv.median:>6.2f} | {gbs / 1e9:>7.2f} "
-            f"{frac:>7.3f}"
-        )
-        if d == 128:
-            ratio_128 = ratio
-        if d == 384:
-            frac_384 = frac
+    lines = {}
+    for (d, r), figures in results.items():
+        np_rate, np_vec = figures["numpy"][0].median, figures["np-vec"][0].median
+        for name, (rate, timed) in figures.items():
+            gbs = rate.median * NUM_ARMS * d * d * 4
+            lines[d, name] = (rate.median / np_rate, rate.median / np_vec, gbs / bandwidth)
+            spread = f"[{rate.low:.0f}..{rate.high:.0f}]"
+            print(
+                f"{d:>4} {r:>4} {name:>12} | {rate.median:>8.0f} {spread:>17} "
+                f"{1e3 * r / rate.median:>8.2f} {timed:>6} | {lines[d, name][0]:>6.2f} "
+                f"{lines[d, name][1]:>7.2f} | {gbs / 1e9:>7.2f} {lines[d, name][2]:>7.3f}"
+            )
     print(
-        "tr/s = trial-rounds per second (median of blocks); numpy = per-trial, per-arm loop "
-        "(the reference); np-vec = arms vectorised (information); A GB/s = tr/s x K d^2 x 4 "
-        "bytes; bw frac = A GB/s / copy bandwidth"
+        "tr/s = trial-rounds per second (median of blocks); eager = LinUCB(kernel='torch') on "
+        "all R trials; fused = kernel='fused', all R trials or C trials per learner; numpy = "
+        "per-trial, per-arm loop (the reference); np-vec = arms vectorised; A GB/s = tr/s x "
+        "K d^2 x 4 bytes; bw frac = A GB/s / copy bandwidth"
     )
-    print(f"ratio_vs_numpy_d128: {ratio_128:.3f}")
-    print(f"bandwidth_fraction_d384: {frac_384:.3f}")
+    best = f"fused C={SETTINGS[0][2]}" if fused else "eager"
+    print(f"ratio_vs_numpy_vectorised_d128: {lines[128, best][1]:.3f}")
+    print(f"ratio_vs_numpy_d128: {lines[128, best][0]:.3f}")
+    print(f"bandwidth_fraction_d384: {lines[384, 'eager'][2]:.3f}")
 
 
 if __name__ == "__main__":

@@ -64,9 +64,11 @@ def swept(tmp_path_factory):
 
 
 def _float_run(out_dir: Path, learner: str, split: str, rhos, seeds, **values) -> pd.DataFrame:
-    """A plain simulate run of one learner with float hyper-parameters."""
+    """A plain simulate run of one learner with float hyper-parameters (rng=per_trial, as
+    every run of the sweep)."""
     sets = [f"learners.{learner}.{k}={v}" for k, v in values.items()]
     extra = [f"run_learners=[{learner}]", f"split={split}", f"rhos={rhos}", f"seeds={seeds}"]
+    extra.append("rng=per_trial")
     return run_config(compose_config("simulate", _overrides(out_dir, *extra, *sets)))
 
 
@@ -116,21 +118,20 @@ def test_sweep_writes_results_and_the_chosen_table(swept):
 
 
 def test_batched_grid_points_and_the_choice_match_separate_float_runs(swept, tmp_path):
-    """Each alpha's slice of the batched val run is exactly a float run on the same trials;
-    the sweep's val scores, choice and test scores follow from those float runs."""
+    """Each alpha's slice of the batched val run is exactly a float run of that alpha on the
+    plain (rho, seed) trials; the sweep's val scores, choice and test scores follow from
+    those float runs."""
     out, results = swept
     batched = pd.read_csv(out / "val" / "linucb" / "results.csv")
-    repeated = SEEDS * len(ALPHAS)  # the batched layout: every (rho, seed) once per alpha
-    point = [g for _ in RHOS for g in range(len(ALPHAS)) for _ in SEEDS]
+    point = [g for _ in RHOS for g in range(len(ALPHAS)) for _ in SEEDS]  # the batched layout
     means = {}
     for g, alpha in enumerate(ALPHAS):
-        alone = _float_run(tmp_path / f"val{g}", "linucb", "val", RHOS, repeated, alpha=alpha)
+        alone = _float_run(tmp_path / f"val{g}", "linucb", "val", RHOS, SEEDS, alpha=alpha)
         rows = [i for i, p in enumerate(point) if p == g]
         pd.testing.assert_frame_equal(
-            batched.iloc[rows].reset_index(drop=True), alone.iloc[rows].reset_index(drop=True)
+            batched.iloc[rows].reset_index(drop=True), alone, check_exact=True
         )
-        slice_ = alone.iloc[rows]
-        means[alpha] = slice_.groupby(slice_["rho"].map(cost_regime))["avg_utility"].mean()
+        means[alpha] = alone.groupby(alone["rho"].map(cost_regime))["avg_utility"].mean()
     linucb = results[results["learner"] == "linucb"]
     for row in linucb.itertuples():
         assert row.val_utility == pytest.approx(means[row.alpha][row.regime], abs=1e-12)

@@ -55,6 +55,8 @@ def _simulate(args: argparse.Namespace) -> None:
 
     cfg = compose_config("simulate", args.overrides, args.config_dir)
     results = run_config(cfg)
+    if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
+        return
     print(f"wrote {Path(cfg.out_dir) / 'results.csv'} ({len(results)} rows)")
     if cfg.get("report", True):
         print(write_report([cfg.out_dir], reference=cfg.get("reference", "linucb")))

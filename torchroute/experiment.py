@@ -6,14 +6,21 @@ Output folder layout (``out_dir``)::
     fingerprint.json         hash of the keys that change the numbers (see ``runtime_keys``)
     results.csv, curves.csv  one row per learner x trial / per learner x trial x logged round
     runs/<learner>/          summary.csv, curve.csv and fingerprint.json of each learner
-    checkpoints/<learner>.pt the learner's last checkpoint (resume from it)
+    checkpoints/<learner>.pt the learner's last checkpoint (resume from it); a run split into
+                             pieces has one per piece: <learner>[.rank<r>of<W>][.chunk<c>].pt
 
 A folder written by another configuration is refused unless ``overwrite=true``; results of
 a learner are reused (on ``resume``) only when their fingerprint matches.
+
+With ``rng=per_trial`` the trials can run ``trial_chunk`` at a time and, under ``torchrun``,
+in contiguous shards over the ranks (:mod:`torchroute.runner`); the results are those of a
+single process.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -29,17 +36,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.data.table import RoutingTable
+from torchroute.distributed import Distributed
 from torchroute.envs.base import Env
 from torchroute.features import FEATURE_SOURCES, oracle_features, project_features
+from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
-from torchroute.loop import simulate
+from torchroute.pieces import layout, plan
+from torchroute.runner import Job, run_learner
 from torchroute.tracking import NullTracker
 from torchroute.types import Problem
 
 log = logging.getLogger(__name__)
 
 _DTYPES = ("float32", "float64")
+_RNGS = ("shared", "per_trial")
 
 
 class ConfigError(ValueError):
@@ -89,6 +100,16 @@ def _validate(cfg: DictConfig) -> None:
         raise ConfigError(f"rounds must be an integer >= 1 or null, got {rounds!r}")
     if cfg.get("dtype", "float32") not in _DTYPES:
         raise ConfigError(f"dtype must be one of {list(_DTYPES)}, got {cfg.get('dtype')!r}")
+    if cfg.get("rng", "shared") not in _RNGS:
+        raise ConfigError(f"rng must be one of {list(_RNGS)}, got {cfg.get('rng')!r}")
+    chunk = cfg.get("trial_chunk")
+    if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
+        raise ConfigError(f"trial_chunk must be an integer >= 1 or null, got {chunk!r}")
+    if chunk is not None and cfg.get("rng", "shared") != "per_trial":
+        raise ConfigError(
+            "trial_chunk needs rng=per_trial (with one shared generator a trial's numbers "
+            "depend on the trials beside it)"
+        )
     for key in ("log_every", "ckpt_every"):
         value = cfg.get(key)
         if value is None and key == "ckpt_every":
@@ -144,8 +165,8 @@ def _instantiate(node: Any, key: str, **kwargs: Any) -> Any:
         raise ConfigError(f"cannot build {key!r} from its config: {cause}") from exc
 
 
-def build_env(cfg: DictConfig) -> Env:
-    """The environment of ``cfg.env``.
+def build_env(cfg: DictConfig, device: torch.device | None = None) -> Env:
+    """The environment of ``cfg.env`` (on ``device``, default ``cfg.device``).
 
     With a table (``cfg.data`` set) the env factory is called with ``table``, the
     ``rho`` x ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``, ``device``
@@ -154,7 +175,7 @@ def build_env(cfg: DictConfig) -> Env:
     holds the rest, and its ``trials()`` say what each trial varies.
     """
     seeds = _number_list(cfg, "seeds", int)
-    device = _device(str(cfg.get("device", "cpu")))
+    device = device or _device(str(cfg.get("device", "cpu")))
     dtype = getattr(torch, cfg.get("dtype", "float32"))
     # Objects are passed to the partial, not to instantiate (which would merge them into
     # the config and convert dataclasses such as the table).
@@ -174,12 +195,21 @@ def build_env(cfg: DictConfig) -> Env:
     return env
 
 
-def build_learner(node: DictConfig, problem: Problem, name: str, init_seed: int = 0) -> Learner:
+def build_learner(
+    node: DictConfig,
+    problem: Problem,
+    name: str,
+    init_seed: int = 0,
+    init_keys: torch.Tensor | None = None,
+) -> Learner:
     """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
 
     Hyper-parameters are validated here, before anything of the run is written. The factory
     runs with torch's default generator seeded by ``init_seed`` (and restored afterwards), so
     the initial weights of a neural learner are the same in every run of a configuration.
+    With ``init_keys`` (``[R]`` trial keys, :func:`~torchroute.functional.random.trial_keys`)
+    the problem carries fresh per-trial streams (``Problem.init_rng``) instead, so each
+    trial's initial weights do not depend on the trials built with it.
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
@@ -189,6 +219,8 @@ def build_learner(node: DictConfig, problem: Problem, name: str, init_seed: int 
             f"learners.{name} must be a factory called with the Problem (a "
             "'<Learner>.from_problem' _target_ with _partial_: true)"
         )
+    if init_keys is not None:
+        problem = dataclasses.replace(problem, init_rng=TrialRNG(init_keys))
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
@@ -219,69 +251,115 @@ def run_config(cfg: DictConfig) -> pd.DataFrame:
     is written. Writes ``results.csv`` (one row per learner x trial), ``curves.csv``,
     ``config.yaml``, ``fingerprint.json``, ``runs/<learner>/`` and
     ``checkpoints/<learner>.pt``; returns the results frame.
+
+    With ``trial_chunk=C`` (needs ``rng=per_trial``) the trials run ``C`` at a time, each
+    chunk with its own env (``Env.select_trials``) and learner. Under ``torchrun``
+    (``WORLD_SIZE > 1``; needs ``rng=per_trial``) the process group is set up (gloo on the
+    CPU, nccl on CUDA, one GPU per local rank), each rank runs a contiguous slice of the
+    trials, and rank 0 gathers the results and alone writes files and logs; other ranks
+    return the rows of their own trials. Both give the numbers of a single process.
     """
     _validate(cfg)
+    ranks = Distributed.from_env()
+    if ranks.world_size > 1 and cfg.get("rng", "shared") != "per_trial":
+        raise ConfigError(
+            f"torchrun (WORLD_SIZE={ranks.world_size}) shards the trials and needs "
+            "rng=per_trial (with one shared generator a trial's numbers depend on the others)"
+        )
+    device = ranks.device(_device(str(cfg.get("device", "cpu"))))
+    with ranks.group(device):
+        return _run(cfg, ranks, device)
+
+
+def _run(cfg: DictConfig, ranks: Distributed, device: torch.device) -> pd.DataFrame:
     out_dir = Path(str(cfg.out_dir))
     names = list(cfg.run_learners or cfg.learners)
     numbers = config_fingerprint(cfg)
     digest = _digest(numbers)
-    _check_out_dir(out_dir, digest, bool(cfg.get("overwrite", False)))
-    resume_name = _check_resume(cfg, numbers)
-    env = build_env(cfg)
-    problem = env.problem()
-    seed = int(cfg.get("loop_seed", 0))
-    learners = {name: build_learner(cfg.learners[name], problem, name, seed) for name in names}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    write_text_atomic(out_dir / "fingerprint.json", json.dumps({"config": digest}) + "\n")
-    log.info(
-        "%s: %d trials x %d rounds, d=%d, K=%d",
-        type(env).__name__,
-        env.num_trials,
-        env.horizon,
-        problem.dim,
-        env.num_arms,
+    overwrite = bool(cfg.get("overwrite", False))
+    resume_name, resume_layout = ranks.on_rank0(
+        lambda: (_check_out_dir(out_dir, digest, overwrite), _check_resume(cfg, numbers))[1]
     )
+    env = ranks.rank0_first(lambda: build_env(cfg, device))
+    chunk = cfg.get("trial_chunk")
+    try:
+        pieces = plan(env.num_trials, chunk, ranks.world_size, ranks.rank)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    job = Job(
+        cfg=cfg,
+        ranks=ranks,
+        env=env,
+        pieces=pieces,
+        numbers=numbers,
+        layout=layout(env.num_trials, chunk, ranks.world_size),
+        digest=lambda name: _digest({**numbers, "learner": name}),
+        build=functools.partial(_build, cfg),
+        tracker=lambda name: _tracker(cfg, name, numbers),
+        resume_name=resume_name,
+    )
+    if resume_name is not None and resume_layout != job.layout:
+        raise CheckpointError(_layout_mismatch(cfg.resume, resume_layout, job.layout))
+    try:
+        first_env = job.piece_env(pieces[0])
+    except NotImplementedError as exc:
+        raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
+    learners = {name: _build(cfg, name, first_env) for name in names}
+    ranks.barrier()  # every rank validated before rank 0 writes
+    if ranks.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_text_atomic(out_dir / "fingerprint.json", json.dumps({"config": digest}) + "\n")
+        problem = first_env.problem()
+        log.info(
+            "%s: %d trials x %d rounds, d=%d, K=%d",
+            type(env).__name__,
+            env.num_trials,
+            env.horizon,
+            problem.dim,
+            env.num_arms,
+        )
     summaries, curves = [], []
-    for name, learner in learners.items():
-        run_dir = out_dir / "runs" / name
-        learner_digest = _digest({**numbers, "learner": name})
+    for name in names:
         reused = None
         if cfg.get("resume") and name != resume_name:
-            reused = _reusable(run_dir, learner_digest)
+            reusable = functools.partial(_reusable, out_dir / "runs" / name, job.digest(name))
+            reused = ranks.on_rank0(reusable)
         if reused is not None:
             summary, curve = reused
+            learners.pop(name)
         else:
-            tracker = _tracker(cfg, name, numbers)
-            result = simulate(
-                learner,
-                env,
-                seed=seed,
-                log_every=int(cfg.log_every),
-                ckpt_every=cfg.get("ckpt_every"),
-                ckpt_path=out_dir / "checkpoints" / f"{name}.pt",
-                resume_from=cfg.resume if name == resume_name else None,
-                tracker=tracker,
-                config={**numbers, "learner": name},
-                progress=bool(cfg.progress),
-                desc=name,
-            )
-            summary, curve = result.summary, result.curve
-            summary.insert(0, "learner", name)
-            curve.insert(0, "learner", name)
-            tracker.log_table("results", summary)
-            tracker.finish()
-            write_csv_atomic(run_dir / "summary.csv", summary)
-            write_csv_atomic(run_dir / "curve.csv", curve)
-            write_text_atomic(
-                run_dir / "fingerprint.json", json.dumps({"config": learner_digest}) + "\n"
-            )
+            summary, curve = run_learner(job, name, learners.pop(name))
         summaries.append(summary)
         curves.append(curve)
     results = pd.concat(summaries, ignore_index=True)
-    write_csv_atomic(out_dir / "results.csv", results)
-    write_csv_atomic(out_dir / "curves.csv", pd.concat(curves, ignore_index=True))
+    if ranks.is_main:
+        write_csv_atomic(out_dir / "results.csv", results)
+        write_csv_atomic(out_dir / "curves.csv", pd.concat(curves, ignore_index=True))
     return results
+
+
+def _build(cfg: DictConfig, name: str, env: Env) -> Learner:
+    """Learner ``name`` for ``env``'s trials (per-trial initial streams with rng=per_trial)."""
+    seed = int(cfg.get("loop_seed", 0))
+    keys = None
+    if cfg.get("rng", "shared") == "per_trial":
+        keys = trial_keys(env.trials(), seed, stream="init")
+    return build_learner(cfg.learners[name], env.problem(), name, seed, keys)
+
+
+def _layout_mismatch(path: Any, stored: dict, current: dict) -> str:
+    if stored["world_size"] != current["world_size"]:
+        return (
+            f"checkpoint {path} was written by a run of world size {stored['world_size']} "
+            f"(torchrun processes), this run has {current['world_size']}; resume it with "
+            f"world size {stored['world_size']}"
+        )
+    return (
+        f"checkpoint {path} was written with trial_chunk={stored['trial_chunk']}, this run "
+        f"splits its trials with trial_chunk={current['trial_chunk']}; resume it with "
+        f"trial_chunk={stored['trial_chunk']}"
+    )
 
 
 def _read_digest(path: Path) -> str | None:
@@ -318,19 +396,21 @@ def _reusable(run_dir: Path, digest: str) -> tuple[pd.DataFrame, pd.DataFrame] |
     return pd.read_csv(files[0]), pd.read_csv(files[1])
 
 
-def _check_resume(cfg: DictConfig, numbers: dict) -> str | None:
-    """Validate ``cfg.resume`` before anything is written; returns the learner it resumes."""
+def _check_resume(cfg: DictConfig, numbers: dict) -> tuple[str | None, dict | None]:
+    """Validate ``cfg.resume`` before anything is written; returns the learner it resumes
+    and how the run that wrote it split its trials (see :func:`torchroute.pieces.layout`)."""
     if not cfg.get("resume"):
-        return None
+        return None, None
     payload = load_checkpoint(cfg.resume)
     stored = dict(payload.get("config", {}))
     name = stored.pop("learner", None)
+    split = stored.pop("layout", {"world_size": 1, "trial_chunk": None})
     if stored != numbers or name not in (cfg.run_learners or cfg.learners):
         raise CheckpointError(
             f"checkpoint {cfg.resume} was written by another configuration (learner {name!r}); "
             "resume with the same experiment and overrides"
         )
-    return name
+    return name, split
 
 
 def _device(name: str) -> torch.device:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import torch
@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.envs.base import Env
+from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
 from torchroute.tracking import NullTracker, Tracker
@@ -51,6 +52,7 @@ def simulate(
     env: Env,
     *,
     seed: int = 0,
+    rng: Literal["shared", "per_trial"] = "shared",
     log_every: int = 100,
     ckpt_every: int | None = None,
     ckpt_path: str | Path | None = None,
@@ -70,10 +72,18 @@ def simulate(
     from such a checkpoint; the result is bit-for-bit the same as an uninterrupted run on
     the same device.
 
+    With ``rng="shared"`` every draw comes from one ``torch.Generator`` seeded with ``seed``
+    (a trial's numbers then depend on the trials beside it); with ``rng="per_trial"`` each
+    trial draws from its own stream (:class:`~torchroute.functional.random.TrialRNG`) keyed
+    by its labels (``env.trials()``) and ``seed``: a trial's numbers are the same alone, in
+    any set of trials and at any position, and trials with identical labels get identical
+    numbers.
+
     Args:
         learner: the learner, already on ``env.device``.
         env: the environment.
         seed: seed of the run's generator (action draws, tie-breaks, env noise, updates).
+        rng: ``"shared"`` (one generator) or ``"per_trial"`` (one stream per trial).
         log_every: logging interval in rounds.
         ckpt_every: checkpoint interval in rounds (``None``: only at the end).
         ckpt_path: checkpoint file; no checkpoints when ``None``.
@@ -96,7 +106,7 @@ def simulate(
         raise ValueError(f"ckpt_every must be >= 1 or None, got {ckpt_every}")
     check_compatible(learner, env)
     tracker = tracker or NullTracker()
-    generator = torch.Generator(device=env.device).manual_seed(seed)
+    generator = _source(rng, env, seed)
     metrics = RunningMetrics(env.num_trials, env.device, env.curve_keys)
     name = desc or type(learner).__name__
     start = 0
@@ -111,7 +121,7 @@ def simulate(
                     "learner": learner.state_dict(),
                     "learner_class": type(learner).__name__,
                     "round": t,
-                    "generator": generator.get_state(),
+                    **_source_state(generator),
                     "env": env.state_dict(),
                     "env_fingerprint": env.fingerprint(),
                     "metrics": metrics.state_dict(),
@@ -167,6 +177,21 @@ def _is_float(t: Any) -> bool:
     return isinstance(t, Tensor) and t.is_floating_point()
 
 
+def _source(rng: str, env: Env, seed: int) -> torch.Generator | TrialRNG:
+    """The run's source of randomness: one generator, or one stream per trial."""
+    if rng == "shared":
+        return torch.Generator(device=env.device).manual_seed(seed)
+    if rng == "per_trial":
+        return TrialRNG(trial_keys(env.trials(), seed), device=env.device)
+    raise ValueError(f"rng must be 'shared' or 'per_trial', got {rng!r}")
+
+
+def _source_state(source: torch.Generator | TrialRNG) -> dict[str, Any]:
+    if isinstance(source, TrialRNG):
+        return {"rng": source.state_dict()}
+    return {"generator": source.get_state()}
+
+
 def _restore(path, learner, env, generator, metrics, config) -> int:
     payload = load_checkpoint(path)
     if payload.get("config", {}) != (config or {}):
@@ -189,10 +214,17 @@ def _restore(path, learner, env, generator, metrics, config) -> int:
         raise CheckpointError(
             f"checkpoint {path} has round {done!r}; expected an integer in 0..{env.horizon}"
         )
+    per_trial = isinstance(generator, TrialRNG)
+    if ("rng" if per_trial else "generator") not in payload:
+        written = "shared" if per_trial else "per_trial"
+        raise CheckpointError(f"checkpoint {path} was written with rng={written}; resume with it")
     try:
         learner.load_state_dict(payload["learner"])
         env.load_state_dict(payload["env"])
-        generator.set_state(payload["generator"])
+        if isinstance(generator, TrialRNG):
+            generator.load_state_dict(payload["rng"])
+        else:
+            generator.set_state(payload["generator"])
         metrics.load_state_dict(payload["metrics"])
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {path} does not fit this run: {exc}") from exc

@@ -18,11 +18,13 @@ are the product of its value lists. Then:
 3. **Test.** The chosen point of each regime is then evaluated once on ``split=test`` on
    that regime's rhos (a batched learner in one run, with per-trial values by regime).
 
-The trials of a batched grid point draw their tie-breaks and exploration from the run's one
-generator, as every trial of a run does: their numbers are exactly those of a run with the
-point's values as numbers on the same repeated trials, and equal in distribution (not bit
-for bit) to those of a run of the ``R`` plain trials. ``configs/sweep/wandb_sweep.yaml``
-drives the same grid as wandb agents, one ``torchroute simulate`` per grid point.
+Every run of the sweep uses ``rng=per_trial``: a trial draws its tie-breaks, exploration
+and initial weights from its own stream, keyed by its labels (``rho, seed``) and
+``loop_seed``. The repeated trials of a batched grid point have the labels of the plain
+trials, so the slice of a grid point is exactly ``torchroute simulate rng=per_trial`` with
+the point's values on the ``R`` plain trials, as is each per-point run and each test run.
+``configs/sweep/wandb_sweep.yaml`` drives the same grid as wandb agents, one ``torchroute
+simulate`` per grid point.
 
 Output folder (``out_dir``)::
 
@@ -213,13 +215,15 @@ def _run(
     seeds: list[int],
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """One ``run_config`` of learner ``name`` with ``params`` set on its config node."""
+    """One ``run_config`` of learner ``name`` with ``params`` set on its config node
+    (per-trial random streams, see the module docstring)."""
     sub = copy.deepcopy(cfg)
     with open_dict(sub):
         sub.pop("sweep", None)
         sub.learners = {name: sub.learners[name]}
         sub.run_learners = None
         sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), rhos, seeds
+        sub.rng = "per_trial"
         for param, value in params.items():
             sub.learners[name][param] = value
     try:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from torchroute.functional.random import TrialRNG
 
 
 def _check(name: str, tensor: Tensor, ndim: int, what: str) -> None:
@@ -207,6 +211,9 @@ class Problem:
         labels: other numeric per-trial settings the env varies, ``{name: [R]}`` (e.g. the
             dimension or the constraint level of each trial), for learners whose
             hyper-parameters depend on them.
+        init_rng: per-trial streams for a learner's random initial state (NeuralUCB's
+            weights), so that a trial starts the same whatever trials it runs with; ``None``
+            (the default): torch's global generator, seeded per run by the runner.
 
     Example:
         >>> problem = env.problem()                              # doctest: +SKIP
@@ -225,6 +232,7 @@ class Problem:
     device: torch.device | str = "cpu"
     dtype: torch.dtype = torch.float32
     labels: Mapping[str, Tensor] = field(default_factory=dict)
+    init_rng: TrialRNG | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
@@ -237,6 +245,11 @@ class Problem:
                     f"Problem.labels[{name!r}] must be [R={self.num_trials}], "
                     f"got {tuple(value.shape)}"
                 )
+        if self.init_rng is not None and self.init_rng.num_trials != self.num_trials:
+            raise ValueError(
+                f"Problem.init_rng holds {self.init_rng.num_trials} trials, expected "
+                f"R={self.num_trials}"
+            )
         if len(self.arm_names) != self.num_arms:
             raise ValueError(
                 f"Problem.arm_names has {len(self.arm_names)} names for K={self.num_arms}"

@@ -5,6 +5,12 @@ stream order, per-trial labels (rho, seed, constraint level, ...), noise, regime
 budgets. The loop (:func:`torchroute.loop.simulate`), the metrics, checkpoints, results
 writing and the report depend on this interface only.
 
+Noise is drawn in :meth:`Env.step` from its ``generator`` argument only, through the entry
+points of :mod:`torchroute.functional.random` (a ``torch.Generator`` shared by the trials,
+or per-trial streams whose keys come from :meth:`Env.trials`). :meth:`Env.select_trials`
+returns the env of a subset of the trials, each seeing exactly what it sees in the whole
+env; the runner uses it for trial chunks and ``torchrun`` shards.
+
 A minimal environment::
 
     class CoinFlips(Env):
@@ -21,7 +27,7 @@ A minimal environment::
             return Context(x=torch.ones(2, 1, 1))
 
         def step(self, context, decision, generator=None):
-            reward = torch.rand(2, 1, 2, generator=generator)
+            reward = uniform(generator, (2, 1, 2))
             observed = F.one_hot(decision.action, 2).bool()
             chosen = reward.gather(-1, decision.action[..., None])[..., 0]
             feedback = Feedback(torch.where(observed, reward, 0.0), observed, only_played=True)
@@ -34,12 +40,14 @@ A minimal environment::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem
 
 
@@ -79,10 +87,12 @@ class Env(ABC):
 
     @abstractmethod
     def step(
-        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+        self, context: Context, decision: Decision, generator: Source = None
     ) -> tuple[Feedback, Outcome]:
         """Reveal the feedback of ``decision`` and the round's per-trial quantities.
 
+        ``generator`` is the run's source of randomness (a ``torch.Generator``, ``None`` or a
+        ``TrialRNG``; draws through :mod:`torchroute.functional.random`, shapes ``[R, ...]``).
         The feedback covers ``decision.action`` and the arms of ``decision.observe``
         (every arm when the env gives full information). The outcome maps names to
         ``[R, B]`` or ``[R, B, c]`` tensors; the loop sums them over rounds.
@@ -97,6 +107,17 @@ class Env(ABC):
         is the distance of the average cost vector to a box).
         """
 
+    def select_trials(self, index: Sequence[int] | Tensor) -> Env:
+        """The env of trials ``index`` (positions ``[n]``, in that order), a new env.
+
+        Each selected trial keeps its labels, data, stream and state, so that it plays the
+        same rounds as here; tensors the trials share may be shared with this env.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement select_trials, so its trials cannot "
+            "run in chunks or torchrun shards"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """The env's restorable state (regime switches, budgets, ...); stateless by default."""
         return {}
@@ -109,6 +130,16 @@ class Env(ABC):
     def fingerprint(self) -> dict[str, Any]:
         """What identifies the world (data, stream, labels); resume compares it."""
         return {"env": type(self).__name__, "trials": self.trials().to_dict("list")}
+
+    def trial_index(self, index: Sequence[int] | Tensor) -> Tensor:
+        """``index`` as a non-empty ``[n]`` long CPU tensor of trials in ``0..R-1``."""
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+        if idx.numel() == 0 or bool(((idx < 0) | (idx >= self.num_trials)).any()):
+            raise ValueError(
+                f"{type(self).__name__}.select_trials: index must name trials in "
+                f"0..{self.num_trials - 1}, got {idx.tolist()}"
+            )
+        return idx
 
     def check_decision(self, decision: Decision) -> None:
         """A one-line error when ``decision`` does not fit this env's protocol.

@@ -23,6 +23,7 @@ table-based learners and the policy-class gap (``torchroute gap``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Literal
 
@@ -34,6 +35,8 @@ from torchroute.checks import check_number
 from torchroute.data.splits import random_split
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.functional.random import Source, normal
+from torchroute.functional.sampling import sample_multinomial
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem
 
 
@@ -199,6 +202,17 @@ class LowRankExperts(Env):
     def trials(self) -> pd.DataFrame:
         return pd.DataFrame({"dim": self.dims.numpy(), "seed": self.seeds.numpy()})
 
+    def select_trials(self, index: Sequence[int] | Tensor) -> LowRankExperts:
+        """The trials ``index`` (their worlds and query streams) as a new env."""
+        idx = self.trial_index(index)
+        env = copy.copy(self)
+        env.num_trials = idx.numel()
+        env.dims, env.seeds = self.dims[idx], self.seeds[idx]
+        on = idx.to(self._device)
+        for name in ("embed", "item_rewards", "item_logits", "comparator", "queries"):
+            setattr(env, name, getattr(self, name)[on])
+        return env
+
     def problem(self) -> Problem:
         r = self.num_trials
         return Problem(
@@ -269,16 +283,16 @@ class LowRankExperts(Env):
         return torch.einsum("rbl,rmlk,rbk->rbm", latent, self.comparator, latent)
 
     def step(
-        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+        self, context: Context, decision: Decision, generator: Source = None
     ) -> tuple[Feedback, Outcome]:
         self.check_decision(decision)
         means, xi, item_reward = self.expected_rewards(context.x)  # [R, B, M]
         action = decision.action
         r, b = action.shape
         xi_played = xi.gather(2, action[..., None, None].expand(r, b, 1, xi.shape[-1]))[:, :, 0]
-        item = torch.multinomial(xi_played.reshape(r * b, -1), 1, generator=generator)
+        item = sample_multinomial(xi_played, generator)  # [R, B]
         clean = item_reward.gather(-1, item.reshape(r, b, 1))[..., 0]
-        eps = torch.randn(r, b, generator=generator, device=self.device, dtype=torch.float64)
+        eps = normal(generator, (r, b), dtype=torch.float64, device=self.device)
         reward = clean + self.noise * eps
         observed = torch.nn.functional.one_hot(action, self.num_arms).bool()
         reward_k = torch.where(observed, reward[..., None], 0.0).to(self.dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -11,6 +12,7 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.functional.random import Source
 from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
 
@@ -133,6 +135,16 @@ class SingleChoiceEnv(Env):
             {"rho": self.rho.double().cpu().numpy(), "seed": self.seeds.cpu().numpy()}
         )
 
+    def select_trials(self, index: Sequence[int] | Tensor) -> SingleChoiceEnv:
+        """The trials ``index`` (their streams, rho, seeds and cached sums) as a new env."""
+        idx = self.trial_index(index)
+        env = copy.copy(self)
+        env.num_trials = idx.numel()
+        env.seeds = self.seeds[idx]
+        on = idx.to(self.device)
+        env._stream, env.rho, env._arm_sums = self._stream[on], self.rho[on], self._arm_sums[:, on]
+        return env
+
     def problem(self) -> Problem:
         """R, K, d, rho, arm names, mean train prices and the train split (when present)."""
         train = None
@@ -169,7 +181,7 @@ class SingleChoiceEnv(Env):
         return utility(self._scores[index], self._costs[index], self.rho[:, None, None])
 
     def step(
-        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+        self, context: Context, decision: Decision, generator: Source = None
     ) -> tuple[Feedback, Outcome]:
         """Reveal the played arm's (and the requested arms') feedback and the round's metrics.
 

@@ -14,6 +14,8 @@ average cost vector to ``S_ori``; ``feasible`` = ``r2 <= 1e-9``.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,7 @@ from torch import Tensor
 from torchroute.envs.base import Env
 from torchroute.envs.subset_opt import solve_opt
 from torchroute.functional.projections import box_distance, safe_box
+from torchroute.functional.random import Source, gamma
 from torchroute.functional.subset import expected_sum_max, subset_mask, sum_max_reward
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -102,6 +105,8 @@ class SubsetEnv(Env):
     """
 
     curve_keys: tuple[str, ...] = ("reward", "r1_opt")
+    #: attributes with a leading trial dimension (what :meth:`select_trials` slices)
+    _trial_tensors: tuple[str, ...] = ("means", "costs", "lower", "upper", "q_opt", "last_probs")
 
     def __init__(
         self,
@@ -185,6 +190,17 @@ class SubsetEnv(Env):
                 out[column] = torch.tensor(np.array(codes), dtype=torch.float64)
         return out
 
+    def select_trials(self, index: Sequence[int] | Tensor) -> SubsetEnv:
+        """The trials ``index`` (labels, means, costs, targets, OPT, state) as a new env."""
+        idx = self.trial_index(index)
+        env = copy.copy(self)
+        env.num_trials = idx.numel()
+        env._labels = self._labels.iloc[idx.numpy()].reset_index(drop=True)
+        on = idx.to(self.device)
+        for name in self._trial_tensors:
+            setattr(env, name, getattr(self, name)[on])
+        return env
+
     def problem(self) -> SubsetProblem:
         r = self.num_trials
         return SubsetProblem(
@@ -213,14 +229,14 @@ class SubsetEnv(Env):
         p = self.means.shape[1]
         return min(t * p // self.horizon, p - 1)
 
-    def values(self, t: int, context: Context, generator: torch.Generator | None) -> Tensor:
+    def values(self, t: int, context: Context, generator: Source) -> Tensor:
         """The facet values ``V^(t)`` of round ``t``, ``[R, N, K]`` float64."""
         mean = self.means[:, self.block(t)]
         if self.kappa is None:
             return mean
         m = mean.clamp(1e-6, 1 - 1e-6)
-        a = torch._standard_gamma(self.kappa * m, generator=generator)
-        b = torch._standard_gamma(self.kappa * (1 - m), generator=generator)
+        a = gamma(generator, self.kappa * m)
+        b = gamma(generator, self.kappa * (1 - m))
         return a / (a + b).clamp_min(1e-300)
 
     def check_decision(self, decision: Decision) -> None:
@@ -232,7 +248,7 @@ class SubsetEnv(Env):
             )
 
     def step(
-        self, context: Context, decision: Decision, generator: torch.Generator | None = None
+        self, context: Context, decision: Decision, generator: Source = None
     ) -> tuple[Feedback, dict[str, Tensor]]:
         self.check_decision(decision)
         t = self._t

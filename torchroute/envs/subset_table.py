@@ -18,6 +18,7 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.subset import SubsetEnv
+from torchroute.functional.random import Source
 from torchroute.functional.subset import expected_sum_max
 from torchroute.types import Context
 
@@ -28,6 +29,8 @@ class TableSubsetEnv(SubsetEnv):
     Contexts are the one-hot of each query's group (``table.groups``; one group when
     absent), the finite context set of :class:`ContextualOMDApproachability`.
     """
+
+    _trial_tensors = (*SubsetEnv._trial_tensors, "stream")
 
     def __init__(self, facets: Tensor, stream: Tensor, groups: Tensor, **kwargs) -> None:
         self.facets = facets.to(torch.float64)  # [n, N, K]
@@ -50,7 +53,7 @@ class TableSubsetEnv(SubsetEnv):
         x = torch.nn.functional.one_hot(group, self.num_groups).to(self._dtype)
         return Context(x=x[:, None], index=self.stream[:, t, None])
 
-    def values(self, t: int, context: Context, generator: torch.Generator | None) -> Tensor:
+    def values(self, t: int, context: Context, generator: Source) -> Tensor:
         return self.facets[self.stream[:, t]]
 
     def policy_value(self, q: Tensor, rounds: int) -> Tensor:

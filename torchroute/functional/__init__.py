@@ -15,6 +15,7 @@ from torchroute.functional.projections import (
     support_function,
     support_maximiser,
 )
+from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.functional.ridge import (
     ridge_init,
     ridge_predict,
@@ -27,11 +28,13 @@ from torchroute.functional.sampling import (
     one_hot_probs,
     probability_floor,
     sample_categorical,
+    sample_multinomial,
 )
 from torchroute.functional.squarecb import squarecb_probs
 from torchroute.functional.utility import utility
 
 __all__ = [
+    "TrialRNG",
     "affinity_from_accuracy",
     "argmax_random_ties",
     "graph_squarecb_probs",
@@ -49,11 +52,13 @@ __all__ = [
     "safe_box",
     "sample_categorical",
     "sample_graph",
+    "sample_multinomial",
     "sherman_morrison",
     "squarecb_probs",
     "support_function",
     "support_maximiser",
     "surrogate_utility",
+    "trial_keys",
     "utility",
     "woodbury",
     "z_inverse_update",

@@ -15,6 +15,7 @@ import math
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge import woodbury
 
 
@@ -30,7 +31,7 @@ def mlp_init(
     num_arms: int,
     hidden: int = 64,
     num_layers: int = 1,
-    generator: torch.Generator | None = None,
+    generator: Source = None,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, Tensor]:
     """He-uniform weights for ``R`` independent MLPs, zero biases.
@@ -44,7 +45,8 @@ def mlp_init(
         num_arms: ``K`` outputs.
         hidden: trunk width ``h``.
         num_layers: trunk depth ``L``.
-        generator: source of the weights (CPU).
+        generator: source of the weights (CPU): a generator, or per-trial streams that
+            give each trial the weights it has in any other set of trials.
         dtype: dtype of the weights.
 
     Returns:
@@ -54,11 +56,11 @@ def mlp_init(
     params: dict[str, Tensor] = {}
     for i, (d_in, d_out) in enumerate(itertools.pairwise(sizes)):
         bound = math.sqrt(6.0 / d_in)
-        w = torch.rand(num_trials, d_in, d_out, generator=generator, dtype=dtype)
+        w = uniform(generator, (num_trials, d_in, d_out), dtype=dtype)
         params[f"w{i}"] = (2 * w - 1) * bound
         params[f"b{i}"] = torch.zeros(num_trials, d_out, dtype=dtype)
     bound = 1.0 / math.sqrt(hidden)
-    w = torch.rand(num_trials, hidden, num_arms, generator=generator, dtype=dtype)
+    w = uniform(generator, (num_trials, hidden, num_arms), dtype=dtype)
     params["w_out"] = (2 * w - 1) * bound
     params["b_out"] = torch.zeros(num_trials, num_arms, dtype=dtype)
     return params

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source, uniform
 from torchroute.functional.utility import utility
 
 
@@ -92,20 +93,20 @@ def affinity_from_accuracy(y_bar: Tensor) -> Tensor:
     return aff.masked_fill(eye, float("-inf"))
 
 
-def sample_graph(affinity: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def sample_graph(affinity: Tensor, generator: Source = None) -> Tensor:
     """Feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))``, ``A[i, i] = 1``.
 
     Every edge is an independent draw; the ``-inf`` diagonal gives probability 1.
 
     Args:
         affinity: ``R [..., K, K]`` (e.g. ``[R, B, K, K]``), diagonal ``-inf``.
-        generator: the run's generator (on the device of ``affinity``).
+        generator: the run's generator or per-trial streams (on the device of ``affinity``).
 
     Returns:
         ``A [..., K, K]`` bool; row ``i`` is the neighbourhood revealed by playing ``i``.
     """
     prob = torch.sigmoid((1.0 - affinity) / 2.0)  # [..., K, K]
-    u = torch.rand(affinity.shape, generator=generator, device=affinity.device, dtype=prob.dtype)
+    u = uniform(generator, affinity.shape, dtype=prob.dtype, device=affinity.device)
     eye = torch.eye(affinity.shape[-1], dtype=torch.bool, device=affinity.device)
     return (u < prob) | eye
 

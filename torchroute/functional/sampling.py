@@ -1,35 +1,49 @@
-"""Drawing arms from batched distributions with an explicit generator."""
+"""Drawing arms from batched distributions with an explicit source of randomness.
+
+``generator`` is a ``torch.Generator`` (``None``: torch's global one) or per-trial streams
+(:class:`torchroute.functional.random.TrialRNG`, shapes then lead with ``R``).
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source, TrialRNG, uniform
 
-def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Draw one arm per row by inverting the CDF.
+
+def sample_categorical(probs: Tensor, generator: Source = None) -> Tensor:
+    """Draw one arm per row by inverting the CDF (the entry point of categorical draws).
 
     Args:
-        probs: ``[..., K]`` rows summing to one.
+        probs: ``[..., K]`` rows summing to one (``[R, ..., K]`` with a ``TrialRNG``).
         generator: source of randomness (on the device of ``probs``).
 
     Returns:
         ``[...]`` long tensor of arm indices.
     """
-    u = torch.rand(
-        (*probs.shape[:-1], 1), generator=generator, device=probs.device, dtype=probs.dtype
-    )
+    u = uniform(generator, (*probs.shape[:-1], 1), dtype=probs.dtype, device=probs.device)
     cdf = probs.cumsum(-1)
     # Count the arms whose cumulative mass lies below u; clamp guards rounding at the top end.
-    # torch.rand can return exactly 0: leading arms with no mass (cdf == 0) are counted too,
+    # a uniform can be exactly 0: leading arms with no mass (cdf == 0) are counted too,
     # so a zero-probability arm is never drawn.
     action = ((cdf < u * cdf[..., -1:]) | (cdf <= 0)).sum(-1)
     return action.clamp_(max=probs.shape[-1] - 1)
 
 
-def argmax_random_ties(
-    scores: Tensor, generator: torch.Generator | None = None, tol: float = 0.0
-) -> Tensor:
+def sample_multinomial(probs: Tensor, generator: Source = None) -> Tensor:
+    """One draw per row of ``probs [R, ..., n]`` -> ``[R, ...]`` long.
+
+    ``torch.multinomial`` with a torch generator (its numbers), :func:`sample_categorical`
+    with a ``TrialRNG``.
+    """
+    if isinstance(generator, TrialRNG):
+        return sample_categorical(probs, generator)
+    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
+    return flat.reshape(probs.shape[:-1])
+
+
+def argmax_random_ties(scores: Tensor, generator: Source = None, tol: float = 0.0) -> Tensor:
     """Argmax over the last dimension, breaking ties uniformly at random.
 
     Args:
@@ -42,7 +56,7 @@ def argmax_random_ties(
     """
     best = scores.amax(-1, keepdim=True)
     tied = scores >= best - tol
-    noise = torch.rand(scores.shape, generator=generator, device=scores.device)
+    noise = uniform(generator, scores.shape, device=scores.device)
     return torch.where(tied, noise, noise.new_full((), -1.0)).argmax(-1)
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical
 
 
-def draw_multiset(q: Tensor, draws: int, generator: torch.Generator | None = None) -> Tensor:
+def draw_multiset(q: Tensor, draws: int, generator: Source = None) -> Tensor:
     """``M`` i.i.d. draws from each row of ``q [..., K]``; returns ``[..., M]`` (long)."""
     expanded = q[..., None, :].expand(*q.shape[:-1], draws, q.shape[-1])
     return sample_categorical(expanded, generator)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
+from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
 
@@ -18,6 +19,15 @@ class Learner(nn.Module):
     ``.to(device)``, ``state_dict()`` and ``load_state_dict()`` move, save and restore a
     whole batched run. Subclasses implement :meth:`act` and :meth:`update`; neither
     synchronises with the host. Configs build learners with :meth:`from_problem`.
+
+    Randomness comes only from the ``generator`` argument: a ``torch.Generator`` shared by
+    all trials (``None``: torch's global one) or per-trial streams
+    (:class:`~torchroute.functional.random.TrialRNG`). Every draw goes through the entry
+    points of :mod:`torchroute.functional.random` (``uniform``, ``normal``, ``gamma``,
+    ``integers``) or :func:`~torchroute.functional.sampling.sample_categorical`, with a
+    leading ``R`` dimension and a number of draw calls per round that does not depend on
+    the data, so that with per-trial streams a trial's numbers do not depend on the other
+    trials.
 
     Args:
         num_trials: ``R``.
@@ -71,8 +81,11 @@ class Learner(nn.Module):
             if mine != theirs:
                 raise ValueError(f"{name} was built for {what}={mine} but {who} has {theirs}")
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
-        """Choose arms: ``context.x [R, B, d]`` -> ``Decision(probs [R, B, K], action [R, B])``."""
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """Choose arms: ``context.x [R, B, d]`` -> ``Decision(probs [R, B, K], action [R, B])``.
+
+        ``generator``: a ``torch.Generator``, ``None`` or a ``TrialRNG`` (see the class).
+        """
         raise NotImplementedError
 
     def update(
@@ -80,11 +93,12 @@ class Learner(nn.Module):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         """Learn from ``feedback`` (``[R, B, K]`` rewards and mask); returns per-trial metrics.
 
-        ``generator`` is the run's generator (mini-batch draws and the like).
+        ``generator`` is the run's source of randomness (mini-batch draws and the like): a
+        ``torch.Generator`` or per-trial streams, as for :meth:`act`.
         """
         raise NotImplementedError
 
@@ -120,7 +134,7 @@ class FixedPolicy(Learner):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         self._check_context(context)
         self._check_feedback(context, feedback)

@@ -26,6 +26,7 @@ from torchroute.functional.oracle import (
     sample_graph,
     surrogate_utility,
 )
+from torchroute.functional.random import Source
 from torchroute.functional.ridge import ridge_predict
 from torchroute.functional.sampling import probability_floor, sample_categorical
 from torchroute.learners.base import Learner
@@ -56,6 +57,14 @@ def make_solver(
     if solver == "neural":  # nu = 0: a plain regressor (its lam, the Z prior, is unused)
         return NeuralUCB(num_trials, num_arms, dim, **{**(neural or {}), "nu": 0.0})
     raise ValueError(f"solver must be 'ridge' or 'neural', got {solver!r}")
+
+
+def neural_init(problem: Problem, hp: dict[str, Any]) -> dict[str, Any]:
+    """``hp`` whose ``neural`` arguments take their initial weights from ``problem.init_rng``
+    (when set and ``solver="neural"``)."""
+    if problem.init_rng is None or hp.get("solver", "ridge") != "neural":
+        return hp
+    return {**hp, "neural": {"generator": problem.init_rng, **(hp.get("neural") or {})}}
 
 
 def solver_predict(solver: Learner, x: Tensor) -> Tensor:
@@ -164,6 +173,7 @@ class CABSC(Learner):
     def from_problem(cls, problem: Problem, oracle: nn.Module | None = None, **hp: Any) -> CABSC:
         """``cls(R, K, d, rho, oracle, **hp)`` after checking the oracle's arms and ``e``."""
         oracle = check_oracle(problem, oracle, cls.__name__)
+        hp = neural_init(problem, hp)
         return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, oracle, **hp)
 
     @property
@@ -187,7 +197,7 @@ class CABSC(Learner):
             )
         return context.embedding
 
-    def draw_graph(self, context: Context, generator: torch.Generator | None) -> Tensor:
+    def draw_graph(self, context: Context, generator: Source) -> Tensor:
         """Feedback graph ``A [R, B, K, K]`` bool (CABS-C line 6)."""
         r, b, k = context.num_trials, context.batch_size, self.num_arms
         dev = context.x.device
@@ -231,14 +241,14 @@ class CABSC(Learner):
         return s, mask
 
     # ----------------------------------------------------------------- bandit interface
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         graph = self.draw_graph(context, generator)
         probs = self.probs(context, graph)
         self._pending = (context, graph, probs)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
-    def pending(self, context: Context, generator: torch.Generator | None) -> tuple[Tensor, ...]:
+    def pending(self, context: Context, generator: Source) -> tuple[Tensor, ...]:
         """``(graph, p)`` of ``act`` for this ``context``, or a fresh graph and its ``p``."""
         pending, self._pending = self._pending, None
         if pending is not None and pending[0] is context:
@@ -251,7 +261,7 @@ class CABSC(Learner):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         self._check_context(context)
         self._check_feedback(context, feedback)
@@ -265,7 +275,7 @@ class CABSC(Learner):
         probs: Tensor,
         action: Tensor,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> tuple[dict[str, Tensor], Tensor, Tensor]:
         """Steps 5–7 of CABS-C; returns ``(metrics, s [R, B, K], mask [R, B, K])``."""
         x = context.x

@@ -15,10 +15,11 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_igw, check_number
+from torchroute.functional.random import Source
 from torchroute.functional.sampling import probability_floor, sample_categorical
 from torchroute.functional.squarecb import squarecb_probs
 from torchroute.learners.base import Learner
-from torchroute.learners.cabs import CABSC, check_oracle, solver_predict
+from torchroute.learners.cabs import CABSC, check_oracle, neural_init, solver_predict
 from torchroute.learners.linear import SquareCB
 from torchroute.learners.neural import NeuralUCB
 from torchroute.types import Context, Decision, Feedback, Problem
@@ -53,7 +54,7 @@ class NeuralSquareCB(NeuralUCB):
             f, _ = self(context.x)
         return probability_floor(squarecb_probs(f, self.gamma, self.mu), self.eps_floor)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         probs = self.probs(context)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
@@ -150,7 +151,7 @@ class CABSD(Learner):
             problem.rho,
             oracle,
             problem.horizon,
-            **hp,
+            **neural_init(problem, hp),
         )
 
     def mixture(self) -> Tensor:
@@ -165,7 +166,7 @@ class CABSD(Learner):
         q = w[:, 0, None, None] * p1 + w[:, 1, None, None] * p2
         return p1, p2, q
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         graph = self.cabs_c.draw_graph(context, generator)
         p1, p2, q = self._expert_probs(context, graph)
@@ -177,7 +178,7 @@ class CABSD(Learner):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         self._check_context(context)
         self._check_feedback(context, feedback)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
+from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import ridge_init, ridge_predict, ridge_width
 from torchroute.functional.sampling import (
     argmax_random_ties,
@@ -16,8 +17,9 @@ from torchroute.functional.sampling import (
     sample_categorical,
 )
 from torchroute.functional.squarecb import squarecb_probs
+from torchroute.learners.fused_linucb import Kernel, check_kernel, fused_act, fused_update
 from torchroute.learners.ridge_base import RidgeLearner
-from torchroute.types import Context, Decision
+from torchroute.types import Context, Decision, Feedback
 
 #: A hyper-parameter given once (a number) or per trial (``R`` values: a sequence or ``[R]``).
 PerTrial = float | Sequence[float] | Tensor
@@ -90,6 +92,11 @@ class LinUCB(_PerTrialRidge):
         dim: ``d``.
         alpha: width of the confidence bonus (a number, or ``R`` per-trial values).
         lam: ridge regulariser (a number, or ``R`` per-trial values).
+        kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
+            the scores and one for a bandit update (CPU, built with ``g++`` at first use),
+            the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
+            ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative). See
+            :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
 
     Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
@@ -113,11 +120,15 @@ class LinUCB(_PerTrialRidge):
         dim: int,
         alpha: PerTrial = 1.0,
         lam: PerTrial = 1.0,
+        kernel: Kernel = "torch",
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("alpha", alpha, ge=0)
+        self.kernel = check_kernel(type(self).__name__, kernel)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        if self.kernel != "torch":
+            return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         scores = ridge_predict(self.theta, x)  # [R, B, K]
@@ -125,6 +136,13 @@ class LinUCB(_PerTrialRidge):
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+    def update(
+        self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
+    ) -> dict[str, Tensor]:
+        if self.kernel != "torch":
+            return fused_update(self, context, decision, feedback, generator)
+        return super().update(context, decision, feedback, generator)
 
 
 class FullFeedbackLinUCB(LinUCB):
@@ -145,7 +163,7 @@ class FullFeedbackLinUCB(LinUCB):
     ) -> None:
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)
@@ -182,11 +200,11 @@ class LinTS(_PerTrialRidge):
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("v", v, ge=0)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         mean = ridge_predict(self.theta, x)  # [R, B, K]
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
@@ -233,7 +251,7 @@ class EpsilonGreedy(_PerTrialRidge):
         check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
         self.decay, self.eps_min, self.eps_floor = decay, eps_min, eps_floor
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
@@ -280,7 +298,7 @@ class SquareCB(_PerTrialRidge):
         check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         probs = squarecb_probs(ridge_predict(self.theta, x), self.gamma, self.mu)

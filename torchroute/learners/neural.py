@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from torchroute.checks import check_number
 from torchroute.functional.mlp import mlp_forward, mlp_init, mlp_param_names, z_inverse_update
+from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge import ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
@@ -82,7 +83,7 @@ class NeuralUCB(Learner):
         capacity: int = 4096,
         batch_size: int = 32,
         steps: int = 1,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__(num_trials, num_arms)
@@ -123,6 +124,9 @@ class NeuralUCB(Learner):
 
     @classmethod
     def from_problem(cls, problem: Problem, **hparams: Any) -> NeuralUCB:
+        """``cls(R, K, d, **hparams)``; initial weights from ``problem.init_rng`` when set."""
+        if problem.init_rng is not None:
+            hparams.setdefault("generator", problem.init_rng)
         return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
 
     # ----------------------------------------------------------------- optimizer state
@@ -196,7 +200,7 @@ class NeuralUCB(Learner):
         return (err * err).sum((1, 2)) / count
 
     # ----------------------------------------------------------------- bandit interface
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         with torch.no_grad():
             f, bonus = self.predict(context.x)
@@ -209,7 +213,7 @@ class NeuralUCB(Learner):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         self._check_context(context)
         self._check_feedback(context, feedback)
@@ -239,7 +243,7 @@ class NeuralUCB(Learner):
         self.replay_mask[rows, slot] = observed[:, b - keep :]
         self.replay_count += b
 
-    def sample_replay(self, generator: torch.Generator | None = None) -> tuple[Tensor, ...]:
+    def sample_replay(self, generator: Source = None) -> tuple[Tensor, ...]:
         """A mini-batch drawn uniformly, with replacement, among each trial's filled rows.
 
         Returns:
@@ -247,9 +251,7 @@ class NeuralUCB(Learner):
             (rows of a trial with an empty replay observe nothing).
         """
         filled = self.replay_count.clamp(max=self.capacity)[:, None]  # [R, 1]
-        u = torch.rand(
-            (self.num_trials, self.batch_size), generator=generator, device=filled.device
-        )
+        u = uniform(generator, (self.num_trials, self.batch_size), device=filled.device)
         idx = torch.minimum((u * filled).long(), (filled - 1).clamp_min(0))  # [R, M]
         rows = torch.arange(self.num_trials, device=idx.device)[:, None]
         return self.replay_x[rows, idx], self.replay_y[rows, idx], self.replay_mask[rows, idx]
@@ -281,7 +283,7 @@ class FullFeedbackNeuralUCB(NeuralUCB):
     ) -> None:
         super().__init__(num_trials, num_arms, dim, nu=nu, **kwargs)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)

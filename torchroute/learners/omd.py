@@ -15,6 +15,7 @@ from torchroute.functional.projections import (
     support_function,
     support_maximiser,
 )
+from torchroute.functional.random import Source
 from torchroute.functional.subset import draw_multiset
 from torchroute.learners.subset_base import SubsetLearner
 from torchroute.types import Context, Decision, Feedback
@@ -97,7 +98,7 @@ class OMDApproachability(_ApproachabilityBase):
     def set_extra_state(self, state: dict) -> None:
         self._pending = int(state["pending"])
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         return self._decide(self.q, draw_multiset(self.q, self.draws, generator))
 
@@ -171,7 +172,7 @@ class ContextualOMDApproachability(_ApproachabilityBase):
         self.w.copy_(w_saved)
         return ctx, q_new, w_new
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         _, q_new, _ = self._step(context)
         return self._decide(q_new, draw_multiset(q_new, self.draws, generator))

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical
 from torchroute.learners.base import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
@@ -45,7 +46,7 @@ class SoftmaxPolicy(Learner):
         """``pi(. | q)`` of the current state, ``[R, B, K]``."""
         return torch.softmax(self.scores(x), dim=-1)
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         probs = self.policy(context.x)
         return Decision(probs=probs, action=sample_categorical(probs, generator))

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.functional.random import Source
 from torchroute.functional.ridge import ridge_init, sherman_morrison_, woodbury
 from torchroute.learners.base import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
@@ -49,7 +50,7 @@ class RidgeLearner(Learner):
         context: Context,
         decision: Decision,
         feedback: Feedback,
-        generator: torch.Generator | None = None,
+        generator: Source = None,
     ) -> dict[str, Tensor]:
         """Fit every observed reward (``feedback.observed``, as the env revealed it)."""
         self._check_context(context)

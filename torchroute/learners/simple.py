@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torchroute.functional.random import Source
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
 from torchroute.learners.base import FixedPolicy
 from torchroute.types import Context, Decision, Problem
@@ -18,7 +19,7 @@ class RandomRouter(FixedPolicy):
         num_arms: ``K``.
     """
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         r, b = context.x.shape[:2]
         probs = context.x.new_full((r, b, self.num_arms), 1.0 / self.num_arms)
@@ -53,7 +54,7 @@ class BestSingleArm(FixedPolicy):
         """The best arm of each trial on ``problem``'s train split (required)."""
         return cls(problem.num_trials, problem.num_arms, problem.train_mean_utility(cls.__name__))
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)

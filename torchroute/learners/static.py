@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from torchroute.checks import check_number
+from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
 from torchroute.types import Context, Decision, Problem
@@ -49,7 +50,7 @@ class _StaticRouter(FixedPolicy):
         """Predicted scores and costs, each ``[R, B, K]``."""
         raise NotImplementedError
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         with torch.no_grad():
             y_hat, c_hat = self.predict(context)

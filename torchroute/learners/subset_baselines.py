@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.functional.random import Source, gamma, uniform
 from torchroute.learners.subset_base import LagrangeDual, SubsetLearner
 from torchroute.types import Context, Decision, Feedback
 
@@ -19,14 +20,14 @@ WARMUP = 10
 
 
 def _gumbel(shape, like: Tensor, generator) -> Tensor:
-    u = torch.rand(shape, generator=generator, device=like.device, dtype=like.dtype)
+    u = uniform(generator, shape, dtype=like.dtype, device=like.device)
     return -torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-12)))
 
 
 class RandomSubset(SubsetLearner):
     """``M`` distinct experts uniformly at random (Gumbel-top-M of zero logits)."""
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         action = self._top_m(_gumbel((self.num_trials, self.num_arms), self.costs, generator))
         probs = torch.full_like(self.costs[:, 0], 1.0 / self.num_arms)
@@ -49,12 +50,12 @@ class _SharedRewardTopM(SubsetLearner):
     def _scores(self, generator) -> Tensor:
         raise NotImplementedError
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         scores = self._scores(generator)
         # tiny noise breaks ties at random
-        scores = scores + 1e-9 * torch.rand(
-            scores.shape, generator=generator, device=scores.device, dtype=scores.dtype
+        scores = scores + 1e-9 * uniform(
+            generator, scores.shape, dtype=scores.dtype, device=scores.device
         )
         chosen = self._top_m(scores)
         offsets = torch.arange(self.draws, device=chosen.device)
@@ -142,8 +143,8 @@ class TSSubset(_SharedRewardTopM):
         self.register_buffer("beta", torch.ones_like(self.costs[:, 0]))
 
     def _scores(self, generator) -> Tensor:
-        a = torch._standard_gamma(self.alpha, generator=generator)
-        b = torch._standard_gamma(self.beta, generator=generator)
+        a = gamma(generator, self.alpha)
+        b = gamma(generator, self.beta)
         return a / (a + b)
 
     def _learn(self, reward: Tensor, mask: Tensor) -> None:
@@ -179,7 +180,7 @@ class MoEGating(_DualMixin, SubsetLearner):
         self._init_dual(dual_step)
         self.register_buffer("theta", torch.zeros_like(self.costs[:, 0]))
 
-    def act(self, context: Context, generator: torch.Generator | None = None) -> Decision:
+    def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         noise = _gumbel(self.theta.shape, self.theta, generator)
         action = self._top_m(self.theta + noise)

@@ -1,0 +1,370 @@
+// Fused LinUCB steps on the per-arm inverse Gram matrices, for float and double.
+//
+// Built and loaded by torchroute/functional/ridge_kernel.py (g++, ctypes); the math is
+// documented there. Every array is C-contiguous: a_inv [R, K, d, d] (symmetric),
+// theta [R, K, d], x [R, B, d]. Trials are items of a small thread pool and share nothing.
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+// Runs item(0..n-1) on the calling thread and on up to threads - 1 pooled workers. Items are
+// claimed one at a time from a shared ticket (generation << 32 | next item), so the caller
+// never waits for a worker that has not started an item: on a busy machine, where a worker
+// may not be scheduled for milliseconds, the caller does the remaining items itself instead
+// of waiting at a barrier (OpenMP's static schedule loses whole time slices there).
+class Pool {
+  public:
+    template <typename F>
+    void run(int64_t n, int threads, const F &item) {
+        std::unique_lock<std::mutex> caller(run_mu_, std::try_to_lock);
+        if (threads <= 1 || n <= 1 || !caller.owns_lock() || getpid() != pid_) {
+            for (int64_t i = 0; i < n; ++i) item(i);  // one thread, a second caller, or a fork
+            return;
+        }
+        spawn(threads - 1);
+        Job job{[](const void *fn, int64_t i) { (*static_cast<const F *>(fn))(i); }, &item, n};
+        uint32_t gen;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            gen = ++generation_;
+            job_ = job;
+            done_.store(0, std::memory_order_relaxed);
+            ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
+            posted_.store(gen, std::memory_order_release);
+        }
+        cv_.notify_all();
+        drain(gen, job);
+        while (done_.load(std::memory_order_acquire) < n) std::this_thread::yield();
+    }
+
+  private:
+    struct Job {
+        void (*call)(const void *, int64_t);
+        const void *fn;
+        int64_t n;
+    };
+
+    void drain(uint32_t gen, const Job &job) {
+        uint64_t t = ticket_.load(std::memory_order_acquire);
+        while (uint32_t(t >> 32) == gen && int64_t(t & 0xffffffffu) < job.n) {
+            if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) {
+                job.call(job.fn, int64_t(t & 0xffffffffu));
+                done_.fetch_add(1, std::memory_order_release);
+                t = ticket_.load(std::memory_order_acquire);
+            }
+        }
+    }
+
+    void spawn(int workers) {
+        while (int(workers_) < workers) {
+            std::thread(&Pool::work, this).detach();
+            ++workers_;
+        }
+    }
+
+    void work() {
+        uint32_t seen = posted_.load(std::memory_order_acquire);
+        for (;;) {
+            for (int spin = 0; spin < 20000 && posted_.load(std::memory_order_acquire) == seen;
+                 ++spin) {
+            }
+            Job job;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [&] { return generation_ != seen; });
+                seen = generation_;
+                job = job_;
+            }
+            drain(seen, job);
+        }
+    }
+
+    std::mutex run_mu_, mu_;
+    std::condition_variable cv_;
+    uint32_t generation_ = 0;  // guarded by mu_
+    Job job_{};                // guarded by mu_
+    std::atomic<uint32_t> posted_{0};
+    std::atomic<uint64_t> ticket_{0};
+    std::atomic<int64_t> done_{0};
+    int workers_ = 0;  // guarded by run_mu_
+    const pid_t pid_ = getpid();
+};
+
+Pool &pool() {
+    static Pool *instance = new Pool();  // never destroyed: detached workers may outlive exit
+    return *instance;
+}
+
+template <typename T>
+T *scratch(int64_t size) {
+    thread_local std::vector<T> buffer;
+    if (int64_t(buffer.size()) < size) buffer.resize(size);
+    return buffer.data();
+}
+
+constexpr int64_t kTile = 32;  // rows (and columns) per diagonal block of the quadratic form
+
+// x^T A x for a symmetric A [d, d] from its block upper triangle: with the rows cut into
+// blocks of kTile, diag[j] = sum_{i in block(j)} x_i A_ij and upper[j] = the same sum over the
+// rows of the blocks before j's, so x^T A x = sum_j x_j (diag[j] + 2 upper[j]). Rows are added
+// four at a time (axpy form: no reduction chain in the inner loop). Reads about half of A.
+template <typename T>
+T quad_form(const T *a, const T *x, int64_t d, T *diag, T *upper) {
+    for (int64_t j = 0; j < d; ++j) diag[j] = upper[j] = 0;
+    for (int64_t i0 = 0; i0 < d; i0 += kTile) {
+        const int64_t i1 = i0 + kTile < d ? i0 + kTile : d;
+        int64_t i = i0;
+        for (; i + 4 <= i1; i += 4) {
+            const T *r0 = a + i * d, *r1 = r0 + d, *r2 = r1 + d, *r3 = r2 + d;
+            const T x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+#pragma omp simd
+            for (int64_t j = i0; j < i1; ++j)
+                diag[j] += x0 * r0[j] + x1 * r1[j] + x2 * r2[j] + x3 * r3[j];
+#pragma omp simd
+            for (int64_t j = i1; j < d; ++j)
+                upper[j] += x0 * r0[j] + x1 * r1[j] + x2 * r2[j] + x3 * r3[j];
+        }
+        for (; i < i1; ++i) {
+            const T *r0 = a + i * d;
+            const T x0 = x[i];
+#pragma omp simd
+            for (int64_t j = i0; j < i1; ++j) diag[j] += x0 * r0[j];
+#pragma omp simd
+            for (int64_t j = i1; j < d; ++j) upper[j] += x0 * r0[j];
+        }
+    }
+    T quad = 0;
+#pragma omp simd reduction(+ : quad)
+    for (int64_t j = 0; j < d; ++j) quad += x[j] * (diag[j] + 2 * upper[j]);
+    return quad;
+}
+
+// IEEE half <-> float, one value (the fallback of the vector loops below).
+inline float half_to_float(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu;
+    uint32_t mantissa = h & 0x3ffu, bits;
+    if (exponent == 0x1fu) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else {  // subnormal: normalise
+        int shift = 0;
+        while (!(mantissa & 0x400u)) {
+            mantissa <<= 1;
+            ++shift;
+        }
+        bits = sign | (uint32_t(113 - shift) << 23) | ((mantissa & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+// dst[j] = float16(scale * src[j]), rounded to nearest even.
+inline void store_half(const float *src, uint16_t *dst, int64_t n, float scale) {
+    int64_t j = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+    const __m256 s = _mm256_set1_ps(scale);
+    for (; j + 8 <= n; j += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(s, _mm256_loadu_ps(src + j)), 0);
+        _mm_storeu_si128((__m128i *)(dst + j), h);
+    }
+#endif
+    for (; j < n; ++j) dst[j] = std::bit_cast<uint16_t>(static_cast<_Float16>(scale * src[j]));
+}
+
+// quad_form on float16 rows h (of scale * A) with float accumulation, divided by scale.
+float quad_form_half(const uint16_t *h, const float *x, int64_t d, float scale, float *diag,
+                     float *upper) {
+    for (int64_t j = 0; j < d; ++j) diag[j] = upper[j] = 0;
+    for (int64_t i0 = 0; i0 < d; i0 += kTile) {
+        const int64_t i1 = i0 + kTile < d ? i0 + kTile : d;
+        for (int64_t i = i0; i < i1; ++i) {
+            const uint16_t *row = h + i * d;
+            const float xi = x[i];
+            int64_t j = i0;
+#if defined(__F16C__) && defined(__AVX2__)
+            if (i + 4 <= i1) {  // four rows at a time, eight columns per step
+                const uint16_t *r1 = row + d, *r2 = r1 + d, *r3 = r2 + d;
+                const __m256 x0 = _mm256_set1_ps(xi), x1 = _mm256_set1_ps(x[i + 1]),
+                             x2 = _mm256_set1_ps(x[i + 2]), x3 = _mm256_set1_ps(x[i + 3]);
+                for (; j + 8 <= d; j += 8) {
+                    auto load = [j](const uint16_t *r) {
+                        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + j)));
+                    };
+                    __m256 acc = _mm256_mul_ps(x0, load(row));
+                    acc = _mm256_fmadd_ps(x1, load(r1), acc);
+                    acc = _mm256_fmadd_ps(x2, load(r2), acc);
+                    acc = _mm256_fmadd_ps(x3, load(r3), acc);
+                    float *target = j < i1 ? diag : upper;
+                    _mm256_storeu_ps(target + j, _mm256_add_ps(_mm256_loadu_ps(target + j), acc));
+                }
+                for (int64_t jj = j; jj < d; ++jj) {
+                    const float v = xi * half_to_float(row[jj]) + x[i + 1] * half_to_float(r1[jj]) +
+                                    x[i + 2] * half_to_float(r2[jj]) +
+                                    x[i + 3] * half_to_float(r3[jj]);
+                    (jj < i1 ? diag : upper)[jj] += v;
+                }
+                i += 3;
+                continue;
+            }
+#endif
+            for (; j < d; ++j) (j < i1 ? diag : upper)[j] += xi * half_to_float(row[j]);
+        }
+    }
+    float quad = 0;
+#pragma omp simd reduction(+ : quad)
+    for (int64_t j = 0; j < d; ++j) quad += x[j] * (diag[j] + 2 * upper[j]);
+    return quad / scale;
+}
+
+template <typename T>
+T dot(const T *a, const T *b, int64_t d) {
+    T acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t j = 0; j < d; ++j) acc += a[j] * b[j];
+    return acc;
+}
+
+// Optional per-arm shortcuts shared by the two steps (null pointers: none).
+// prior [R, K]: c >= 0 while arm k of trial r is still at its prior A^{-1} = c I, theta = 0
+//   (then x^T A^{-1} x = c |x|^2 without reading A); -1 once it has an observation.
+// half [R, K, d, d], half_scale [R]: float16 copies of half_scale_r * A^{-1} (upper block
+//   triangle kept current), read for the widths instead of A^{-1} (float32 only).
+template <typename T>
+struct Shortcuts {
+    T *prior;
+    uint16_t *half;
+    const T *half_scale;
+};
+
+// out [R, B, K] = x^T theta_k + alpha_r sqrt(max(x^T A_k^{-1} x, 0)), alpha_r = alpha when
+// alpha_r is null (one value for all trials).
+template <typename T>
+void scores(const T *a_inv, const T *theta, const T *x, double alpha, const T *alpha_r,
+            Shortcuts<T> cut, T *out, int64_t r_total, int64_t k_total, int64_t b_total, int64_t d,
+            int threads) {
+    pool().run(r_total, threads, [&](int64_t r) {
+        T *work = scratch<T>(2 * d);
+        const T scale = alpha_r ? alpha_r[r] : T(alpha);
+        for (int64_t k = 0; k < k_total; ++k) {
+            const int64_t arm = r * k_total + k;
+            const T prior = cut.prior ? cut.prior[arm] : T(-1);
+            for (int64_t b = 0; b < b_total; ++b) {
+                const T *xb = x + (r * b_total + b) * d;
+                T mean = 0, quad;
+                if (prior >= 0) {
+                    quad = prior * dot(xb, xb, d);
+                } else {
+                    mean = dot(theta + arm * d, xb, d);
+                    if constexpr (std::is_same_v<T, float>) {
+                        if (cut.half) {
+                            quad = quad_form_half(cut.half + arm * d * d, xb, d,
+                                                  cut.half_scale[r], work, work + d);
+                        } else {
+                            quad = quad_form(a_inv + arm * d * d, xb, d, work, work + d);
+                        }
+                    } else {
+                        quad = quad_form(a_inv + arm * d * d, xb, d, work, work + d);
+                    }
+                }
+                const T width = std::sqrt(quad > 0 ? quad : T(0));
+                out[(r * b_total + b) * k_total + k] = mean + scale * width;
+            }
+        }
+    });
+}
+
+// One bandit observation per trial: arm k = arm[r], reward [R, K] read at k when
+// observed [R, K] is set there (else the trial is left unchanged). With ax = A_k x (the axpy
+// sum_i x_i A_i. of a symmetric A) and s = 1 / (1 + x^T ax): theta_k += s (y - x^T theta_k) ax
+// and A_ij -= s (ax_i ax_j); ax_i ax_j is commutative, so a symmetric A stays exactly
+// symmetric. Returns the number of trials whose arm is out of [0, K) (those are skipped).
+template <typename T>
+int64_t sherman_morrison_played(T *a_inv, T *theta, const T *x, const int64_t *arm,
+                                const T *reward, const bool *observed, Shortcuts<T> cut,
+                                int64_t r_total, int64_t k_total, int64_t d, int threads) {
+    std::atomic<int64_t> bad{0};
+    pool().run(r_total, threads, [&](int64_t r) {
+        const int64_t k = arm[r];
+        if (k < 0 || k >= k_total) {
+            bad.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+        if (!observed[r * k_total + k]) return;
+        T *a = a_inv + (r * k_total + k) * d * d;
+        T *th = theta + (r * k_total + k) * d;
+        const T *xr = x + r * d;
+        T *ax = scratch<T>(d);
+        for (int64_t j = 0; j < d; ++j) ax[j] = 0;
+        for (int64_t i = 0; i < d; ++i) {
+            const T *row = a + i * d;
+            const T xi = xr[i];
+#pragma omp simd
+            for (int64_t j = 0; j < d; ++j) ax[j] += xi * row[j];
+        }
+        const T s = 1 / (1 + dot(ax, xr, d));
+        const T step = s * (reward[r * k_total + k] - dot(th, xr, d));
+        uint16_t *half = cut.half ? cut.half + (r * k_total + k) * d * d : nullptr;
+        const float half_scale = cut.half ? float(cut.half_scale[r]) : 0.0f;
+        (void)half_scale;
+        for (int64_t i = 0; i < d; ++i) {
+            T *row = a + i * d;
+            const T c = ax[i];
+#pragma omp simd
+            for (int64_t j = 0; j < d; ++j) row[j] -= s * (c * ax[j]);
+            th[i] += step * c;
+            if constexpr (std::is_same_v<T, float>) {
+                if (half) {  // the block upper triangle, from the first column of i's block
+                    const int64_t j0 = i - i % kTile;
+                    store_half(row + j0, half + i * d + j0, d - j0, half_scale);
+                }
+            }
+        }
+        if (cut.prior) cut.prior[r * k_total + k] = -1;
+    });
+    return bad.load();
+}
+
+}  // namespace
+
+extern "C" {
+
+#define TORCHROUTE_STEPS(T, SUFFIX)                                                            \
+    void linucb_scores_##SUFFIX(const T *a_inv, const T *theta, const T *x, double alpha,     \
+                                const T *alpha_r, T *prior, uint16_t *half,                  \
+                                const T *half_scale, T *out, int64_t r, int64_t k, int64_t b,  \
+                                int64_t d, int threads) {                                    \
+        scores(a_inv, theta, x, alpha, alpha_r, Shortcuts<T>{prior, half, half_scale}, out, r,  \
+               k, b, d, threads);                                                            \
+    }                                                                                        \
+    int64_t sherman_morrison_played_##SUFFIX(T *a_inv, T *theta, const T *x,                   \
+                                             const int64_t *arm, const T *reward,              \
+                                             const bool *observed, T *prior, uint16_t *half,   \
+                                             const T *half_scale, int64_t r, int64_t k,       \
+                                             int64_t d, int threads) {                        \
+        return sherman_morrison_played(a_inv, theta, x, arm, reward, observed,                 \
+                                       Shortcuts<T>{prior, half, half_scale}, r, k, d, threads); \
+    }
+
+TORCHROUTE_STEPS(float, f32)
+TORCHROUTE_STEPS(double, f64)
+
+}  // extern "C"

@@ -1,0 +1,130 @@
+"""LinUCB's ``act`` and bandit ``update`` on the fused CPU kernels.
+
+``kernel="fused"``: the scores and the played arm's Sherman–Morrison step in one call each
+(:mod:`torchroute.functional.ridge_kernel`), arms still at their prior scored without
+reading ``A^{-1}``; the same decisions and state as the eager path up to rounding (the
+kernels sum in another order), and the tie-break draws the same random numbers.
+``kernel="fused_fp16"`` also keeps a float16 copy of ``lambda A^{-1}`` for the widths (float32
+learners only): widths within ``2^-11 |x|^T |A^{-1}| |x|`` of the float32 ones in ``x^T A^{-1}
+x``, so near-tied arms may be ordered differently; the state is updated in float32 as with
+``"fused"``.
+
+The shortcuts live outside the buffers (``state_dict`` is unchanged) and are rebuilt from
+``a_inv`` and ``theta`` whenever those were replaced or changed by a torch operation (their
+``data_ptr`` or ``_version`` moved: ``load_state_dict``, ``.to()``, an eager update).
+Everything but a bandit round with one context (``only_played``, ``B = 1``) takes the
+eager update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor
+
+from torchroute.functional.random import Source
+from torchroute.functional.ridge_kernel import (
+    half_copy,
+    kernel_library,
+    linucb_scores,
+    prior_scales,
+)
+from torchroute.functional.ridge_kernel import sherman_morrison_played_ as _played_update_
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.learners.ridge_base import RidgeLearner
+from torchroute.types import Context, Decision, Feedback
+
+if TYPE_CHECKING:
+    from torchroute.learners.linear import LinUCB
+
+Kernel = Literal["torch", "fused", "fused_fp16"]
+KERNELS = ("torch", "fused", "fused_fp16")
+
+
+def check_kernel(owner: str, kernel: str) -> Kernel:
+    """``kernel`` if known; the fused ones also build (or load) the kernels now."""
+    if kernel not in KERNELS:
+        raise ValueError(f"{owner}: kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel != "torch":
+        kernel_library()
+    return kernel  # type: ignore[return-value]
+
+
+@dataclass
+class _Shortcuts:
+    """The kernels' ``prior``/``half`` tensors and the state they were built from."""
+
+    stamp: tuple
+    prior: Tensor
+    half: Tensor | None = None
+    half_scale: Tensor | None = None
+
+
+def _stamp(a_inv: Tensor, theta: Tensor) -> tuple:
+    return (a_inv.data_ptr(), a_inv._version, theta.data_ptr(), theta._version, a_inv.dtype)
+
+
+def _shortcuts(learner: LinUCB) -> tuple[Tensor, Tensor, _Shortcuts]:
+    """``(a_inv, theta, shortcuts)``, rebuilding the shortcuts if the state moved."""
+    a_inv, theta = learner.a_inv, learner.theta
+    if a_inv.device.type != "cpu":
+        raise ValueError(f"{type(learner).__name__}: kernel={learner.kernel!r} runs on the CPU")
+    if not a_inv.is_contiguous():
+        a_inv = learner.a_inv = a_inv.contiguous()
+    if not theta.is_contiguous():
+        theta = learner.theta = theta.contiguous()
+    cached = learner.__dict__.get("_fused_shortcuts")
+    if cached is None or cached.stamp != _stamp(a_inv, theta):
+        cached = _Shortcuts(_stamp(a_inv, theta), prior_scales(a_inv, theta))
+        if learner.kernel == "fused_fp16":
+            if a_inv.dtype != torch.float32:
+                raise ValueError(
+                    f"{type(learner).__name__}: kernel='fused_fp16' needs float32, "
+                    f"got {a_inv.dtype}"
+                )
+            lam = torch.as_tensor(learner.lam, dtype=a_inv.dtype).expand(learner.num_trials)
+            cached.half_scale = lam.contiguous()
+            cached.half = half_copy(a_inv, cached.half_scale)
+        learner.__dict__["_fused_shortcuts"] = cached
+    return a_inv, theta, cached
+
+
+def fused_act(learner: LinUCB, context: Context, generator: Source = None) -> Decision:
+    """:meth:`LinUCB.act` with the scores from one kernel call: ``x [R, B, d]`` -> ``[R, B, K]``."""
+    learner._check_context(context)
+    a_inv, theta, cut = _shortcuts(learner)
+    x = context.x.to(theta.dtype).contiguous()
+    scores = linucb_scores(a_inv, theta, x, learner.alpha, cut.prior, cut.half, cut.half_scale)
+    action = argmax_random_ties(scores, generator)
+    return Decision(probs=one_hot_probs(action, learner.num_arms, x.dtype), action=action)
+
+
+def fused_update(
+    learner: LinUCB,
+    context: Context,
+    decision: Decision,
+    feedback: Feedback,
+    generator: Source = None,
+) -> dict[str, Tensor]:
+    """:meth:`RidgeLearner.update` with the played arm's Sherman–Morrison step in one call."""
+    if not feedback.only_played or context.x.shape[1] != 1:
+        return RidgeLearner.update(learner, context, decision, feedback, generator)
+    learner._check_context(context)
+    learner._check_feedback(context, feedback)
+    a_inv, theta, cut = _shortcuts(learner)
+    dtype = theta.dtype
+    _played_update_(
+        a_inv,
+        theta,
+        context.x[:, 0].to(dtype).contiguous(),  # [R, d]
+        decision.action[:, 0].contiguous(),  # [R]
+        feedback.reward[:, 0].to(dtype).contiguous(),  # [R, K]
+        feedback.observed[:, 0].contiguous(),  # [R, K]
+        cut.prior,
+        cut.half,
+        cut.half_scale,
+    )
+    learner._tick(context)
+    return {}
