@@ -69,9 +69,18 @@ def test_section_table_and_notes():
     assert cells == ["0.7000", "0.5000", "50.0%", "80.0%"]
 
 
-def test_section_needs_a_single_choice_rho_sweep():
+def test_section_needs_single_choice_results_and_handles_one_rho():
     results = _results()
-    assert routing_section(results[results["rho"] == 0.0], pd.DataFrame(), None) == []
+    one = routing_section(results[results["rho"] == 500.0], pd.DataFrame(), None)
+    assert "each learner is one point" in "\n".join(one)
+    rows = {line.split("|")[1].strip(): line for line in one if line.startswith("| ")}
+    # rho 500 alone: a at (cost 1, accuracy 0.5), b at (1.5, 0.6); common range [1, 1.5].
+    # a: flat 0.5 over the range; b: 0 below its cost. b's PGR 0.25 at share 0.25 between
+    # the anchors (0, 0) and (1, 1): APGR = 0.03125 + 0.75 * (0.25 + 1) / 2 = 0.5
+    cells = [c.strip() for c in rows["a"].split("|")[2:-1]]
+    assert cells[0] == "0.5000"
+    cells = [c.strip() for c in rows["b"].split("|")[2:-1]]
+    assert cells[:2] == ["0.0000", "0.5000"]
     subset = pd.DataFrame({"learner": ["a", "a"], "seed": [0, 1], "avg_reward": [0.1, 0.2]})
     assert routing_section(subset, pd.DataFrame(), None) == []
 

@@ -108,8 +108,11 @@ def _cell(value: float, percent: bool = False) -> str:
 
 
 def routing_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
-    """Markdown lines of the AIQ/APGR/CPT table for a single-choice rho sweep, else ``[]``."""
-    if not {"rho", "accuracy", "avg_cost"} <= set(results) or results["rho"].nunique() < 2:
+    """Markdown lines of the AIQ/APGR/CPT table for single-choice results, else ``[]``.
+
+    With one rho each learner is one point: its hull is flat from its cost on (said in a
+    note)."""
+    if not {"rho", "accuracy", "avg_cost"} <= set(results):
         return []
     table, info = routing_metrics(results)
     lines = [
@@ -120,6 +123,11 @@ def routing_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) 
         "of (average cost, accuracy) over rho, on the common cost range "
         f"[{info['c_min']:.4g}, {info['c_max']:.4g}] (0 below a learner's cheapest point).",
     ]
+    if results["rho"].nunique() < 2:
+        lines[-1] += (
+            " One rho only: each learner is one point, so its AIQ is its accuracy times the "
+            "share of the cost range at or above its cost."
+        )
     if "strong" in info:
         if info["weak"] == info["strong"]:
             note = "the cheapest arm is also the most accurate: no gap, APGR and CPT are n/a."
