@@ -1,42 +1,90 @@
-"""Throughput of the batched LinUCB against a per-trial numpy loop and the memory bandwidth.
+"""Throughput of the batched LinUCB against per-trial numpy loops and the memory bandwidth.
 
 Workload: ``K = 11`` arms, float32, one ``act`` and one bandit ``update`` per round for each
 of ``R`` independent trials (``B = 1`` context per trial, feedback observed for the played
-arm only), in two settings: ``d = 128, R = 210`` and ``d = 384, R = 32``. The unit is the
-*trial-round*: one trial doing one act and one update.
+arm only, ``alpha = 1, lam = 10``), in two settings: ``d = 128, R = 210`` and ``d = 384,
+R = 32``. The unit is the *trial-round*: one trial doing one act and one update.
 
-Three figures per setting, measured in one run so that their ratios share the machine's
-load at that moment:
+Figures per setting, each the median rate of its blocks; the players take turns (3 slices
+of ``--seconds / 3`` each) so that every figure samples the machine's load over the same
+stretch of time:
 
-1. **Batched torch.** :class:`torchroute.learners.LinUCB` on ``--device`` with
-   ``torch.get_num_threads()`` as set by default. Contexts and rewards come from a pool of
-   pre-generated rounds (linear rewards plus noise) so that data generation is not timed;
-   building the ``Context``/``Feedback`` containers and the one-hot ``observed`` mask is.
-   After a warm-up the rounds run in blocks of about 0.1 s (the device is synchronised at
-   each block end) until at least 2 s have passed (``--rounds`` fixes the count instead).
-   Reported: the median block rate, in trial-rounds per second.
-2. **Numpy reference.** A straightforward per-trial Sherman–Morrison loop written here: for
-   one trial at a time (state ``A_inv [K, d, d]``, ``theta [K, d]``, float32), for each
-   round, for each arm ``theta_k^T x + alpha sqrt(x^T A_k^{-1} x)``, argmax, rank-one update
-   of the played arm. One block is one trial played for a fixed number of rounds; blocks
-   cycle over a few trials until the time budget is spent, and the median block rate is
-   reported per trial-round. Its state fits in the last-level cache (0.7 MB at ``d = 128``,
-   6.5 MB at ``d = 384``), so it runs cache-resident. An arm-vectorised variant (``A_inv @
-   x`` for all arms in one call) is timed for information only.
-3. **Bandwidth bound.** Every trial-round must read the ``K x d x d`` float32 inverse Gram
-   matrices at least once (the widths need all of them), so the LinUCB traffic is at least
-   ``trial-rounds/s x K x d x d x 4`` bytes per second. It is divided by the bandwidth of a
-   large copy (a 1 GiB float32 tensor with ``Tensor.copy_``, median of a few copies, measured
-   before and after the settings; the higher of the two is used, which can only lower the
-   fraction), counted as read + write (2 GiB of traffic per copy), the STREAM "Copy"
-   convention.
+1. **LinUCB** (:class:`torchroute.learners.LinUCB` on ``--device``, ``torch.get_num_threads()``
+   as set by default): ``eager`` (``kernel="torch"``, all ``R`` trials in one learner),
+   ``fused`` (``kernel="fused"``, all ``R``), ``fused C=...`` (the trials split into learners
+   of ``C`` trials; a block plays about 0.5 s of rounds on one learner after the other, so
+   that one learner's state stays in cache, as the simulate loop's trial chunks do) and
+   ``fp16 C=...`` (``kernel="fused_fp16"``, chunked alike). Contexts and rewards come from
+   a pool of pre-generated rounds (linear rewards plus noise), so data generation is not
+   timed; building the ``Context``/``Feedback`` containers and the one-hot ``observed``
+   mask is. The fused kernels run on CPU tensors only (with ``--device cuda`` only
+   ``eager`` runs).
+2. **Numpy reference** (``numpy``): a straightforward per-trial Sherman–Morrison loop written
+   here: for one trial at a time (state ``A_inv [K, d, d]``, ``theta [K, d]``, float32),
+   for each round, for each arm ``theta_k^T x + alpha sqrt(x^T A_k^{-1} x)``, argmax,
+   rank-one update of the played arm. One block is one fresh trial of 64 rounds. Its state
+   is cache-resident (0.7 MB at ``d = 128``: in a core's L2; 6.5 MB at ``d = 384``).
+   ``np-vec`` scores all arms with one ``A_inv @ x``.
+3. **Bandwidth bound**: ``tr/s x K x d x d x 4`` bytes per second (one read of every
+   ``A_k^{-1}`` a trial-round, what the eager path does) over the bandwidth of a large copy
+   (a 1 GiB float32 ``Tensor.copy_``, median of a few, measured before and after the
+   settings, the higher one used), counted as read + write, the STREAM "Copy" convention.
+   The fused kernels read about half of each matrix (less for arms at their prior), so for
+   them this is an equivalent, not the traffic.
 
-It ends with two lines for scripts: ``ratio_vs_numpy_d128`` (batched / numpy reference at
-``d = 128``) and ``bandwidth_fraction_d384`` (figure 3 at ``d = 384``).
+The last lines are for scripts: ``ratio_vs_numpy_vectorised_d128`` and
+``ratio_vs_numpy_d128`` (``fused C=32`` over ``np-vec`` and ``numpy`` at ``d = 128``;
+``eager`` with ``--device cuda``), then ``bandwidth_fraction_d384`` (figure 3 of ``eager``
+at ``d = 384``, as before the fused kernels).
 
-Choices in :mod:`torchroute.functional.ridge` and the bandit update of
-:class:`torchroute.learners.RidgeLearner`, measured on a 2-core CPU (K = 11, B = 1,
-R = 210 / d = 128 and R = 32 / d = 384, 2 threads, quiet machine):
+How the fused path got there, measured on the 2-core CPU this was developed on (an AMD EPYC
+VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: figures move by
++-30% between runs, ratios within one interleaved run much less):
+
+- Starting point (this script before the fused kernels, ``d = 128``): eager 7.3k
+  trial-rounds/s = 0.50x numpy (14.7k), 0.26x np-vec (28.6k); ``d = 384``: 0.37x numpy.
+- One kernel call per step (C++ through :mod:`ctypes`, ``torchroute/functional/
+  ridge_kernel.cpp``): the eager path runs some 20 operators a round; in C++ the quadratic
+  form as row dot products (reduction chains) took 17 us per trial at ``d = 128`` against
+  6.8 us as axpy over column blocks, which also lets it read only the block upper triangle
+  (11.5 vs 12.7 us for the whole matrix when L2-resident; 4 rows per pass beat 1 row per
+  pass 51k to 42k trial-rounds/s end to end). The update's ``A x`` from the upper triangle
+  (axpy plus a dot product per row) was slower, 4.5 vs 3.5 us (compute-bound), as was a
+  4-row axpy there (4.2 vs 3.3 us): kept as one row per pass over the full matrix.
+- Threads: OpenMP's static schedule over trials collapsed whenever another job held the
+  second core (the barrier waits for a descheduled thread): chunks of 16 ran at 1.9-3.7k
+  trial-rounds/s on 2 threads against 28-34k on 1 (eager torch alike: 3-4k vs 14-15k).
+  The kernels therefore use their own pool in which the caller never waits for a worker
+  that has not started an item: 56k with 2 threads vs 54k on 1 in the same run (no
+  collapse; on this busy machine little gain either).
+- Chunks (``d = 128``, ``fused``; ranges over runs): ``C = 16`` 39-48k, 24: 43k, 32: 47-59k,
+  48: 45k, 64: 37k; all 210 trials in one learner: 24k (150 MB of state streams from memory).
+  ``d = 384``: ``C = 1`` 5.0k, 2: 5.6k, 4: 8.1k, all 32: 3.9k (numpy 3.5k).
+- Arms at their prior (the dual form with no observation): in this workload 50.5% of the
+  (trial, arm) pairs are never played (an untried arm scores ``sqrt(0.1) |x| = 0.32``, below
+  a good arm), and their width ``sqrt(c |x|^2)`` needs no read of ``A^{-1}``. Same run,
+  ``C = 32``: 48.0k with the shortcut, 19.8k without (``C = 16`` without: 24.6k); numpy
+  15.0k, np-vec 26.8k. The dual form for ``0 < n_k < d`` observations (widths from the
+  observations, ``n_k d + n_k^2`` per arm instead of ``d^2 / 2``) was costed, not built: by
+  round 400 here the arms' counts (141, 107, 77, 48, 21, ... per trial) make it 91k against
+  113k multiply-adds a trial-round, for extra state ``[R, K, n, d]``.
+- Float16 copy of ``lambda A^{-1}`` for the widths (``fused_fp16``): the quadratic form in
+  isolation 6.5 vs 11.8 us at ``C = 16``, 7.2 vs 24.4 us at ``C = 32``, 45.6 vs 63.9 us at
+  ``d = 384``; end to end at ``C = 32`` 55.1k vs 48.0k with the prior shortcut and 42.5k vs
+  19.8k without. Its widths carry up to ``2^-11 |x|^T |A^{-1}| |x|`` of error in ``x^T A^{-1}
+  x`` (tested), so near-tied arms may be ordered differently: opt-in.
+- ``torch.compile`` of a pure act + update step on a chunk (``C = 32``, one thread, in-place
+  updates of the played arm; not wired into the learner): 19-31k trial-rounds/s against
+  11-12k for the same function eager and 14.4k for numpy, after 12 s of compilation cold
+  (23.5 s under a heavier load; 4.5 s from inductor's cache), still reading whole matrices
+  (with an out-of-place ``index_put`` instead: 4.4k). Building the fused kernel takes 3.8-4.0
+  s once (later processes load the cached library in 10-25 ms); a
+  ``torch.utils.cpp_extension.load_inline`` build of a one-line op took 48 s, hence ctypes.
+  numba (a new dependency) was not tried.
+
+Choices in :mod:`torchroute.functional.ridge` and the eager bandit update of
+:class:`torchroute.learners.RidgeLearner`, measured earlier on a quiet 2-core CPU (K = 11,
+B = 1, R = 210 / d = 128 and R = 32 / d = 384, 2 threads):
 
 - widths ``x^T A_k^{-1} x``: one ``bmm`` of ``[R, K*d, d] @ [R, d, B]`` runs at about 80% of
   a plain streaming sum over ``A_inv``; ``x^T A_k`` as a bmm over ``R*K`` batches is 1.4-2x
@@ -48,7 +96,7 @@ R = 210 / d = 128 and R = 32 / d = 384, 2 threads, quiet machine):
   (1.5 vs 3.0 ms at d = 128), and updating the gathered copy in place then writing it back
   with ``index_copy_`` takes 30-40% less time than an out-of-place update with ``index_put``.
 
-Usage: ``python benchmarks/linucb_throughput.py [--device cuda] [--rounds N] [--quick]``.
+Usage: ``python benchmarks/linucb_throughput.py [--device cuda] [--seconds S] [--quick]``.
 """
 
 from __future__ import annotations
@@ -68,7 +116,7 @@ from torchroute.types import Context, Feedback
 NUM_ARMS = 11
 ALPHA = 1.0
 LAM = 10.0
-SETTINGS = ((128, 210, 16), (384, 32, 1))  # (d, R, trials per learner of the chunked path)
+SETTINGS = ((128, 210, 32), (384, 32, 4))  # (d, R, C: trials per learner when chunked)
 POOL_ROUNDS = 64  # pre-generated rounds, cycled
 
 
@@ -272,6 +320,7 @@ def main() -> None:
         if fused:
             players["fused"] = torch_player(d, r, device, "fused")
             players[f"fused C={chunk}"] = torch_player(d, r, device, "fused", chunk)
+            players[f"fp16 C={chunk}"] = torch_player(d, r, device, "fused_fp16", chunk)
         players["numpy"] = numpy_player(d, r)
         players["np-vec"] = numpy_player(d, r, vectorised=True)
         results[d, r] = interleaved(players, seconds, 3)
@@ -301,9 +350,11 @@ def main() -> None:
             )
     print(
         "tr/s = trial-rounds per second (median of blocks); eager = LinUCB(kernel='torch') on "
-        "all R trials; fused = kernel='fused', all R trials or C trials per learner; numpy = "
-        "per-trial, per-arm loop (the reference); np-vec = arms vectorised; A GB/s = tr/s x "
-        "K d^2 x 4 bytes; bw frac = A GB/s / copy bandwidth"
+        "all R trials; fused = kernel='fused' on all R trials, or on learners of C trials; "
+        "fp16 = kernel='fused_fp16', C trials per learner; numpy = per-trial, per-arm loop "
+        "(the reference); np-vec = arms vectorised; A GB/s = tr/s x K d^2 x 4 bytes (the "
+        "fused kernels read about half of it, less for arms at their prior); bw frac = A GB/s "
+        "/ copy bandwidth"
     )
     best = f"fused C={SETTINGS[0][2]}" if fused else "eager"
     print(f"ratio_vs_numpy_vectorised_d128: {lines[128, best][1]:.3f}")

@@ -137,6 +137,9 @@ LEARNERS: dict[str, Spec] = {
     "RandomRouter": Spec(lambda r, k, d, s: RandomRouter(r, k), True, False, False),
     "BestSingleArm": Spec(_best_single_arm, True, True, False),
     "LinUCB": Spec(lambda r, k, d, s: LinUCB(r, k, d, alpha=1.0, lam=1.0), True, True, True),
+    "LinUCB-fused": Spec(
+        lambda r, k, d, s: LinUCB(r, k, d, alpha=1.0, lam=1.0, kernel="fused"), True, True, True
+    ),
     "FullFeedbackLinUCB": Spec(
         lambda r, k, d, s: FullFeedbackLinUCB(r, k, d, lam=1.0), True, True, True
     ),

@@ -80,8 +80,12 @@ class Pool {
     void work() {
         uint32_t seen = posted_.load(std::memory_order_acquire);
         for (;;) {
-            for (int spin = 0; spin < 20000 && posted_.load(std::memory_order_acquire) == seen;
+            // Wait briefly for the next call (act and update follow each other), then sleep.
+            for (int spin = 0; spin < 4096 && posted_.load(std::memory_order_acquire) == seen;
                  ++spin) {
+#if defined(__x86_64__) || defined(__i386__)
+                _mm_pause();
+#endif
             }
             Job job;
             {
@@ -297,6 +301,8 @@ void scores(const T *a_inv, const T *theta, const T *x, double alpha, const T *a
 // sum_i x_i A_i. of a symmetric A) and s = 1 / (1 + x^T ax): theta_k += s (y - x^T theta_k) ax
 // and A_ij -= s (ax_i ax_j); ax_i ax_j is commutative, so a symmetric A stays exactly
 // symmetric. Returns the number of trials whose arm is out of [0, K) (those are skipped).
+// (ax from the block upper triangle, with a dot product per row for the lower part, reads
+// half as much but measured 1.3x slower here: 3.5 vs 4.5 us at d = 128, compute-bound.)
 template <typename T>
 int64_t sherman_morrison_played(T *a_inv, T *theta, const T *x, const int64_t *arm,
                                 const T *reward, const bool *observed, Shortcuts<T> cut,

@@ -184,7 +184,8 @@ def linucb_scores(
         _check("x", x, dtype, (r, b, d)),
     ]
     alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
-    pointers += [0.0 if alpha_r is not None else float(alpha), _check("alpha", alpha_r, dtype, (r,))]
+    alpha_value = 0.0 if alpha_r is not None else float(alpha)
+    pointers += [alpha_value, _check("alpha", alpha_r, dtype, (r,))]
     out = torch.empty(r, b, k, dtype=dtype)
     pointers += [*_shortcuts(a_inv, prior, half, half_scale), out.data_ptr()]
     fn = getattr(kernel_library(), f"linucb_scores_{_SUFFIX[dtype]}")

@@ -3,7 +3,10 @@
 ``kernel="fused"``: the scores and the played arm's Sherman–Morrison step in one call each
 (:mod:`torchroute.functional.ridge_kernel`), arms still at their prior scored without
 reading ``A^{-1}``; the same decisions and state as the eager path up to rounding (the
-kernels sum in another order), and the tie-break draws the same random numbers.
+kernels sum in another order), and the tie-break draws the same random numbers. Untried
+arms tie exactly here and the tie-break picks one at random (``ALGORITHMS.md`` section 2);
+the eager ``bmm`` may give some of them a width an ulp smaller (float32, ``d = 128``: the last
+3 of 11 arms), which then decides the first rounds instead.
 ``kernel="fused_fp16"`` also keeps a float16 copy of ``lambda A^{-1}`` for the widths (float32
 learners only): widths within ``2^-11 |x|^T |A^{-1}| |x|`` of the float32 ones in ``x^T A^{-1}
 x``, so near-tied arms may be ordered differently; the state is updated in float32 as with
