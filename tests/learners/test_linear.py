@@ -147,34 +147,42 @@ def _dense_refit(lam: float, xs, ys, ws):
     return torch.linalg.inv(a), torch.linalg.solve(a, b[..., None])[..., 0]
 
 
-@pytest.mark.parametrize("side_observations", [False, True])
+@pytest.mark.parametrize("side_observations", [False, True, "few"])
 @pytest.mark.parametrize("name", RIDGE)
 def test_bandit_and_batched_updates_match_a_dense_refit(name, side_observations):
     """Rounds of B = 1 (single played arm) and of B = 3 (Woodbury) against a dense refit.
 
     Some entries are unobserved (weight 0, their reward cells hold NaN, which must never be
     read); with ``side_observations`` other arms' rewards are revealed too, and every
-    learner fits every observed entry (the feedback is used as given).
+    learner fits every observed entry (the feedback is used as given); ``"few"``: the played
+    arm and at most one other (the per-slot update of one context on the CPU).
     """
     gen = torch.Generator().manual_seed(13)
-    problem = LinearProblem(R, K, D, seed=14)
-    learner = build(name, R, K, D)
+    k = 6 if side_observations == "few" else K  # "few": at most 2 of 6 arms observed
+    problem = LinearProblem(R, k, D, seed=14)
+    learner = build(name, R, k, D)
     lam = learner.lam
     xs, ys, ws = [], [], []
     for b in (1, 1, 3, 1, 3, 3, 1):
         context = problem.context(b)
-        action = torch.randint(K, (R, b), generator=gen)
-        decision = forced_decision(action, K)
+        action = torch.randint(k, (R, b), generator=gen)
+        decision = forced_decision(action, k)
         reward = problem.reward(context)
-        if side_observations:
-            observed = torch.rand(R, b, K, generator=gen) < 0.8
+        if side_observations == "few":
+            other = torch.randint(k, (R, b), generator=gen)
+            observed = torch.nn.functional.one_hot(action, k).bool()
+            observed |= torch.nn.functional.one_hot(other, k).bool() & (
+                torch.rand(R, b, 1, generator=gen) < 0.5
+            )
+        elif side_observations:
+            observed = torch.rand(R, b, k, generator=gen) < 0.8
         else:
-            observed = torch.nn.functional.one_hot(action, K).bool()
+            observed = torch.nn.functional.one_hot(action, k).bool()
             observed &= torch.rand(R, b, 1, generator=gen) < 0.8
         feedback = Feedback(
             reward=reward.masked_fill(~observed, float("nan")),
             observed=observed,
-            only_played=not side_observations,
+            only_played=side_observations is False,
         )
         learner.update(context, decision, feedback)
         fitted = observed.to(F64)

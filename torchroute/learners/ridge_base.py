@@ -60,32 +60,53 @@ class RidgeLearner(Learner):
         reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)  # [R, B, K]
         weight = feedback.observed.to(x.dtype)  # [R, B, K]
         r, b, _ = x.shape
-        if not feedback.only_played or b > 1:
+        few = b == 1 and x.device.type == "cpu" and not feedback.only_played
+        slots = _max_observed(feedback) if few else self.num_arms
+        if b == 1 and feedback.only_played:
+            self._update_arms(decision.action, x[:, 0], reward[:, 0], weight[:, 0])
+        elif 2 * slots <= self.num_arms:
+            # A few arms observed per trial (e.g. the played arm plus surrogates): one
+            # gathered update per slot, the j-th observed arm of every trial (arms are
+            # independent, so this is the dense update restricted to the observed arms).
+            # The host read of the slot count is free on the CPU; elsewhere the dense
+            # update keeps shapes static.
+            order = feedback.observed[:, 0].to(torch.int8).argsort(-1, descending=True)
+            for slot in range(slots):
+                self._update_arms(order[:, slot : slot + 1], x[:, 0], reward[:, 0], weight[:, 0])
+        else:
             xs = x[:, None].expand(r, self.num_arms, b, self.dim)  # [R, K, B, d]
             self.a_inv, self.theta = woodbury(
                 self.a_inv, self.theta, xs, reward.transpose(1, 2), weight.transpose(1, 2)
             )
-        else:
-            # One context, only the played arm observed: update that arm's matrix alone
-            # (reads and writes d x d per trial instead of K d x d). The gathered copy is
-            # updated in place while it is still in cache and index_copy_ writes it back
-            # (index_select and the in-place update are the faster choices; see
-            # benchmarks/linucb_throughput.py).
-            k, d = self.num_arms, self.dim
-            arm = decision.action[:, 0]  # [R]
-            flat = torch.arange(r, device=x.device) * k + arm  # [R] rows of the [R*K] views
-            if not self.a_inv.is_contiguous():
-                self.a_inv = self.a_inv.contiguous()
-            if not self.theta.is_contiguous():
-                self.theta = self.theta.contiguous()
-            a_flat = self.a_inv.view(r * k, d, d)
-            t_flat = self.theta.view(r * k, d)
-            a_sel = a_flat.index_select(0, flat)  # [R, d, d], a copy
-            t_sel = t_flat.index_select(0, flat)  # [R, d]
-            y = reward[:, 0].gather(1, arm[:, None])[:, 0]
-            w = weight[:, 0].gather(1, arm[:, None])[:, 0]
-            sherman_morrison_(a_sel, t_sel, x[:, 0], y, w)
-            a_flat.index_copy_(0, flat, a_sel)
-            t_flat.index_copy_(0, flat, t_sel)
         self._tick(context)
         return {}
+
+    def _update_arms(self, arm: Tensor, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        """Sherman–Morrison on one arm per trial: ``arm [R, 1]``, ``x [R, d]``, ``reward`` and
+        ``weight`` ``[R, K]`` (weight 0: unchanged).
+
+        Reads and writes ``d x d`` per trial instead of ``K d x d``: the gathered copy is
+        updated in place while it is still in cache and ``index_copy_`` writes it back
+        (index_select and the in-place update are the faster choices; see
+        benchmarks/linucb_throughput.py).
+        """
+        r, k, d = x.shape[0], self.num_arms, self.dim
+        flat = torch.arange(r, device=x.device) * k + arm[:, 0]  # [R] rows of the [R*K] views
+        if not self.a_inv.is_contiguous():
+            self.a_inv = self.a_inv.contiguous()
+        if not self.theta.is_contiguous():
+            self.theta = self.theta.contiguous()
+        a_flat = self.a_inv.view(r * k, d, d)
+        t_flat = self.theta.view(r * k, d)
+        a_sel = a_flat.index_select(0, flat)  # [R, d, d], a copy
+        t_sel = t_flat.index_select(0, flat)  # [R, d]
+        y = reward.gather(1, arm)[:, 0]
+        w = weight.gather(1, arm)[:, 0]
+        sherman_morrison_(a_sel, t_sel, x, y, w)
+        a_flat.index_copy_(0, flat, a_sel)
+        t_flat.index_copy_(0, flat, t_sel)
+
+
+def _max_observed(feedback: Feedback) -> int:
+    """Most arms one trial observed this round (a host read)."""
+    return int(feedback.observed.sum(-1).amax())
