@@ -126,6 +126,14 @@ def test_torchrun_shards_reproduce_the_single_process_run(reference, tmp_path):
     ckpt = tmp_path / "checkpoints" / "lints.rank1of2.pt"
     with pytest.raises(CheckpointError, match=r"world size 2 \(torchrun processes\), this run"):
         _run(tmp_path, "rng=per_trial", f"resume={ckpt}")
+    # the same world size resumes: lints runs again from its per-rank checkpoints
+    shutil.rmtree(tmp_path / "runs" / "lints")
+    (tmp_path / "results.csv").unlink()
+    resumed = subprocess.run(
+        [*args, f"resume={ckpt}"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _assert_same_files(tmp_path, out)
 
 
 def test_plan_splits_contiguously_by_rank_then_chunk():
