@@ -42,13 +42,28 @@ def project_features(
     """
     x = embeddings.double()
     if pca_dim is not None:
-        if not 1 <= pca_dim <= x.shape[1]:
-            raise ValueError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
-        fit = x[torch.as_tensor(fit_rows, dtype=torch.long)]
-        mean = fit.mean(0, keepdim=True)
-        # Exact SVD of the (n_fit x D) train block: D is a few hundred, this is instant.
-        _, _, vh = torch.linalg.svd(fit - mean, full_matrices=False)
-        x = (x - mean) @ vh[:pca_dim].T
+        mean, components = fit_pca(x, fit_rows, pca_dim)
+        x = (x - mean) @ components.T
+    return finish_features(x, bias, normalize)
+
+
+def fit_pca(
+    embeddings: Tensor, fit_rows: np.ndarray | Tensor, pca_dim: int
+) -> tuple[Tensor, Tensor]:
+    """``(mean [1, D], components [pca_dim, D])`` (float64) of the rows ``fit_rows``."""
+    x = embeddings.double()
+    if not 1 <= pca_dim <= x.shape[1]:
+        raise ValueError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
+    fit = x[torch.as_tensor(fit_rows, dtype=torch.long)]
+    mean = fit.mean(0, keepdim=True)
+    # Exact SVD of the (n_fit x D) train block: D is a few hundred, this is instant.
+    _, _, vh = torch.linalg.svd(fit - mean, full_matrices=False)
+    return mean, vh[:pca_dim]
+
+
+def finish_features(x: Tensor, bias: bool = True, normalize: bool = True) -> Tensor:
+    """Unit rows (``normalize``) and a constant column (``bias``): ``[n, d] -> [n, d + bias]``
+    float32."""
     if normalize:
         x = x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
     if bias:
@@ -67,7 +82,7 @@ def oracle_features(
 
     ``phi = oracle.features(e)`` (``d_phi = 128`` for the CABS oracle) in eval mode and
     without gradients, then the row normalisation and bias column of
-    :func:`project_features`.
+    :func:`finish_features`.
 
     Args:
         embeddings: ``[n, e]`` encoder embeddings.
@@ -89,4 +104,4 @@ def oracle_features(
     with torch.no_grad():
         parts = [oracle.features(e.to(dtype)) for e in embeddings.split(chunk)]
     oracle.train(was_training)
-    return project_features(torch.cat(parts), np.arange(0), None, bias, normalize)
+    return finish_features(torch.cat(parts).double(), bias, normalize)

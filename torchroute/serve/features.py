@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
-from torchroute.features import oracle_features, project_features
+from torchroute.features import finish_features, fit_pca, oracle_features
 
 
 class FeatureMap:
@@ -60,13 +59,8 @@ class FeatureMap:
         """
         if pca_dim is None:
             return cls(bias=bias, normalize=normalize)
-        x = embeddings.double()
-        if not 1 <= pca_dim <= x.shape[1]:
-            raise ValueError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
-        fit = x[torch.as_tensor(fit_rows, dtype=torch.long)]
-        mean = fit.mean(0, keepdim=True)  # [1, e]
-        _, _, vh = torch.linalg.svd(fit - mean, full_matrices=False)
-        return cls(mean, vh[:pca_dim], bias=bias, normalize=normalize)
+        mean, components = fit_pca(embeddings, fit_rows, pca_dim)
+        return cls(mean, components, bias=bias, normalize=normalize)
 
     def __call__(self, embeddings: Tensor) -> Tensor:
         """``[B, e]`` embeddings -> ``[B, d]`` float32 features."""
@@ -75,4 +69,4 @@ class FeatureMap:
         x = embeddings.double()
         if self.components is not None:
             x = (x - self.mean) @ self.components.T  # [B, p]
-        return project_features(x, np.arange(0), None, self.bias, self.normalize)
+        return finish_features(x, self.bias, self.normalize)
