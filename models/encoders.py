@@ -210,7 +210,7 @@ def _offline_hint(name: str, err: Exception) -> str:
         f"encoder {name!r} is not a local directory and is not in the local Hugging Face cache, "
         f"and the hub is {state}. Download it where the hub is reachable (e.g. "
         f"`huggingface-cli download {name} --local-dir DIR`) and pass that local directory, "
-        "which must hold config.json, the weights (model.safetensors or pytorch_model.bin) and "
+        "which must hold config.json, the weights (model.safetensors) and "
         "the tokenizer files, as load_encoder(DIR). The packaged all-MiniLM-L6-v2 always "
         "loads offline: load_encoder('minilm'). "
         f"(transformers said: {str(err).splitlines()[0] if str(err) else type(err).__name__})"
@@ -265,13 +265,14 @@ def load_encoder(
             if not (path / "config.json").is_file():
                 raise EncoderNotFoundError(
                     f"encoder path {str(path)!r} is not a directory holding config.json "
-                    "(plus model.safetensors or pytorch_model.bin and the tokenizer files)"
+                    "(plus model.safetensors and the tokenizer files)"
                 )
             source = default_name = str(path.resolve())
         else:
             source = default_name = raw
     try:
-        model = AutoModel.from_pretrained(source)
+        # safetensors only: a pytorch_model.bin is a pickle, which runs code when loaded
+        model = AutoModel.from_pretrained(source, use_safetensors=True, trust_remote_code=False)
     except (OSError, ValueError) as err:
         if Path(source).is_dir():
             msg = f"cannot load the encoder weights in {source!r}: {err}"

@@ -157,7 +157,7 @@ def test_out_dir_that_is_a_file_is_refused(tmp_path, cache_dir, capsys):
 
 
 def test_debug_shows_the_traceback(tmp_path, cache_dir):
-    from torchroute.experiment import ConfigError
+    from torchroute.run import ConfigError
 
     with pytest.raises(ConfigError, match="dtype"):
         main(["--debug", *_args(tmp_path / "x", cache_dir, "~logger", "dtype=bogus")])

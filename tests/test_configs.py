@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from torchroute.cli import compose_config, config_dir
+from torchroute.configs_path import compose_config, config_dir
 from torchroute.envs import SingleChoiceEnv
-from torchroute.experiment import build_learner
 from torchroute.learners import Learner
+from torchroute.run import build_learner
 
 PRESETS = sorted((config_dir() / "experiment").glob("*.yaml"))
 #: presets whose header names the pretrain command compose with pretrain.yaml
@@ -75,7 +75,7 @@ def test_pretrain_presets_compose(experiment):
     ],
 )
 def test_bad_hyper_parameters_are_named_when_built(tiny_table, override, message):
-    from torchroute.experiment import ConfigError
+    from torchroute.run import ConfigError
 
     cfg = OmegaConf.load(config_dir() / "learner" / "squarecb.yaml")
     key, value = override.lstrip("+").split("=")

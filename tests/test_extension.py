@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 
 from torchroute.cli import compose_config
 from torchroute.envs import Env
-from torchroute.experiment import run_config
 from torchroute.learners import Learner
 from torchroute.loop import simulate
 from torchroute.report import write_report
+from torchroute.run import run_config
 from torchroute.types import Context, Decision, Feedback, Problem
 
 MEANS = (0.3, 0.7)

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from torchroute.experiment import ConfigError, load_features
 from torchroute.features import oracle_features, project_features
 from torchroute.models import MultiHeadOracle, save_oracle
+from torchroute.run import ConfigError, RunOptions, load_features
 
 
 def _cfg(tmp_path, **features):
-    return OmegaConf.create(
-        {
-            "data": {"_target_": "tests.conftest.make_table"},
-            "encoder": None,
-            "split": "test",
-            "features": {"bias": True, "normalize": True, **features},
-        }
-    )
+    config = {
+        "data": {"_target_": "tests.conftest.make_table"},
+        "encoder": None,
+        "split": "test",
+        "rhos": [0.0],
+        "seeds": [0],
+        "log_every": 1,
+        "features": {"bias": True, "normalize": True, **features},
+    }
+    return RunOptions.from_config(config, need_learners=False)
 
 
 def _oracle(arms, embed_dim=6):

@@ -13,12 +13,14 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
-from tests.conftest import REPO_ROOT
-from torchroute.checkpoint import CheckpointError
+from tests.conftest import REPO_ROOT, make_table
+from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.cli import compose_config
-from torchroute.experiment import ConfigError, run_config
-from torchroute.pieces import Piece, merge_logs, plan
+from torchroute.run import ConfigError, run_config
+from torchroute.run.shards import Piece, merge_logs, plan
+from torchroute.serve import load_router
 
 LEARNERS = ["lints", "squarecb", "neural_ucb"]
 
@@ -49,6 +51,19 @@ def _run(out_dir, *extra: str) -> pd.DataFrame:
     return run_config(compose_config("simulate", _overrides(out_dir, *extra)))
 
 
+def _assert_serves_the_reference_trial(run_dir, reference_dir, learner, tmp_path):
+    """The router of the last trial (rho 900, seed 1) of a run split into pieces holds the
+    state that trial has in the single-process run's checkpoint."""
+    router = load_router(run_dir, learner, rho=900, seed=1, state_path=tmp_path / "r.pt")
+    whole = load_checkpoint(reference_dir / "checkpoints" / f"{learner}.pt")["learner"]
+    state = router.learner.state_dict()
+    for key, value in whole.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(state[key], value[5:6]), key
+    decisions = router.route(embeddings=make_table().embeddings[:3])
+    assert len(decisions) == 3
+
+
 def _assert_same_files(left, right):
     for name in ("results.csv", "curves.csv"):
         pd.testing.assert_frame_equal(
@@ -70,6 +85,7 @@ def test_chunks_reproduce_the_whole_run(reference, tmp_path):
     _assert_same_files(tmp_path, out)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == sorted(f"{n}.chunk{c}.pt" for n in LEARNERS for c in (0, 1))
+    _assert_serves_the_reference_trial(tmp_path, out, "lints", tmp_path / "serve")
 
 
 def test_resuming_chunks_reads_each_chunks_checkpoint(reference, tmp_path):
@@ -109,12 +125,12 @@ def test_torchrun_needs_per_trial_streams(tmp_path, monkeypatch):
         _run(tmp_path)
 
 
+@pytest.mark.slow
 def test_torchrun_shards_reproduce_the_single_process_run(reference, tmp_path):
     """Two gloo ranks under torchrun: rank 0 writes exactly the single-process files."""
     out, _ = reference
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    assert torchrun is not None
-    args = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "torchroute", "simulate"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]  # the torchrun entry point
+    args = [*torchrun, "--standalone", "--nproc_per_node=2", "-m", "torchroute", "simulate"]
     args += [*_overrides(tmp_path, "rng=per_trial"), "report=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
@@ -123,6 +139,8 @@ def test_torchrun_shards_reproduce_the_single_process_run(reference, tmp_path):
     _assert_same_files(tmp_path, out)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == sorted(f"{n}.rank{r}of2.pt" for n in LEARNERS for r in (0, 1))
+    for learner in ("lints", "neural_ucb"):
+        _assert_serves_the_reference_trial(tmp_path, out, learner, tmp_path / learner)
     ckpt = tmp_path / "checkpoints" / "lints.rank1of2.pt"
     with pytest.raises(CheckpointError, match=r"world size 2 \(torchrun processes\), this run"):
         _run(tmp_path, "rng=per_trial", f"resume={ckpt}")

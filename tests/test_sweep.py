@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from tests.conftest import make_table
-from torchroute.cli import compose_config, config_dir, main
-from torchroute.experiment import ConfigError, run_config
+from torchroute.cli import main
+from torchroute.configs_path import compose_config, config_dir
 from torchroute.report import cost_regime
+from torchroute.run import ConfigError, run_config
 from torchroute.sweep import grid_points, per_trial_params, run_sweep, select
 
 RHOS, SEEDS = [0.0, 500.0, 900.0], [0, 1]

@@ -14,52 +14,28 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig
+from torchroute.configs_path import compose_config, config_dir  # noqa: F401 (re-exported)
 
 log = logging.getLogger("torchroute")
 
 
-def config_dir() -> Path:
-    """The folder holding ``simulate.yaml`` and the config groups."""
-    try:
-        path = Path(str(importlib.resources.files("torchroute.configs")))
-        if (path / "simulate.yaml").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[1] / "configs"
-
-
-def compose_config(
-    name: str, overrides: Sequence[str], directory: str | Path | None = None
-) -> DictConfig:
-    """Compose ``<name>.yaml`` with Hydra-style ``key=value`` overrides."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(
-        config_dir=str(Path(directory or config_dir()).resolve()), version_base="1.3"
-    ):
-        return compose(config_name=name, overrides=list(overrides))
-
-
 def _simulate(args: argparse.Namespace) -> None:
-    from torchroute.experiment import run_config
     from torchroute.report import write_report
+    from torchroute.run import RunOptions, run
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
-    results = run_config(cfg)
+    opts = RunOptions.from_config(compose_config("simulate", args.overrides, args.config_dir))
+    results = run(opts)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
-    print(f"wrote {Path(cfg.out_dir) / 'results.csv'} ({len(results)} rows)")
-    if cfg.get("report", True):
-        print(write_report([cfg.out_dir], reference=cfg.get("reference", "linucb")))
+    print(f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)")
+    if opts.report:
+        print(write_report([opts.out_dir], reference=opts.reference))
 
 
 def _gap(args: argparse.Namespace) -> None:

@@ -8,6 +8,9 @@ and ``oracle`` (the pre-trained oracle's feature head applied to the embeddings,
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -105,3 +108,119 @@ def oracle_features(
         parts = [oracle.features(e.to(dtype)) for e in embeddings.split(chunk)]
     oracle.train(was_training)
     return finish_features(torch.cat(parts).double(), bias, normalize)
+
+
+#: the feature map's file in a run folder (``weights_only`` loadable)
+FEATURES_FILE = "features.pt"
+#: the oracle feature head of ``features.source=oracle`` (an oracle artifact)
+FEATURE_ORACLE_FILE = "feature_oracle.pt"
+
+
+class FeatureMap:
+    """Embeddings ``[B, e]`` -> bandit features ``[B, d]``, as the simulation built them.
+
+    The three ``features.source`` values: ``raw`` (row normalisation and bias only),
+    ``pca`` (centred and projected on the principal directions fitted on the train split,
+    then normalised, plus a bias) and ``oracle`` (a pre-trained feature head). A ``pca``
+    map is fitted once with :meth:`fit`, with the operations of :func:`project_features`,
+    so the features of the table's queries are the ones the learner saw. A run saves its
+    map (:meth:`save`) and serving loads it (:meth:`load`): nothing is refitted.
+
+    Args:
+        mean: ``[1, e]`` float64 centre of the fit rows (``pca`` only).
+        components: ``[p, e]`` float64 principal directions (``pca`` only).
+        oracle: a module with ``features(e [m, e]) -> [m, d_phi]`` (``oracle`` only).
+        bias: append a constant feature.
+        normalize: rescale each row to unit norm (before the bias).
+        source: the ``features.source`` it implements (inferred when ``None``).
+    """
+
+    def __init__(
+        self,
+        mean: Tensor | None = None,
+        components: Tensor | None = None,
+        oracle: nn.Module | None = None,
+        bias: bool = True,
+        normalize: bool = True,
+        source: str | None = None,
+    ) -> None:
+        if (mean is None) != (components is None):
+            raise ValueError("FeatureMap needs both mean and components, or neither")
+        if oracle is not None and components is not None:
+            raise ValueError("FeatureMap takes a PCA projection or an oracle, not both")
+        self.mean, self.components, self.oracle = mean, components, oracle
+        self.bias, self.normalize = bias, normalize
+        inferred = "oracle" if oracle is not None else "pca" if mean is not None else "raw"
+        self.source = source or inferred
+
+    @classmethod
+    def fit(
+        cls,
+        embeddings: Tensor,
+        fit_rows: np.ndarray | Tensor,
+        pca_dim: int | None,
+        bias: bool = True,
+        normalize: bool = True,
+    ) -> FeatureMap:
+        """The map of ``project_features(embeddings, fit_rows, pca_dim, bias, normalize)``.
+
+        Args:
+            embeddings: ``[n, e]`` table embeddings.
+            fit_rows: rows the projection is fitted on (the train split).
+            pca_dim: number of principal directions ``p``; ``None`` keeps the embeddings.
+        """
+        if pca_dim is None:
+            return cls(bias=bias, normalize=normalize)
+        mean, components = fit_pca(embeddings, fit_rows, pca_dim)
+        return cls(mean, components, bias=bias, normalize=normalize)
+
+    def __call__(self, embeddings: Tensor) -> Tensor:
+        """``[B, e]`` embeddings -> ``[B, d]`` float32 features."""
+        if self.oracle is not None:
+            return oracle_features(embeddings, self.oracle, self.bias, self.normalize)
+        x = embeddings.double()
+        if self.components is not None:
+            x = (x - self.mean) @ self.components.T  # [B, p]
+        return finish_features(x, self.bias, self.normalize)
+
+    def state(self) -> dict[str, Any]:
+        """Plain tensors and values (``weights_only`` loadable); the oracle is saved apart."""
+        return {
+            "source": self.source,
+            "bias": self.bias,
+            "normalize": self.normalize,
+            "mean": self.mean,
+            "components": self.components,
+        }
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``features.pt`` (and ``feature_oracle.pt``) into ``folder`` atomically."""
+        from torchroute.checkpoint import save_checkpoint
+
+        folder = Path(folder)
+        if self.oracle is not None:
+            from torchroute.models.oracles import save_oracle
+
+            save_oracle(self.oracle, folder / FEATURE_ORACLE_FILE)
+        return save_checkpoint(folder / FEATURES_FILE, {"features": self.state()})
+
+    @classmethod
+    def load(cls, folder: str | Path) -> FeatureMap:
+        """The map a run saved in ``folder`` (read with ``weights_only=True``)."""
+        from torchroute.checkpoint import load_checkpoint
+
+        folder = Path(folder)
+        state = load_checkpoint(folder / FEATURES_FILE)["features"]
+        oracle = None
+        if state["source"] == "oracle":
+            from torchroute.models.oracles import load_oracle
+
+            oracle = load_oracle(folder / FEATURE_ORACLE_FILE)
+        return cls(
+            state["mean"],
+            state["components"],
+            oracle=oracle,
+            bias=bool(state["bias"]),
+            normalize=bool(state["normalize"]),
+            source=str(state["source"]),
+        )

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor
 
-from torchroute.features import project_features
+from torchroute.features import FeatureMap
 from torchroute.io import write_csv_atomic
+from torchroute.run.build import load_table
+from torchroute.run.options import ConfigError, RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -114,28 +114,29 @@ def _subset(rows: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, size=limit, replace=False))
 
 
-def run_gap(cfg: DictConfig) -> pd.DataFrame:
+def run_gap(cfg: DictConfig | RunOptions) -> pd.DataFrame:
     """The gap table of ``cfg`` (a ``simulate`` config with a ``gap`` section); writes
     ``<out_dir>/gap.csv`` and returns it."""
-    g = cfg.gap
-    table = instantiate(cfg.data)
+    opts = cfg if isinstance(cfg, RunOptions) else RunOptions.from_config(cfg, need_learners=False)
+    g = opts.config.get("gap")
+    if g is None:
+        raise ConfigError("gap is not set: choose a gap preset (experiment=hpg_gap_simulator)")
     held_out = str(g.get("held_out", "test"))
-    keep = np.sort(  # table order kept: the embedding cache is keyed by the texts in order
-        np.concatenate(
-            [
-                _subset(table.rows("train"), g.get("max_train"), int(g.get("seed", 0))),
-                _subset(table.rows(held_out), g.get("max_held_out"), int(g.get("seed", 0))),
-            ]
-        )
+
+    def keep_rows(table):
+        # table order kept: the embedding cache is keyed by the texts in order
+        seed = int(g.get("seed", 0))
+        train = _subset(table.rows("train"), g.get("max_train"), seed)
+        test = _subset(table.rows(held_out), g.get("max_held_out"), seed)
+        return table.select(np.sort(np.concatenate([train, test])))
+
+    table = load_table(opts, select=keep_rows)
+    f = opts.features
+    feature_map = FeatureMap.fit(
+        table.embeddings, table.rows("train"), f.pca_dim, True, f.normalize
     )
-    table = table.select(keep)
-    if cfg.get("encoder") is not None:
-        table = instantiate(cfg.encoder)(table)
-    f = cfg.features
-    feats = project_features(
-        table.embeddings, table.rows("train"), f.get("pca_dim"), True, f.get("normalize", True)
-    ).double()
-    name = str(g.get("table_name", cfg.get("name", "table")))
+    feats = feature_map(table.embeddings).double()
+    name = str(g.get("table_name", opts.name))
     rows = []
     for rho in [float(r) for r in g.rhos]:
         utility = table.utility(rho).double()
@@ -155,7 +156,7 @@ def run_gap(cfg: DictConfig) -> pd.DataFrame:
                 rows.append((name, split, rho, cls, value))
         log.info("gap %s rho=%g: %s", name, rho, rows[-8:])
     out = pd.DataFrame(rows, columns=["table", "split", "rho", "policy_class", "gap"])
-    write_csv_atomic(Path(str(cfg.out_dir)) / "gap.csv", out)
+    write_csv_atomic(opts.out_dir / "gap.csv", out)
     return out
 
 

@@ -36,25 +36,35 @@ Output folder (``out_dir``)::
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
-from torchroute.experiment import ConfigError, _number_list, run_config
+from torchroute.data.table import RoutingTable
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.report import REGIMES, cost_regime
+from torchroute.run import ConfigError, RunOptions, build_env, load_table, run
 
 log = logging.getLogger(__name__)
 
 VAL, TEST = "val", "test"
+
+
+@dataclass
+class _Sweep:
+    """The sweep's options and its table (loaded once)."""
+
+    opts: RunOptions
+    table: RoutingTable | None = None
 
 
 def grid_points(grid: dict[str, dict[str, list]]) -> dict[str, list[dict[str, Any]]]:
@@ -96,18 +106,26 @@ def select(val: pd.DataFrame) -> pd.DataFrame:
     return table.assign(chosen=first)
 
 
-def run_sweep(cfg: DictConfig) -> pd.DataFrame:
+def run_sweep(cfg: DictConfig | RunOptions) -> pd.DataFrame:
     """Validation runs, selection per regime, one test run of the choices; see the module.
 
-    Writes ``sweep_results.csv`` and ``chosen.md`` in ``cfg.out_dir`` and returns the
-    results frame.
+    Writes ``sweep_results.csv`` and ``chosen.md`` in ``out_dir`` and returns the results
+    frame. The table is loaded and embedded once; every run is built from it.
     """
-    grid = _grid(cfg)
-    out_dir = Path(str(cfg.out_dir))
-    rhos = _number_list(cfg, "rhos", float)
-    seeds = _number_list(cfg, "seeds", int)
+    opts = cfg if isinstance(cfg, RunOptions) else RunOptions.from_config(cfg)
+    sw = _Sweep(opts)
+    grid = _grid(sw)
+    sw.table = load_table(opts)
+    for split in (VAL, TEST):
+        if not (np.asarray(sw.table.split) == split).any():
+            raise ConfigError(
+                f"{sw.table.source}: split [{split!r}] is empty (the sweep runs split={split}: "
+                f"give the table a {split} split, e.g. data.val_fraction=0.1)"
+            )
+    out_dir = opts.out_dir
+    rhos, seeds = list(opts.rhos), list(opts.seeds)
     points = grid_points(grid)
-    batched = {name: _batchable(cfg, name, grid[name]) for name in grid}
+    batched = {name: _batchable(sw, name, grid[name]) for name in grid}
     for name in grid:
         how = "as more trials of one run" if batched[name] else "one run each"
         log.info("sweep %s: %d grid points, %s", name, len(points[name]), how)
@@ -115,20 +133,21 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
         [
             frame
             for name in grid
-            for frame in _validate_learner(cfg, name, points[name], batched[name], rhos, seeds)
+            for frame in _validate_learner(sw, name, points[name], batched[name], rhos, seeds)
         ],
         ignore_index=True,
     )
     if "avg_utility" not in val or "rho" not in val:
         raise ConfigError(
-            f"env {cfg.env._target_}: the sweep needs rho and avg_utility results, got {list(val)}"
+            f"env {sw.opts.env['_target_']}: the sweep needs rho and avg_utility results, "
+            f"got {list(val)}"
         )
     table = select(val)  # the choice reads validation results only
     tests = []
     for name in grid:
         chosen = table[(table["learner"] == name) & table["chosen"]]
         by_regime = {r: points[name][int(p)] for r, p in zip(chosen["regime"], chosen["point"])}
-        tests.append(_test_learner(cfg, name, by_regime, batched[name], rhos, seeds))
+        tests.append(_test_learner(sw, name, by_regime, batched[name], rhos, seeds))
     result = _results_frame(table, tests, points, batched)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv_atomic(out_dir / "sweep_results.csv", result)
@@ -158,31 +177,31 @@ def chosen_markdown(result: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _grid(cfg: DictConfig) -> dict[str, dict[str, list]]:
-    sweep = cfg.get("sweep")
+def _grid(sw: _Sweep) -> dict[str, dict[str, list]]:
+    sweep = sw.opts.config.get("sweep")
     if sweep is None or sweep.get("grid") is None:
         raise ConfigError(
             "sweep.grid is not set: choose a grid (sweep=linucb_alpha, see configs/sweep/); "
             "wandb_sweep.yaml is a wandb sweep config (wandb sweep configs/sweep/wandb_sweep.yaml)"
         )
-    if cfg.get("data") is None:
+    if sw.opts.data is None:
         raise ConfigError("sweep chooses on a table's val split: data must be set")
     grid: dict[str, dict[str, list]] = {}
-    for name, params in sweep.grid.items():
-        if name not in cfg.learners:
+    for name, params in sweep["grid"].items():
+        if name not in sw.opts.learners:
             raise ConfigError(
-                f"sweep.grid.{name}: no learner {name!r} configured; have {sorted(cfg.learners)}"
+                f"sweep.grid.{name}: no learner {name!r} configured; "
+                f"have {sorted(sw.opts.learners)}"
             )
         if not params:
             raise ConfigError(f"sweep.grid.{name} must map parameters to value lists")
         grid[name] = {}
         for param, values in params.items():
-            if param not in cfg.learners[name]:
+            if param not in sw.opts.learners[name]:
                 raise ConfigError(
                     f"sweep.grid.{name}.{param}: learners.{name} has no key {param!r}; "
-                    f"keys: {sorted(k for k in cfg.learners[name] if not k.startswith('_'))}"
+                    f"keys: {sorted(k for k in sw.opts.learners[name] if not k.startswith('_'))}"
                 )
-            values = OmegaConf.to_container(values) if OmegaConf.is_list(values) else values
             if not isinstance(values, list) or not values:
                 raise ConfigError(
                     f"sweep.grid.{name}.{param} must be a non-empty list, got {values!r}"
@@ -191,9 +210,9 @@ def _grid(cfg: DictConfig) -> dict[str, dict[str, list]]:
     return grid
 
 
-def _batchable(cfg: DictConfig, name: str, params: dict[str, list]) -> bool:
+def _batchable(sw: _Sweep, name: str, params: dict[str, list]) -> bool:
     """All of the learner's swept parameters can be given per trial, and are numbers."""
-    allowed = per_trial_params(cfg.learners[name])
+    allowed = per_trial_params(sw.opts.learners[name])
     numbers = all(_is_number(v) for values in params.values() for v in values)
     return numbers and set(params) <= set(allowed)
 
@@ -207,7 +226,7 @@ def _present(value: Any) -> bool:
 
 
 def _run(
-    cfg: DictConfig,
+    sw: _Sweep,
     name: str,
     split: str,
     out_dir: Path,
@@ -215,30 +234,25 @@ def _run(
     seeds: list[int],
     params: dict[str, Any],
 ) -> pd.DataFrame:
-    """One ``run_config`` of learner ``name`` with ``params`` set on its config node
-    (per-trial random streams, see the module docstring)."""
-    sub = copy.deepcopy(cfg)
-    with open_dict(sub):
-        sub.pop("sweep", None)
-        sub.learners = {name: sub.learners[name]}
-        sub.run_learners = None
-        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), rhos, seeds
-        sub.rng = "per_trial"
-        for param, value in params.items():
-            sub.learners[name][param] = value
-    try:
-        return run_config(sub)
-    except ConfigError as exc:
-        if "split" not in str(exc) or repr(split) not in str(exc):
-            raise
-        raise ConfigError(
-            f"{exc} (the sweep runs split={split}: give the table a {split} split, e.g. "
-            "data.val_fraction=0.1)"
-        ) from exc
+    """One run of learner ``name`` with ``params`` set on its config node (per-trial
+    random streams, see the module docstring), on the sweep's table."""
+    node = {**sw.opts.learners[name], **params}
+    config = {k: v for k, v in sw.opts.config.items() if k != "sweep"}
+    config.update(
+        learners={name: node},
+        run_learners=None,
+        split=split,
+        out_dir=str(out_dir),
+        rhos=rhos,
+        seeds=seeds,
+        rng="per_trial",
+    )
+    opts = RunOptions.from_config(config)
+    return run(opts, build_env(opts, table=sw.table))
 
 
 def _validate_learner(
-    cfg: DictConfig,
+    sw: _Sweep,
     name: str,
     points: list[dict[str, Any]],
     batched: bool,
@@ -246,10 +260,10 @@ def _validate_learner(
     seeds: list[int],
 ) -> Iterator[pd.DataFrame]:
     """Validation results of every grid point of ``name``, with their ``point`` index."""
-    root = Path(str(cfg.out_dir)) / VAL / name
+    root = sw.opts.out_dir / VAL / name
     if not batched:
         for g, point in enumerate(points):
-            frame = _run(cfg, name, VAL, root / f"point-{g}", rhos, seeds, point)
+            frame = _run(sw, name, VAL, root / f"point-{g}", rhos, seeds, point)
             yield frame.assign(point=g)
         return
     # trial_grid(rhos, seeds * G) is rho-major: trial (rho i, point g, seed s) sits at
@@ -257,15 +271,16 @@ def _validate_learner(
     g_count = len(points)
     layout = [g for _ in rhos for g in range(g_count) for _ in seeds]
     params = {p: [points[g][p] for g in layout] for p in points[0]}
-    frame = _run(cfg, name, VAL, root, rhos, seeds * g_count, params)
+    frame = _run(sw, name, VAL, root, rhos, seeds * g_count, params)
     expected = [(r, s) for r in rhos for _ in range(g_count) for s in seeds]
     if list(zip(frame["rho"], frame["seed"])) != expected:
-        raise ConfigError(f"env {cfg.env._target_} does not keep the (rho, seed) trial order")
+        target = sw.opts.env["_target_"]
+        raise ConfigError(f"env {target} does not keep the (rho, seed) trial order")
     yield frame.assign(point=layout)
 
 
 def _test_learner(
-    cfg: DictConfig,
+    sw: _Sweep,
     name: str,
     by_regime: dict[str, dict[str, Any]],
     batched: bool,
@@ -274,17 +289,17 @@ def _test_learner(
 ) -> pd.DataFrame:
     """Mean test ``avg_utility`` per regime of the chosen values: ``learner, regime,
     test_utility``."""
-    root = Path(str(cfg.out_dir)) / TEST / name
+    root = sw.opts.out_dir / TEST / name
     frames = []
     if batched:
         values = [by_regime[cost_regime(r)] for r in rhos for _ in seeds]
         params = {p: [v[p] for v in values] for p in values[0]}
-        frames.append(_run(cfg, name, TEST, root, rhos, seeds, params))
+        frames.append(_run(sw, name, TEST, root, rhos, seeds, params))
     else:
         # One run per distinct choice, on the rhos of the regimes that chose it.
         for g, point in enumerate(_distinct(by_regime.values())):
             regime_rhos = [r for r in rhos if by_regime[cost_regime(r)] == point]
-            frames.append(_run(cfg, name, TEST, root / f"point-{g}", regime_rhos, seeds, point))
+            frames.append(_run(sw, name, TEST, root / f"point-{g}", regime_rhos, seeds, point))
     test = pd.concat(frames, ignore_index=True)
     test = test.assign(regime=test["rho"].map(cost_regime))
     score = test.groupby("regime")["avg_utility"].mean().rename("test_utility").reset_index()

@@ -79,7 +79,7 @@ def packaged_config() -> dict[str, Any]:
     list (``data`` and ``encoder`` are the caller's): the defaults of every section."""
     from omegaconf import OmegaConf
 
-    from torchroute.cli import config_dir
+    from torchroute.configs_path import config_dir
 
     node = OmegaConf.load(config_dir() / "pretrain.yaml")
     node.pop("defaults", None)
@@ -210,12 +210,9 @@ def resolve_encoder(
 
 def _wandb_mode(mode: str) -> str:
     """The effective wandb mode; process-wide offline settings via the tracking module."""
-    from torchroute import tracking
+    from torchroute.tracking import configure_wandb
 
-    configure = getattr(tracking, "configure_wandb", None)
-    if configure is None:  # older torchroute.tracking: WANDB_MODE still wins
-        return os.environ.get("WANDB_MODE", mode)
-    return configure(mode)
+    return configure_wandb(mode)
 
 
 def _logger(cfg: Mapping[str, Any], out_dir: Path, name: str) -> Any:

@@ -12,7 +12,8 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from torchroute.cli import compose_config, config_dir, main
+from torchroute.cli import main
+from torchroute.configs_path import compose_config, config_dir
 from torchroute.data import load_json_scores, load_routerbench, load_table
 from torchroute.data.synthetic import synthetic_text_benchmark
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from torchroute.cli import config_dir
+from torchroute.configs_path import config_dir
 from torchroute.data.table import RoutingTable
 from torchroute.envs import SingleChoiceEnv
-from torchroute.experiment import ConfigError, build_learner
 from torchroute.features import project_features
 from torchroute.learners.base import FixedPolicy
+from torchroute.run import ConfigError, build_learner
 
 K, ROUNDS, GOOD = 12, 200, 7
 SEEDS = [0, 1, 2, 3, 4, 5]

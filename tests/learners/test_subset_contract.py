@@ -268,8 +268,8 @@ def test_learner_configs_build_on_a_subset_problem(config):
     problems, which subset learners refuse with a one-line error)."""
     from omegaconf import OmegaConf
 
-    from torchroute.cli import config_dir
-    from torchroute.experiment import build_learner
+    from torchroute.configs_path import config_dir
+    from torchroute.run import build_learner
 
     env = make_env()
     node = OmegaConf.load(config_dir() / "learner" / f"{config}.yaml")

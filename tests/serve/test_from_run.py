@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from tests.conftest import make_table
 from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.cli import compose_config, main
-from torchroute.experiment import ConfigError, load_features, run_config
 from torchroute.features import project_features
+from torchroute.run import ConfigError, RunOptions, load_features, run_config
 from torchroute.serve import FeatureMap, load_router
 
 
@@ -41,6 +41,13 @@ def run_dir(tmp_path_factory):
     return out
 
 
+def _copy_inputs(run_dir, copy):
+    """The files a run was built from, without its checkpoints."""
+    copy.mkdir()
+    for name in ("config.yaml", "problem.pt", "features.pt"):
+        (copy / name).write_bytes((run_dir / name).read_bytes())
+
+
 def test_feature_map_reproduces_project_features():
     emb = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
     rows = np.arange(25)
@@ -56,7 +63,7 @@ def test_the_router_serves_the_chosen_trial_with_the_runs_features(run_dir, tmp_
     assert torch.equal(router.learner.a_inv[0], state["a_inv"][3])
     assert torch.equal(router.learner.theta[0], state["theta"][3])
     assert router.rho == 100.0 and router.arm_names == tuple(make_table().arm_names)
-    _, feats = load_features(OmegaConf.load(run_dir / "config.yaml"))
+    _, feats = load_features(RunOptions.from_config(OmegaConf.load(run_dir / "config.yaml")))
     torch.testing.assert_close(router.features(make_table().embeddings), feats)
     decisions = router.route(embeddings=make_table().embeddings[:5])
     assert {d["model"] for d in decisions} <= set(router.arm_names)
@@ -73,8 +80,7 @@ def test_unknown_trials_learners_and_missing_checkpoints_are_one_line_errors(run
     with pytest.raises(FileNotFoundError, match=r"config\.yaml"):
         load_router(tmp_path)
     copy = tmp_path / "copy"
-    copy.mkdir()
-    (copy / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    _copy_inputs(run_dir, copy)
     with pytest.raises(CheckpointError, match=r"linucb.pt does not exist"):
         load_router(copy)
     fresh = load_router(copy, fresh=True, state_path=tmp_path / "fresh.pt")
@@ -83,8 +89,7 @@ def test_unknown_trials_learners_and_missing_checkpoints_are_one_line_errors(run
 
 def test_serve_cli_reports_a_missing_checkpoint_in_one_line(run_dir, tmp_path, capsys):
     copy = tmp_path / "copy"
-    copy.mkdir()
-    (copy / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    _copy_inputs(run_dir, copy)
     assert main(["serve", str(copy), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("torchroute serve: error: checkpoint") and "\n" not in err

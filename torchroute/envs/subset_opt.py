@@ -8,7 +8,6 @@ ALGORITHMS.md section 7, paper 002 eq. (3): ``max_q sum_p w_p Phi_p(q)`` over th
 
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
 
@@ -54,6 +53,8 @@ def solve_opt(
                 row[order[i, j, : t + 1]] = 1.0
                 rows.append(row)
                 coefs.append(weights[i] * gaps[i, j, t])
+    import cvxpy as cp  # imported where used: `import torchroute.envs` stays light
+
     q = cp.Variable(k)
     cons = [cp.sum(q) == 1, q >= gamma, costs @ q >= lo, costs @ q <= hi]
     if rows:

@@ -1,7 +1,7 @@
 """Online learners: ``nn.Module``s with ``act`` / ``update`` and state batched over trials."""
 
 from torchroute.learners.base import Learner
-from torchroute.learners.cabs import CABSC
+from torchroute.learners.cabs_c import CABSC
 from torchroute.learners.cabs_d import CABSD, NeuralSquareCB
 from torchroute.learners.hpg import HPG, ParameterFreeHPG
 from torchroute.learners.linear import EpsilonGreedy, FullFeedbackLinUCB, LinTS, LinUCB, SquareCB

@@ -19,7 +19,7 @@ from torchroute.functional.random import Source
 from torchroute.functional.sampling import probability_floor, sample_categorical
 from torchroute.functional.squarecb import squarecb_probs
 from torchroute.learners.base import Learner
-from torchroute.learners.cabs import CABSC, check_oracle, neural_init, solver_predict
+from torchroute.learners.cabs_c import CABSC, check_oracle, neural_init, solver_predict
 from torchroute.learners.linear import SquareCB
 from torchroute.learners.neural import NeuralUCB
 from torchroute.types import Context, Decision, Feedback, Problem

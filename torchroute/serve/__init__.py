@@ -4,8 +4,8 @@
 library itself does not need the web framework.
 """
 
+from torchroute.features import FeatureMap
 from torchroute.serve.checks import DuplicateModelError, UnknownModelError
-from torchroute.serve.features import FeatureMap
 from torchroute.serve.from_run import load_router
 from torchroute.serve.router import Router
 

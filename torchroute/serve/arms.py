@@ -21,17 +21,28 @@ def add_arm(
 ) -> tuple[Learner, Problem]:
     """``learner`` and ``problem`` with one more arm ``name`` (``K -> K + 1``).
 
-    The grown problem has no train split (the new arm has no train data); ``factory``
-    builds a fresh ``K + 1``-arm learner for it and :func:`grow_state` copies ``learner``'s
-    state into it, so the new arm keeps the fresh learner's values.
+    The new arm has no train data: in the grown problem's train split (when there is
+    one) it scores 0 at its price, the most pessimistic prior, so a router fitted on the
+    train split (``best_single``, ``knn``, ...) picks it only once feedback says so.
+    ``factory`` builds a fresh ``K + 1``-arm learner for it and :func:`grow_state` copies
+    ``learner``'s state into it, so the new arm keeps the fresh learner's values.
     """
     k, prices = learner.num_arms, problem.prices
     if prices is not None and price is not None:
         prices = torch.cat([prices.cpu(), prices.new_tensor([price]).cpu()])
     elif prices is not None:
         prices = None  # a price is unknown: no price vector
+    train = problem.train
+    if train is not None:
+        n = train.scores.shape[0]
+        new_cost = train.costs.new_full((n, 1), 0.0 if price is None else float(price))
+        train = replace(
+            train,
+            scores=torch.cat([train.scores, train.scores.new_zeros(n, 1)], 1),
+            costs=torch.cat([train.costs, new_cost], 1),
+        )
     grown = replace(
-        problem, num_arms=k + 1, arm_names=(*problem.arm_names, name), prices=prices, train=None
+        problem, num_arms=k + 1, arm_names=(*problem.arm_names, name), prices=prices, train=train
     )
     try:
         fresh = factory(grown).cpu()

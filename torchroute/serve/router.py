@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import uuid
@@ -259,11 +260,13 @@ class Router:
         context, decision, feedback = feedback_batch(
             items, score, cost, self.rho, self.learner.num_arms, self.problem.dtype
         )
-        snapshot = {key: v.clone() for key, v in self.learner.state_dict().items()}
+        # deep copy: a learner's extra state (an optimizer's moments) is a nested dict
+        snapshot = copy.deepcopy(self.learner.state_dict())
         generator = self.generator.get_state()
         try:
             self.learner.update(context, decision, feedback, self.generator)
-            if not all(torch.isfinite(v).all() for v in self.learner.state_dict().values()):
+            state = self.learner.state_dict().values()
+            if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
                 raise FloatingPointError("the learner's state became NaN or infinite")
         except Exception:
             self.learner.load_state_dict(snapshot)

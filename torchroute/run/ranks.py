@@ -1,7 +1,7 @@
 """``torch.distributed`` for trial shards: the process group, rank-0 decisions, gathering.
 
 Under ``torchrun`` (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and the rendezvous variables
-set, on one node or several) :func:`torchroute.experiment.run_config` runs a contiguous
+set, on one node or several) :func:`torchroute.run.run` runs a contiguous
 slice of the trials on each rank; rank 0 gathers the results and alone writes files. A
 plain process is world size 1 and never touches ``torch.distributed``.
 """

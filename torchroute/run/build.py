@@ -1,0 +1,201 @@
+"""The one path from options to objects: table -> features -> env -> learner.
+
+``simulate``, ``sweep``, ``gap`` and ``serve`` all build through these functions:
+
+- :func:`load_table`: ``data`` instantiated, then embedded with ``encoder``;
+- :func:`fit_feature_map`: the :class:`~torchroute.features.FeatureMap` of ``features.*``
+  (PCA fitted on the train split, the raw embeddings, or an oracle's feature head);
+- :func:`build_env`: the env of ``env`` for the run's trials, as a :class:`Built` that
+  also keeps the table and the fitted feature map (a run saves them);
+- :func:`build_learner` / :func:`learner_for`: one learner factory called with the env's
+  :class:`~torchroute.types.Problem`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from torchroute.data.table import RoutingTable
+from torchroute.envs.base import Env
+from torchroute.features import FeatureMap
+from torchroute.functional.random import TrialRNG, trial_keys
+from torchroute.learners.base import Learner
+from torchroute.run.options import ConfigError, RunOptions
+from torchroute.types import Problem
+
+
+def trial_grid(rhos: list[float], seeds: list[int]) -> tuple[list[float], list[int]]:
+    """All (rho, seed) pairs as ``R = len(rhos) * len(seeds)`` trials, rho-major."""
+    pairs = list(itertools.product(rhos, seeds))
+    return [float(r) for r, _ in pairs], [int(s) for _, s in pairs]
+
+
+def instantiate_node(node: Any, key: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(node, **kwargs)``; failures name the config ``key``."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as exc:
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"cannot build {key!r} from its config: {cause}") from exc
+
+
+def load_table(opts: RunOptions, select: Any = None) -> RoutingTable:
+    """The table of ``data``, embedded with ``encoder`` (``select``: a table -> table
+    applied before embedding, e.g. a subset of rows)."""
+    if opts.data is None:
+        raise ConfigError("data is not set: this command needs a routing table (data=...)")
+    table = instantiate_node(opts.data, "data")
+    if not isinstance(table, RoutingTable):
+        raise ConfigError(f"data built a {type(table).__name__}, not a RoutingTable")
+    if select is not None:
+        table = select(table)
+    if opts.encoder is not None:
+        table = instantiate_node(opts.encoder, "encoder")(table)
+    if table.embeddings is None:
+        raise ConfigError(
+            f"{table.source}: the table has no embeddings; choose an encoder (encoder=minilm)"
+        )
+    return table
+
+
+def fit_feature_map(
+    opts: RunOptions, table: RoutingTable, fit_split: str | None = None
+) -> FeatureMap:
+    """The feature map of ``features.*`` for ``table`` (a PCA is fitted on the train
+    split, or on ``fit_split``/``split`` when the table has none)."""
+    f = opts.features
+    if f.source == "oracle":  # the pre-trained feature head (CABS paper): features.oracle node
+        if f.oracle is None:
+            raise ConfigError(
+                "features.source=oracle needs a features.oracle node (e.g. _target_: "
+                "torchroute.trainers.load_or_pretrain, see configs/experiment/cabs_table2.yaml)"
+            )
+        oracle = instantiate_node(
+            f.oracle,
+            "features.oracle",
+            arm_names=list(table.arm_names),
+            embed_dim=int(table.embeddings.shape[1]),
+        )
+        return FeatureMap(oracle=oracle, bias=f.bias, normalize=f.normalize, source="oracle")
+    split = fit_split or ("train" if "train" in table.split else opts.split)
+    pca_dim = None if f.source == "raw" else f.pca_dim
+    return FeatureMap.fit(table.embeddings, table.rows(split), pca_dim, f.bias, f.normalize)
+
+
+def load_features(opts: RunOptions) -> tuple[RoutingTable, torch.Tensor]:
+    """The embedded table and its bandit features ``[n, d]``."""
+    table = load_table(opts)
+    return table, fit_feature_map(opts, table)(table.embeddings)
+
+
+@dataclass
+class Built:
+    """What :func:`build_env` made: the env, and the table and feature map behind it
+    (``None`` for a self-contained env)."""
+
+    env: Env
+    table: RoutingTable | None = None
+    feature_map: FeatureMap | None = None
+
+
+def build_env(
+    opts: RunOptions, device: torch.device | None = None, table: RoutingTable | None = None
+) -> Built:
+    """The environment of ``env`` (on ``device``, default the options' device).
+
+    With a table (``data`` set) the env factory is called with ``table``, the ``rho`` x
+    ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``, ``device`` and
+    ``dtype``. A self-contained env (``data: null``: a simulator, a dataset the env reads
+    itself) is called with ``seeds``, ``device`` and ``dtype`` only; its config holds the
+    rest, and its ``trials()`` say what each trial varies. ``table``: the embedded table of
+    these options when already loaded (``sweep`` loads it once for all its runs).
+    """
+    if opts.env is None:
+        raise ConfigError("env is not set: choose an env (env=single_choice, configs/env/)")
+    device = device or opts.torch_device()
+    # Objects are passed to the partial, not to instantiate (which would merge them into
+    # the config and convert dataclasses such as the table).
+    factory = instantiate_node(opts.env, "env", _partial_=True)
+    table = feature_map = None
+    if opts.data is None:
+        kwargs: dict[str, Any] = {"seeds": list(opts.seeds)}
+    else:
+        table = load_table(opts) if table is None else table
+        feature_map = fit_feature_map(opts, table)
+        rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
+        features = feature_map(table.embeddings)
+        kwargs = {"table": table, "rho": rhos, "seeds": seeds, "features": features}
+    try:
+        env = factory(**kwargs, device=device, dtype=opts.dtype)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env: {exc}") from exc
+    if not isinstance(env, Env):
+        raise ConfigError(f"env built a {type(env).__name__}, not a torchroute.envs.Env")
+    return Built(env, table, feature_map)
+
+
+def build_learner(
+    node: Any,
+    problem: Problem,
+    name: str,
+    init_seed: int = 0,
+    init_keys: torch.Tensor | None = None,
+) -> Learner:
+    """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
+
+    Hyper-parameters are validated here, before anything of the run is written. The factory
+    runs with torch's default generator seeded by ``init_seed`` (and restored afterwards), so
+    the initial weights of a neural learner are the same in every run of a configuration.
+    With ``init_keys`` (``[R]`` trial keys, :func:`~torchroute.functional.random.trial_keys`)
+    the problem carries fresh per-trial streams (``Problem.init_rng``) instead, so each
+    trial's initial weights do not depend on the trials built with it.
+    """
+    if "_target_" not in node:
+        raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
+    factory = instantiate_node(node, f"learners.{name}")
+    if not callable(factory) or isinstance(factory, Learner):
+        raise ConfigError(
+            f"learners.{name} must be a factory called with the Problem (a "
+            "'<Learner>.from_problem' _target_ with _partial_: true)"
+        )
+    if init_keys is not None:
+        problem = dataclasses.replace(problem, init_rng=TrialRNG(init_keys))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            learner = factory(problem)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"learners.{name}: {exc}") from exc
+    if not isinstance(learner, Learner):
+        raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
+    return learner.to(problem.device)
+
+
+def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Learner:
+    """Learner ``name`` (its config node, or ``node``) for ``env``'s trials (per-trial
+    initial streams with ``rng=per_trial``)."""
+    keys = None
+    if opts.rng == "per_trial":
+        keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
+    node = opts.learners[name] if node is None else node
+    return build_learner(node, env.problem(), name, opts.loop_seed, keys)
+
+
+__all__ = [
+    "Built",
+    "build_env",
+    "build_learner",
+    "fit_feature_map",
+    "instantiate_node",
+    "learner_for",
+    "load_features",
+    "load_table",
+    "trial_grid",
+]

@@ -1,0 +1,250 @@
+"""One simulation run: every learner of the options on the built env, results written.
+
+:func:`run` validates and builds everything (env, every learner) before the first file is
+written, then runs each learner over this rank's trial pieces (:mod:`torchroute.run.shards`)
+and writes the run folder (:mod:`torchroute.run.outdir`). A plain run (one process, no
+``trial_chunk``) is a single piece: one :func:`~torchroute.loop.simulate` on the whole env
+with the tracker attached live. Otherwise every piece runs with its own env, learner and
+checkpoint; rank 0 gathers the pieces of every rank, merges them, replays the merged logs
+into the tracker and writes ``runs/<learner>/``. A failure on any rank is raised on every
+rank (no rank waits forever).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from torchroute.checkpoint import CheckpointError
+from torchroute.envs.base import Env
+from torchroute.io import write_csv_atomic, write_text_atomic
+from torchroute.learners.base import Learner
+from torchroute.loop import simulate
+from torchroute.run.build import Built, build_env, instantiate_node, learner_for
+from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.outdir import (
+    check_out_dir,
+    check_resume,
+    layout_mismatch,
+    reusable,
+    write_inputs,
+)
+from torchroute.run.ranks import Distributed
+from torchroute.run.shards import LogRecorder, Piece, layout, merge, merge_logs, plan
+from torchroute.tracking import NullTracker, Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """What every learner of a run shares: the options, the ranks, the whole env, this
+    rank's pieces, the trial layout and the learner that ``resume`` continues."""
+
+    opts: RunOptions
+    ranks: Distributed
+    env: Env
+    pieces: list[Piece]
+    layout: dict[str, Any]
+    resume_name: str | None = None
+
+    @property
+    def single(self) -> bool:
+        """One process, one piece: the plain run."""
+        return self.ranks.world_size == 1 and len(self.pieces) == 1
+
+    def config(self, name: str) -> dict[str, Any]:
+        """What the learner's checkpoints store and compare (with the layout when split)."""
+        config = {**self.opts.fingerprint, "learner": name}
+        return config if self.single else {**config, "layout": self.layout}
+
+    def piece_env(self, piece: Piece) -> Env:
+        """The env of ``piece`` (the whole env for the plain run)."""
+        return self.env if self.single else self.env.select_trials(piece.index)
+
+    def tracker(self, name: str) -> Tracker:
+        """The learner's tracker (``logger`` config; none when unset)."""
+        opts = self.opts
+        if opts.logger is None:
+            return NullTracker()
+        factory = instantiate_node(opts.logger, "logger", _partial_=True)
+        return factory(name=name, group=opts.name, config={**opts.fingerprint, "learner": name})
+
+
+def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
+    """Run every learner of ``opts.run_learners``; write the run folder; the results frame.
+
+    ``built``: the env already built for these options (``sweep`` builds it once per
+    split); by default it is built here. Under ``torchrun`` (``WORLD_SIZE > 1``; needs
+    ``rng=per_trial``) the process group is set up (gloo on the CPU, nccl on CUDA, one GPU
+    per local rank), each rank runs a contiguous slice of the trials, and rank 0 gathers
+    the results and alone writes files and logs; other ranks return the rows of their own
+    trials. Chunks and ranks give the numbers of a single process.
+    """
+    ranks = Distributed.from_env()
+    if ranks.world_size > 1 and opts.rng != "per_trial":
+        raise ConfigError(
+            f"torchrun (WORLD_SIZE={ranks.world_size}) shards the trials and needs "
+            "rng=per_trial (with one shared generator a trial's numbers depend on the others)"
+        )
+    device = ranks.device(opts.torch_device())
+    with ranks.group(device):
+        return _run(opts, ranks, device, built)
+
+
+def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None) -> pd.DataFrame:
+    def guard():
+        check_out_dir(opts.out_dir, opts.digest(), opts.overwrite)
+        return check_resume(opts)
+
+    resume_name, resume_layout = ranks.on_rank0(guard)
+    if built is None:
+        built = ranks.rank0_first(lambda: build_env(opts, device))
+    env = built.env
+    try:
+        pieces = plan(env.num_trials, opts.trial_chunk, ranks.world_size, ranks.rank)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    split = layout(env.num_trials, opts.trial_chunk, ranks.world_size)
+    job = Job(opts, ranks, env, pieces, split, resume_name)
+    if resume_name is not None and resume_layout != job.layout:
+        raise CheckpointError(layout_mismatch(opts.resume, resume_layout, job.layout))
+    try:
+        first_env = job.piece_env(pieces[0])
+    except NotImplementedError as exc:
+        raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
+    learners = {name: learner_for(opts, name, first_env) for name in opts.run_learners}
+    ranks.barrier()  # every rank validated before rank 0 writes
+    if ranks.is_main:
+        write_inputs(opts, env.problem(), built.feature_map, job.layout)
+        problem = first_env.problem()
+        log.info(
+            "%s: %d trials x %d rounds, d=%d, K=%d",
+            type(env).__name__,
+            env.num_trials,
+            env.horizon,
+            problem.dim,
+            env.num_arms,
+        )
+    summaries, curves = [], []
+    for name in opts.run_learners:
+        reused = None
+        if opts.resume and name != resume_name:
+            run_dir, digest = opts.out_dir / "runs" / name, opts.digest(name)
+            reused = ranks.on_rank0(lambda: reusable(run_dir, digest))  # noqa: B023
+        if reused is not None:
+            summary, curve = reused
+            learners.pop(name)
+        else:
+            summary, curve = run_learner(job, name, learners.pop(name))
+        summaries.append(summary)
+        curves.append(curve)
+    results = pd.concat(summaries, ignore_index=True)
+    if ranks.is_main:
+        write_csv_atomic(opts.out_dir / "results.csv", results)
+        write_csv_atomic(opts.out_dir / "curves.csv", pd.concat(curves, ignore_index=True))
+    return results
+
+
+def run_learner(
+    job: Job, name: str, learner: Learner | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run learner ``name`` on this rank's pieces (``learner``: already built for the first).
+
+    Returns:
+        ``(summary, curve)`` with a leading ``learner`` column: the whole run's on rank 0,
+        this rank's trials elsewhere.
+    """
+    ranks = job.ranks
+    tracker = job.tracker(name) if job.single else None
+    local: list[tuple] = []
+    error: Exception | None = None
+    try:
+        for i, piece in enumerate(job.pieces):
+            local.append(_run_piece(job, name, piece, learner if i == 0 else None, tracker))
+    except Exception as exc:
+        if ranks.world_size == 1:
+            raise
+        error = exc
+    gathered = ranks.gather(None if error else local)
+    result = None
+    if ranks.is_main and error is None and all(g is not None for g in gathered):
+        try:
+            result = _finish(job, name, [part for parts in gathered for part in parts], tracker)
+        except Exception as exc:
+            if ranks.world_size == 1:
+                raise
+            error = exc
+    ranks.raise_any(error)
+    if result is None:  # another rank: its own trials
+        result = merge([(p, s, c) for p, s, c, _ in local])
+        for frame in result:
+            frame.insert(0, "learner", name)
+    return result
+
+
+def _run_piece(
+    job: Job, name: str, piece: Piece, learner: Learner | None, tracker: Tracker | None
+) -> tuple[Piece, pd.DataFrame, pd.DataFrame, tuple[int, list]]:
+    opts = job.opts
+    env = job.piece_env(piece)
+    learner = learner if learner is not None else learner_for(opts, name, env)
+    recorder = tracker or LogRecorder()
+    result = simulate(
+        learner,
+        env,
+        seed=opts.loop_seed,
+        rng=opts.rng,
+        log_every=opts.log_every,
+        ckpt_every=opts.ckpt_every,
+        ckpt_path=opts.out_dir / "checkpoints" / piece.checkpoint_name(name),
+        resume_from=_resume_from(job, name, piece),
+        tracker=recorder,
+        config=job.config(name),
+        progress=opts.progress,
+        desc=piece.label(name),
+    )
+    logs = recorder.logs if isinstance(recorder, LogRecorder) else []
+    return piece, result.summary, result.curve, (len(piece.index), logs)
+
+
+def _resume_from(job: Job, name: str, piece: Piece) -> Path | str | None:
+    """The checkpoint a piece continues from: ``resume`` itself for the plain run, else
+    the piece's own file beside it (a piece that never wrote one starts afresh)."""
+    if name != job.resume_name:
+        return None
+    if job.single:
+        return job.opts.resume
+    path = Path(str(job.opts.resume)).parent / piece.checkpoint_name(name)
+    return path if path.is_file() else None
+
+
+def _finish(
+    job: Job, name: str, parts: list[tuple], tracker: Tracker | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rank 0: merge the pieces, log them, write ``runs/<name>/``."""
+    if job.single:
+        _, summary, curve, _ = parts[0]
+    else:
+        summary, curve = merge([(p, s, c) for p, s, c, _ in parts])
+        tracker = job.tracker(name)
+        for step, metrics in merge_logs([logs for *_, logs in parts]):
+            tracker.log(metrics, step=step)
+    summary.insert(0, "learner", name)
+    curve.insert(0, "learner", name)
+    tracker.log_table("results", summary)
+    tracker.finish()
+    run_dir = job.opts.out_dir / "runs" / name
+    write_csv_atomic(run_dir / "summary.csv", summary)
+    write_csv_atomic(run_dir / "curve.csv", curve)
+    digest = json.dumps({"config": job.opts.digest(name)}) + "\n"
+    write_text_atomic(run_dir / "fingerprint.json", digest)
+    return summary, curve
+
+
+__all__ = ["Job", "run", "run_learner"]

@@ -1,0 +1,268 @@
+"""``RunOptions``: the validated, frozen settings of one run, built once from the config.
+
+Everything below the CLI reads these options, never a ``DictConfig``: the composed config
+is resolved to plain containers once (:meth:`RunOptions.from_config`), each key is checked
+with a one-line :class:`ConfigError` naming it, and the nodes that describe objects
+(``data``, ``encoder``, ``env``, ``learners.<name>``, ``features.oracle``, ``logger``) are
+kept as plain dicts for :mod:`torchroute.run.build` to instantiate.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = ("float32", "float64")
+_RNGS = ("shared", "per_trial")
+#: the values ``features.source`` accepts
+FEATURE_SOURCES = ("pca", "raw", "oracle")
+
+
+class ConfigError(ValueError):
+    """The experiment configuration asks for something impossible; names the key."""
+
+
+def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
+    """``config[key]`` as a non-empty list of ``kind`` values, or a :class:`ConfigError`."""
+    values = list(config.get(key) or [])
+    if not values:
+        raise ConfigError(f"{key} must be a non-empty list, got {values}")
+    out = []
+    for v in values:
+        try:
+            number = kind(v)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or isinstance(v, bool) or (kind is int and float(v) != number):
+            raise ConfigError(f"{key} must hold {kind.__name__} values, got {v!r} in {values}")
+        out.append(number)
+    return out
+
+
+def _positive_int(config: Mapping[str, Any], key: str, optional: bool) -> int | None:
+    value = config.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        what = "an integer >= 1 or null" if optional else "an integer >= 1"
+        raise ConfigError(f"{key} must be {what}, got {value!r}")
+    return value
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain containers (a ``DictConfig`` or a mapping)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return copy.deepcopy(dict(cfg))
+
+
+@dataclass(frozen=True)
+class FeatureOptions:
+    """``features.*``: how embeddings become bandit features (:mod:`torchroute.features`)."""
+
+    source: str = "pca"
+    pca_dim: int | None = 32
+    normalize: bool = True
+    bias: bool = True
+    oracle: dict[str, Any] | None = None
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any] | None) -> FeatureOptions:
+        node = dict(node or {})
+        source = node.get("source", "pca")
+        if source not in FEATURE_SOURCES:
+            raise ConfigError(f"features.source must be one of {FEATURE_SOURCES}, got {source!r}")
+        return cls(
+            source=source,
+            pca_dim=node.get("pca_dim"),
+            normalize=bool(node.get("normalize", True)),
+            bias=bool(node.get("bias", True)),
+            oracle=node.get("oracle"),
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """One run's settings (the keys of ``configs/simulate.yaml``), validated.
+
+    Attributes:
+        config: the whole resolved configuration (``config.yaml``; the fingerprint).
+        rhos, seeds: the configured lists; the run's ``R = len(rhos) * len(seeds)`` trials
+            are their rho-major product (self-contained envs get ``seeds`` only).
+        learners: ``{name: config node}``; ``run_learners``: the names this run runs.
+        data, encoder, env, logger: config nodes (``None`` when unset).
+        device: the configured device name (``cpu``, ``cuda``, ``cuda:N``, ``auto``).
+        dtype: ``torch.float32`` or ``torch.float64``.
+    """
+
+    config: Mapping[str, Any]
+    name: str
+    out_dir: Path
+    rhos: tuple[float, ...]
+    seeds: tuple[int, ...]
+    split: str
+    learners: Mapping[str, dict[str, Any]]
+    run_learners: tuple[str, ...]
+    reference: str
+    data: dict[str, Any] | None
+    encoder: dict[str, Any] | None
+    env: dict[str, Any] | None
+    logger: dict[str, Any] | None
+    features: FeatureOptions
+    device: str
+    dtype: torch.dtype
+    loop_seed: int
+    rng: str
+    trial_chunk: int | None
+    log_every: int
+    ckpt_every: int | None
+    resume: str | None
+    progress: bool
+    report: bool
+    overwrite: bool
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, need_learners: bool = True) -> RunOptions:
+        """Validate the composed config (a ``DictConfig`` or a plain mapping) once.
+
+        Raises:
+            ConfigError: a key holds an impossible value (the message names it).
+        """
+        c = _plain(cfg)
+        learners = dict(c.get("learners") or {})
+        if need_learners and not learners:
+            raise ConfigError("no learners configured: set learners (see configs/learner/)")
+        rhos = number_list(c, "rhos", float)
+        seeds = number_list(c, "seeds", int)
+        bad = [r for r in rhos if not (r >= 0 and r < float("inf"))]
+        if bad:
+            raise ConfigError(f"rhos must be finite and >= 0 (cost sensitivity), got {bad}")
+        run_learners = list(c.get("run_learners") or learners)
+        unknown = sorted(set(run_learners) - set(learners))
+        if unknown:
+            raise ConfigError(
+                f"run_learners names unknown learners {unknown}; configured: {sorted(learners)}"
+            )
+        rounds = c.get("rounds")
+        if rounds is not None and (
+            not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1
+        ):
+            raise ConfigError(f"rounds must be an integer >= 1 or null, got {rounds!r}")
+        dtype = c.get("dtype", "float32")
+        if dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        rng = c.get("rng", "shared")
+        if rng not in _RNGS:
+            raise ConfigError(f"rng must be one of {list(_RNGS)}, got {rng!r}")
+        chunk = _positive_int(c, "trial_chunk", optional=True)
+        if chunk is not None and rng != "per_trial":
+            raise ConfigError(
+                "trial_chunk needs rng=per_trial (with one shared generator a trial's numbers "
+                "depend on the trials beside it)"
+            )
+        log_every = _positive_int(c, "log_every", optional=False)
+        ckpt_every = _positive_int(c, "ckpt_every", optional=True)
+        device = str(c.get("device", "cpu"))
+        check_device_name(device)
+        return cls(
+            config=c,
+            name=str(c.get("name", "simulate")),
+            out_dir=Path(str(c.get("out_dir", "outputs/simulate"))),
+            rhos=tuple(rhos),
+            seeds=tuple(seeds),
+            split=str(c.get("split", "test")),
+            learners=learners,
+            run_learners=tuple(run_learners),
+            reference=str(c.get("reference", "linucb")),
+            data=c.get("data"),
+            encoder=c.get("encoder"),
+            env=c.get("env"),
+            logger=c.get("logger"),
+            features=FeatureOptions.from_config(c.get("features")),
+            device=device,
+            dtype=getattr(torch, dtype),
+            loop_seed=int(c.get("loop_seed", 0)),
+            rng=rng,
+            trial_chunk=chunk,
+            log_every=log_every,  # type: ignore[arg-type]
+            ckpt_every=ckpt_every,
+            resume=None if not c.get("resume") else str(c["resume"]),
+            progress=bool(c.get("progress", True)),
+            report=bool(c.get("report", True)),
+            overwrite=bool(c.get("overwrite", False)),
+        )
+
+    def with_changes(self, **changes: Any) -> RunOptions:
+        """New options from this config with top-level keys replaced (validated again)."""
+        config = copy.deepcopy(dict(self.config))
+        config.update(changes)
+        return RunOptions.from_config(config)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The configuration without the keys of ``runtime_keys`` (they leave numbers alone)."""
+        runtime = set(self.config.get("runtime_keys") or ()) | {"runtime_keys"}
+        return {k: v for k, v in self.config.items() if k not in runtime}
+
+    def digest(self, learner: str | None = None) -> str:
+        """A 16-hex-digit hash of the fingerprint (of one learner's results when named)."""
+        numbers = self.fingerprint
+        if learner is not None:
+            numbers = {**numbers, "learner": learner}
+        return digest(numbers)
+
+    def torch_device(self) -> torch.device:
+        """The device the run uses (``auto``: CUDA when available)."""
+        return resolve_device(self.device)
+
+
+def digest(config: Mapping[str, Any]) -> str:
+    """A 16-hex-digit sha256 of ``config`` as sorted JSON."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_device_name(name: str) -> None:
+    """A :class:`ConfigError` unless ``name`` names a device torchroute runs on."""
+    if name == "auto":
+        return
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"device={name!r} is not a device; use cpu, cuda, cuda:N or auto"
+        ) from exc
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device={name!r} is not supported; use cpu, cuda, cuda:N or auto")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``name`` as a ``torch.device`` available here (``auto``: CUDA when available)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device_name(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name!r} but CUDA is not available here; use device=cpu")
+    return device
+
+
+__all__ = [
+    "FEATURE_SOURCES",
+    "ConfigError",
+    "FeatureOptions",
+    "RunOptions",
+    "check_device_name",
+    "digest",
+    "number_list",
+    "resolve_device",
+]
