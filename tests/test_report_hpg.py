@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torchroute.report_hpg import hpg_relations, hpg_section, hpg_table, rank_trajectory
+from torchroute.report.hpg import hpg_relations, hpg_section, hpg_table, rank_trajectory
 
 
 def _results(hpg_high: float = 10.0) -> pd.DataFrame:

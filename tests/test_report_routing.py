@@ -16,7 +16,7 @@ from torchroute.learners import RandomRouter
 from torchroute.learners.simple import BestSingleArm
 from torchroute.loop import simulate
 from torchroute.report import write_report
-from torchroute.report_routing import TITLE, routing_metrics, routing_section, weak_and_strong
+from torchroute.report.routing import TITLE, routing_metrics, routing_section, weak_and_strong
 
 # Two arms: arm 0 is cheap and weak (accuracy 0.5, cost 1), arm 1 strong (0.9, cost 3).
 ARMS = {"arm_accuracy_0": 0.5, "arm_accuracy_1": 0.9, "arm_cost_0": 1.0, "arm_cost_1": 3.0}

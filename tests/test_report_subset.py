@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from torchroute.report import SECTIONS
-from torchroute.report_subset import risk_curves, subset_section
+from torchroute.report.subset import risk_curves, subset_section
 
 
 def _results():

@@ -39,11 +39,10 @@ def run_dir(tmp_path_factory):
             "progress=false",
             "report=false",
             "~logger",
-            "learners={}",
-            "+learner@learners.linucb=linucb",
         ],
     )
     OmegaConf.set_struct(cfg, False)
+    cfg.learners = OmegaConf.create({"linucb": cfg.learners.linucb})
     cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
     cfg.encoder = None
     run_config(cfg)

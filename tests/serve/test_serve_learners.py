@@ -13,14 +13,15 @@ from omegaconf import OmegaConf
 
 from tests.conftest import make_table
 from torchroute.checkpoint import load_checkpoint
-from torchroute.configs_path import compose_config
+from torchroute.configs_path import compose_config, config_dir
 from torchroute.features import project_features
 from torchroute.models import MultiHeadOracle, save_oracle
 from torchroute.run import run_config
 from torchroute.serve import load_router
 
 
-def _run(out, learner: str, *extra: str, oracle=None):
+def _run(out, learner: str, oracle=None, **params):
+    """A small simulate run of one learner (its shipped config, ``params`` over it)."""
     overrides = [
         f"out_dir={out}",
         "rhos=[0,100]",
@@ -30,9 +31,6 @@ def _run(out, learner: str, *extra: str, oracle=None):
         "progress=false",
         "report=false",
         "~logger",
-        "learners={}",
-        f"+learner@learners.{learner}={learner}",
-        *extra,
     ]
     if oracle is not None:
         overrides.append(f"oracle_ckpt={oracle}")
@@ -40,6 +38,8 @@ def _run(out, learner: str, *extra: str, oracle=None):
     OmegaConf.set_struct(cfg, False)
     cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
     cfg.encoder = None
+    node = OmegaConf.load(config_dir() / "learner" / f"{learner}.yaml")
+    cfg.learners = OmegaConf.create({learner: OmegaConf.merge(node, params)})
     run_config(cfg)
     return out
 
@@ -63,7 +63,7 @@ def _same_trial(router, run_dir, learner, trial):
 
 
 def test_neural_ucb_serves_its_checkpoint_and_learns_from_feedback(tmp_path):
-    run_dir = _run(tmp_path / "run", "neural_ucb", "learners.neural_ucb.hidden=8")
+    run_dir = _run(tmp_path / "run", "neural_ucb", hidden=8, capacity=16)
     router = load_router(run_dir, rho=100, seed=0, state_path=tmp_path / "r.pt")
     _same_trial(router, run_dir, "neural_ucb", 1)
     saved = load_checkpoint(run_dir / "checkpoints" / "neural_ucb.pt")["learner"]

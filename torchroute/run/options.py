@@ -201,12 +201,6 @@ class RunOptions:
             overwrite=bool(c.get("overwrite", False)),
         )
 
-    def with_changes(self, **changes: Any) -> RunOptions:
-        """New options from this config with top-level keys replaced (validated again)."""
-        config = copy.deepcopy(dict(self.config))
-        config.update(changes)
-        return RunOptions.from_config(config)
-
     @property
     def fingerprint(self) -> dict[str, Any]:
         """The configuration without the keys of ``runtime_keys`` (they leave numbers alone)."""

@@ -17,31 +17,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from torchroute.io import atomic_write
 from torchroute.paper_results import paper_table
-
-REGIMES = ("low", "medium", "high")
-
-
-def _regime(rho: float) -> str:
-    if rho <= 300:
-        return "low"
-    return "medium" if rho < 800 else "high"
+from torchroute.report.figures import save_figure
+from torchroute.report.regimes import REGIMES, cost_regime, relative_regret
 
 
 def _measured(results: pd.DataFrame, metric: str) -> pd.DataFrame:
-    frame = results.assign(regime=results["rho"].map(_regime))
+    frame = results.assign(regime=results["rho"].map(cost_regime))
     return frame.pivot_table(index="learner", columns="regime", values=metric, aggfunc="mean")
 
 
 def _markdown(frame: pd.DataFrame) -> list[str]:
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(["learner", *map(str, cols)]) + " |"]
-    lines.append("|" + "---|" * (len(cols) + 1))
-    for name, row in frame.iterrows():
-        cells = [f"{v:.4f}" if isinstance(v, float) and v == v else "" for v in row]
-        lines.append("| " + " | ".join([str(name), *cells]) + " |")
-    return lines
+    return frame.to_markdown(floatfmt=".4f", missingval="").splitlines()
 
 
 def paper_comparison(results: pd.DataFrame, metric: str = "avg_utility") -> pd.DataFrame:
@@ -98,12 +85,7 @@ def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
     if rel:
         lines += ["", "Paper relations (average utility per regime):", "", *rel]
     if not curves.empty and "cum_regret" in curves and (curves["learner"] == "linucb").any():
-        keys = ["rho", "seed", "round"]
-        ref = curves[curves["learner"] == "linucb"][[*keys, "cum_regret"]]
-        merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
-        merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]
-        merged["regime"] = merged["rho"].map(_regime)
-        mean = merged.groupby(["regime", "learner", "round"], as_index=False)["relative"].mean()
+        mean = relative_regret(curves, "linucb", by=("regime",))
         fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)
         for ax, regime in zip(axes, REGIMES, strict=True):
             part = mean[mean["regime"] == regime]
@@ -115,9 +97,7 @@ def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
         axes[0].set_ylabel("cumulative regret - LinUCB's")
         axes[-1].legend(fontsize=7)
         path = Path(out_dir) / "cabs_relative_regret.png"
-        with atomic_write(path, "wb") as f:
-            fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
+        save_figure(fig, path, dpi=110)
         last = mean[mean["round"] == mean["round"].max()]
         table = last.pivot_table(index="learner", columns="regime", values="relative")
         table = table.reindex(columns=[r for r in REGIMES if r in table.columns])

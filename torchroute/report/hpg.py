@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from torchroute.io import atomic_write
+from torchroute.report.figures import save_figure
 
 #: the learner (config name) whose relations are checked, and its baselines
 HPG_NAME = "hpg"
@@ -91,9 +91,7 @@ def _plot_rank(trajectory: pd.DataFrame, path: Path) -> None:
     ax.set_xlabel("round")
     ax.set_ylabel("mean rank of W_m per round")
     ax.legend(fontsize=7)
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def hpg_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:

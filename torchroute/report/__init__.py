@@ -1,5 +1,10 @@
 """Results tables and plots from ``simulate`` outputs, for any environment.
 
+One module per family of results (:mod:`~torchroute.report.cabs`,
+:mod:`~torchroute.report.hpg`, :mod:`~torchroute.report.routing`,
+:mod:`~torchroute.report.subset`), the cost regimes and relative regret in
+:mod:`~torchroute.report.regimes`, figures saved by :mod:`~torchroute.report.figures`.
+
 Every numeric result column is averaged per learner; where the results carry the
 single-choice columns (``rho``, ``avg_utility``, ``accuracy``, ``avg_cost``) the report adds
 the CABS cost-regime table and the Pareto frontier, and every ``cum_<name>`` column of the
@@ -17,20 +22,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from torchroute.io import atomic_write, write_csv_atomic, write_text_atomic
-from torchroute.report_cabs import cabs_section
-from torchroute.report_hpg import hpg_section
-from torchroute.report_routing import routing_section
-from torchroute.report_subset import subset_section
-
-REGIMES = ("low", "medium", "high")
-
-
-def cost_regime(rho: float) -> str:
-    """CABS cost regimes: low ``rho <= 300``, medium ``300 < rho < 800``, high ``rho >= 800``."""
-    if rho <= 300:
-        return "low"
-    return "medium" if rho < 800 else "high"
+from torchroute.io import write_csv_atomic, write_text_atomic
+from torchroute.report.cabs import cabs_section
+from torchroute.report.figures import save_figure
+from torchroute.report.hpg import hpg_section
+from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
+from torchroute.report.routing import routing_section
+from torchroute.report.subset import subset_section
 
 
 def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -48,24 +46,6 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
             curves.append(pd.read_csv(d / "curves.csv"))
     curve = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     return pd.concat(results, ignore_index=True), curve
-
-
-def regime_table(results: pd.DataFrame, value: str = "avg_utility") -> pd.DataFrame:
-    """Mean of ``value`` per learner (rows) and cost regime (columns), plus ``all``."""
-    frame = results.assign(regime=results["rho"].map(cost_regime))
-    table = frame.pivot_table(index="learner", columns="regime", values=value, aggfunc="mean")
-    table = table.reindex(columns=[r for r in REGIMES if r in table.columns])
-    table["all"] = frame.groupby("learner")[value].mean()
-    return table.sort_values("all", ascending=False)
-
-
-def relative_regret(curves: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """``R_alg(t) - R_ref(t)`` per learner and round, matched on (rho, seed), then averaged."""
-    keys = ["rho", "seed", "round"]
-    ref = curves[curves["learner"] == reference][[*keys, "cum_regret"]]
-    merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
-    merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]
-    return merged.groupby(["learner", "round"], as_index=False)["relative"].mean()
 
 
 #: result columns that label trials rather than measure them
@@ -151,12 +131,6 @@ def write_report(
     return text
 
 
-def _save(fig, path: Path) -> None:
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
 def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
     points = results.groupby(["learner", "rho"], as_index=False)[["avg_cost", "accuracy"]].mean()
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -167,7 +141,7 @@ def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
     ax.set_ylabel("average accuracy")
     ax.set_title("Cost-accuracy trade-off over rho")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
@@ -187,7 +161,7 @@ def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
         ax.set_xlabel("round")
     axes[0][0].set_ylabel(column.replace("cum_", "cumulative ").replace("stat_", ""))
     axes[0][-1].legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_relative(relative: pd.DataFrame, reference: str, path: Path) -> None:
@@ -198,4 +172,15 @@ def _plot_relative(relative: pd.DataFrame, reference: str, path: Path) -> None:
     ax.set_xlabel("round")
     ax.set_ylabel(f"cumulative regret minus {reference}'s")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
+
+
+__all__ = [
+    "REGIMES",
+    "SECTIONS",
+    "cost_regime",
+    "load_results",
+    "regime_table",
+    "relative_regret",
+    "write_report",
+]

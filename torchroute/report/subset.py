@@ -12,15 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from torchroute.io import atomic_write
+from torchroute.report.figures import save_figure
 
 LEVEL_ORDER = ("tight", "medium", "loose", "none")
-
-
-def _save(fig, path: Path) -> None:
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _keys(frame: pd.DataFrame) -> list[str]:
@@ -114,7 +108,7 @@ def _plot_levels(results: pd.DataFrame, out: Path) -> str:
     fig.tight_layout()
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    _save(fig, out / "subset_levels.png")
+    save_figure(fig, out / "subset_levels.png")
     return "subset_levels"
 
 
@@ -134,7 +128,7 @@ def _plot_risks(frame: pd.DataFrame, out: Path) -> str:
     axes[0].set_ylabel("R1 vs OPT (cvxpy)")
     axes[1].set_ylabel("distance of the average cost to S_ori")
     axes[1].legend(fontsize=8)
-    _save(fig, out / "subset_risks.png")
+    save_figure(fig, out / "subset_risks.png")
     return "subset_risks"
 
 
@@ -152,5 +146,5 @@ def _plot_spend(results: pd.DataFrame, out: Path) -> str:
     ax.set_xlabel("average spend per round (cost coordinate 0)")
     ax.set_ylabel("average reward")
     ax.legend(fontsize=7)
-    _save(fig, out / "subset_spend.png")
+    save_figure(fig, out / "subset_spend.png")
     return "subset_spend"
