@@ -36,10 +36,11 @@ Output folder (``out_dir``)::
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from hydra.utils import get_object
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from torchroute.data.table import RoutingTable
 from torchroute.io import write_csv_atomic, write_text_atomic
@@ -61,8 +62,10 @@ VAL, TEST = "val", "test"
 
 @dataclass
 class _Sweep:
-    """The sweep's options and its table (loaded once)."""
+    """The composed config (its interpolations, e.g. ``env.split: ${split}``, resolve
+    again in each run's config), its options and the table (loaded once)."""
 
+    cfg: DictConfig
     opts: RunOptions
     table: RoutingTable | None = None
 
@@ -77,11 +80,13 @@ def grid_points(grid: dict[str, dict[str, list]]) -> dict[str, list[dict[str, An
     return out
 
 
-def per_trial_params(node: DictConfig) -> tuple[str, ...]:
+def per_trial_params(node: Mapping[str, Any]) -> tuple[str, ...]:
     """The hyper-parameters the learner of config ``node`` accepts per trial (``[R]``)."""
+    if "_target_" not in node:
+        return ()  # reported when the learner is built
     try:
-        target = get_object(str(node._target_))
-    except Exception:  # a missing target is reported when the learner is built
+        target = get_object(str(node["_target_"]))
+    except (ImportError, AttributeError, ValueError):  # likewise
         return ()
     return tuple(getattr(getattr(target, "__self__", target), "per_trial_hparams", ()))
 
@@ -106,14 +111,14 @@ def select(val: pd.DataFrame) -> pd.DataFrame:
     return table.assign(chosen=first)
 
 
-def run_sweep(cfg: DictConfig | RunOptions) -> pd.DataFrame:
+def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     """Validation runs, selection per regime, one test run of the choices; see the module.
 
     Writes ``sweep_results.csv`` and ``chosen.md`` in ``out_dir`` and returns the results
     frame. The table is loaded and embedded once; every run is built from it.
     """
-    opts = cfg if isinstance(cfg, RunOptions) else RunOptions.from_config(cfg)
-    sw = _Sweep(opts)
+    opts = RunOptions.from_config(cfg)
+    sw = _Sweep(cfg, opts)
     grid = _grid(sw)
     sw.table = load_table(opts)
     for split in (VAL, TEST):
@@ -236,18 +241,16 @@ def _run(
 ) -> pd.DataFrame:
     """One run of learner ``name`` with ``params`` set on its config node (per-trial
     random streams, see the module docstring), on the sweep's table."""
-    node = {**sw.opts.learners[name], **params}
-    config = {k: v for k, v in sw.opts.config.items() if k != "sweep"}
-    config.update(
-        learners={name: node},
-        run_learners=None,
-        split=split,
-        out_dir=str(out_dir),
-        rhos=rhos,
-        seeds=seeds,
-        rng="per_trial",
-    )
-    opts = RunOptions.from_config(config)
+    sub = copy.deepcopy(sw.cfg)
+    with open_dict(sub):
+        sub.pop("sweep", None)
+        sub.learners = {name: sub.learners[name]}
+        sub.run_learners = None
+        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), rhos, seeds
+        sub.rng = "per_trial"
+        for param, value in params.items():
+            sub.learners[name][param] = value
+    opts = RunOptions.from_config(sub)
     return run(opts, build_env(opts, table=sw.table))
 
 
