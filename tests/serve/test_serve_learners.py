@@ -12,11 +12,11 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import make_table
-from torchroute.checkpoint import load_checkpoint
+from torchroute.checkpoint import load_checkpoint, save_checkpoint
 from torchroute.configs_path import compose_config, config_dir
 from torchroute.features import project_features
 from torchroute.models import MultiHeadOracle, save_oracle
-from torchroute.run import run_config
+from torchroute.run import ConfigError, run_config
 from torchroute.serve import load_router
 
 
@@ -126,3 +126,14 @@ def test_the_saved_features_are_the_runs(tmp_path):
     table = make_table()
     expected = project_features(table.embeddings, table.rows("train"), 3)
     assert torch.equal(router.features(table.embeddings), expected)
+
+
+def test_a_subset_run_is_refused_in_one_line(tmp_path):
+    """The router serves single-choice learners: a run whose Problem was a subset problem
+    (``problem.pt`` says which class it was) is refused before any learner is built."""
+    run_dir = _run(tmp_path / "run", "linucb")
+    payload = load_checkpoint(run_dir / "problem.pt")
+    payload["problem"]["kind"] = "SubsetProblem"
+    save_checkpoint(run_dir / "problem.pt", {k: v for k, v in payload.items() if k != "format"})
+    with pytest.raises(ConfigError, match=r"built for a SubsetProblem \(subset routing\)"):
+        load_router(run_dir, state_path=tmp_path / "r.pt")

@@ -24,6 +24,7 @@ def problem_state(problem: Problem) -> dict[str, Any]:
     if problem.train is not None:
         train = {k: _cpu(getattr(problem.train, k)) for k in _TRAIN_FIELDS}
     return {
+        "kind": type(problem).__name__,  # a subclass's extra fields are not kept
         "num_trials": problem.num_trials,
         "num_arms": problem.num_arms,
         "dim": problem.dim,

@@ -173,6 +173,12 @@ def _saved_problem(run_dir: Path) -> tuple[Problem, dict]:
             "again to serve it"
         )
     payload = load_checkpoint(path)
+    kind = payload["problem"].get("kind", "Problem")
+    if kind != "Problem":
+        raise ConfigError(
+            f"{run_dir}: the run's learners were built for a {kind} (subset routing); the "
+            "router serves single-choice learners only"
+        )
     layout = payload.get("layout") or {"world_size": 1, "trial_chunk": None}
     return problem_from_state(payload["problem"]), layout
 
