@@ -60,8 +60,9 @@ class OPEEstimate:
 def importance_weights(target_probs: Tensor, action: Tensor, propensity: Tensor) -> Tensor:
     """``w = pi(a_i | x_i) / mu_i``: ``target_probs [P, n, K]``, ``action [n]``,
     ``propensity [n]`` -> ``[P, n]``."""
-    index = action.reshape(1, -1, 1).expand(target_probs.shape[0], -1, 1)
-    return target_probs.gather(-1, index)[..., 0] / propensity  # [P, n]
+    p, n, k = target_probs.shape
+    flat = torch.arange(n, device=action.device) * k + action  # [n]
+    return target_probs.reshape(p, n * k)[:, flat] / propensity  # [P, n]
 
 
 def effective_sample_size(weights: Tensor) -> Tensor:
@@ -101,19 +102,31 @@ def ope_terms(
         raise ValueError(f"unknown estimators {unknown}; choose from {list(ESTIMATORS)}")
     if q_hat is None and set(estimators) & set(NEEDS_MODEL):
         raise ValueError(f"estimators {sorted(set(estimators) & set(NEEDS_MODEL))} need q_hat")
-    p, n, _ = target_probs.shape
+    p, n, k = target_probs.shape
     w = importance_weights(target_probs, action, propensity)  # [P, n]
     r = reward.expand(p, n)
-    out = {"ips": w * r, "snips": w * r}
+    terms = target_probs.new_empty(len(estimators), p, n)  # [E, P, n]
+    dm = residual = None
     if q_hat is not None:
-        q = q_hat.expand(p, n, q_hat.shape[-1])  # [P, n, K]
-        dm = (target_probs * q).sum(-1)  # [P, n]
-        residual = r - q.gather(-1, action.reshape(1, -1, 1).expand(p, -1, 1))[..., 0]
-        out["dm"] = dm
-        out["dr"] = dm + w * residual
-        out["switch_dr"] = dm + torch.where(w <= switch_tau, w, 0.0) * residual
-        out["clipped_dr"] = dm + w.clamp(max=clip) * residual
-    return torch.stack([out[e] for e in estimators]), w
+        rows = torch.arange(n, device=action.device)
+        if q_hat.ndim == 2:  # one model for every target: [n, K]
+            dm = torch.einsum("pnk,nk->pn", target_probs, q_hat)
+            residual = r - q_hat[rows, action]  # [P, n]
+        else:  # [P, n, K]
+            dm = torch.einsum("pnk,pnk->pn", target_probs, q_hat.expand(p, n, k))
+            residual = r - q_hat.expand(p, n, k)[:, rows, action]
+    for e, name in enumerate(estimators):
+        if name in ("ips", "snips"):
+            torch.mul(w, r, out=terms[e])
+        elif name == "dm":
+            terms[e] = dm
+        elif name == "dr":
+            torch.addcmul(dm, w, residual, out=terms[e])
+        elif name == "switch_dr":
+            torch.addcmul(dm, torch.where(w <= switch_tau, w, 0.0), residual, out=terms[e])
+        else:  # clipped_dr
+            torch.addcmul(dm, w.clamp(max=clip), residual, out=terms[e])
+    return terms, w
 
 
 def bootstrap_counts(
@@ -176,24 +189,38 @@ def estimate(
     n = terms.shape[-1]
     if n < 2:
         raise ValueError(f"off-policy estimates need >= 2 decisions, got {n}")
-    snips = torch.tensor([e == "snips" for e in estimators], device=terms.device)  # [E]
+    e_snips = [e for e, name in enumerate(estimators) if name == "snips"]
     w_mean = w.mean(-1)  # [P]
-    mean = terms.mean(-1)  # [E, P]
-    value = torch.where(snips[:, None], mean / w_mean, mean)
-    # SNIPS by the delta method: its influence terms w_i (r_i - V) / mean(w).
-    influence = torch.where(
-        snips[:, None, None], (terms - w * value[..., None]) / w_mean[:, None], terms
-    )  # [E, P, n]
-    var = influence.var(-1, correction=1)  # [E, P]
+    value = terms.mean(-1)  # [E, P]
+    var = terms.var(-1, correction=1)  # [E, P]
+    span = terms.amax(-1) - terms.amin(-1) if interval == "bernstein" else None
+    for e in e_snips:
+        value[e] = value[e] / w_mean
+        # SNIPS by the delta method: its influence terms w_i (r_i - V) / mean(w).
+        influence = (terms[e] - w * value[e][:, None]) / w_mean[:, None]  # [P, n]
+        var[e] = influence.var(-1, correction=1)
+        if span is not None:
+            span[e] = influence.amax(-1) - influence.amin(-1)
     std_error = (var / n).sqrt()
     replicates = None
     if counts is None and num_bootstrap > 0:
         counts = bootstrap_counts(n, num_bootstrap, generator, terms.dtype, terms.device)[1]
     if counts is not None:
-        counts = counts.to(terms.dtype)
-        sums = terms @ counts.T  # [E, P, B]
-        w_sums = w @ counts.T  # [P, B]
-        replicates = torch.where(snips[:, None, None], sums / w_sums, sums / n)
+        counts_t = counts.to(terms.dtype).T  # [n, B]
+        # IPS and SNIPS share their terms (w r): one matmul row block for both.
+        same = {e: estimators.index("ips") for e in e_snips if "ips" in estimators}
+        own = [e for e in range(len(estimators)) if e not in same]
+        p_num = terms.shape[1]
+        sums = terms[own].reshape(len(own) * p_num, n) @ counts_t  # [E' P, B]
+        sums = sums.reshape(len(own), p_num, -1) / n
+        replicates = sums.new_empty(len(estimators), p_num, sums.shape[-1])  # [E, P, B]
+        replicates[own] = sums
+        for e, twin in same.items():
+            replicates[e] = replicates[twin]
+        if e_snips:
+            w_sums = w @ counts_t  # [P, B]
+            for e in e_snips:
+                replicates[e] *= n / w_sums
     if interval == "bootstrap":
         if replicates is None:
             raise ValueError("interval='bootstrap' needs num_bootstrap >= 1")
@@ -201,7 +228,6 @@ def estimate(
         lower, upper = torch.quantile(replicates, q, dim=-1)
     elif interval == "bernstein":
         log_term = math.log(4.0 / alpha)
-        span = influence.amax(-1) - influence.amin(-1)  # [E, P]
         half = (2 * var * log_term / n).sqrt() + 7 * span * log_term / (3 * (n - 1))
         lower, upper = value - half, value + half
     else:
