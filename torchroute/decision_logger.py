@@ -124,11 +124,12 @@ def log_decisions(
 
 
 def write_decision_logs(
-    logs: list[DecisionLog], folder: str | Path, suffix: str = ".parquet"
+    logs: list[DecisionLog], folder: str | Path, suffix: str = ".parquet", start: int = 0
 ) -> list[Path]:
-    """Write ``logs`` as ``folder/trial<r><suffix>`` (atomic, one file per trial)."""
+    """Write ``logs`` as ``folder/trial<start + r><suffix>`` (atomic, one file per trial;
+    ``start``: the global number of the first trial, for a run split into pieces)."""
     folder = Path(folder)
-    return [save_decisions(log, folder / f"trial{r}{suffix}") for r, log in enumerate(logs)]
+    return [save_decisions(log, folder / f"trial{start + r}{suffix}") for r, log in enumerate(logs)]
 
 
 __all__ = ["DecisionRecorder", "log_decisions", "write_decision_logs"]

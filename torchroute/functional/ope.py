@@ -191,8 +191,7 @@ def estimate(
         raise ValueError(f"off-policy estimates need >= 2 decisions, got {n}")
     e_snips = [e for e, name in enumerate(estimators) if name == "snips"]
     w_mean = w.mean(-1)  # [P]
-    value = terms.mean(-1)  # [E, P]
-    var = terms.var(-1, correction=1)  # [E, P]
+    var, value = torch.var_mean(terms, -1, correction=1)  # [E, P] each
     span = terms.amax(-1) - terms.amin(-1) if interval == "bernstein" else None
     for e in e_snips:
         value[e] = value[e] / w_mean
