@@ -17,7 +17,8 @@ leaderboard's sub-benchmark) plus a constant. Targets (the truth is their exact 
 test split, from the full table), each at ``--rho-log`` and at ``--rho-alt`` (utilities
 recomputed from score and cost): the best single arm on train, the regressor's greedy
 policy, its softmax at temperature 0.05, and uniform routing. Every log is evaluated with
-all estimators (reward model: ridge per arm, cross-fitted on the log in 2 folds),
+all estimators (reward model: ridge per arm, cross-fitted on the log in 2 folds; the DM/DR
+family also with a ridge pre-trained on the train split, full information: "train model"),
 ``--bootstrap`` replicates, 95% percentile-bootstrap and empirical-Bernstein intervals.
 
 Printed: one Markdown row per table x behaviour x estimator with the mean over targets of
@@ -42,7 +43,7 @@ from torchroute.data import load_openllm_leaderboard, load_routerbench
 from torchroute.data.table import RoutingTable
 from torchroute.decision_logger import log_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
-from torchroute.functional.ope import ESTIMATORS, estimate
+from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
 from torchroute.functional.sampling import sample_categorical
 from torchroute.functional.utility import utility
@@ -136,6 +137,8 @@ def run_table(name, table, args, rows):
         "softmax": SoftmaxRouter(s, theta, temperature=0.1),
     }
     index = {q: i for i, q in enumerate(table.query_ids)}
+    # a reward model pre-trained on the train split (full information), [2, N, K]
+    q_oracle = torch.stack([(x @ fit_ridge(x[train], u).T).clamp(0, 1) for u in u_train])
     for behaviour, learner in behaviours.items():
         start = time.perf_counter()
         logs, _ = log_decisions(learner.double(), env, name=behaviour, seed=args.seed)
@@ -161,14 +164,39 @@ def run_table(name, table, args, rows):
             bern = estimate(
                 pi, log.action, log.propensity, reward_p, q_p, num_bootstrap=0, interval="bernstein"
             )
-            est.append(boot.value)
-            lower_b.append(boot.lower), upper_b.append(boot.upper)
-            lower_e.append(bern.lower), upper_e.append(bern.upper)
+            # the same DM/DR family with a reward model pre-trained on the train split
+            q_o = q_oracle[:, rows_].repeat_interleave(len(names), 0)  # [P, n, K]
+            boot_o = estimate(
+                pi,
+                log.action,
+                log.propensity,
+                reward_p,
+                q_o,
+                estimators=NEEDS_MODEL,
+                num_bootstrap=args.bootstrap,
+                generator=gen,
+            )
+            bern_o = estimate(
+                pi,
+                log.action,
+                log.propensity,
+                reward_p,
+                q_o,
+                estimators=NEEDS_MODEL,
+                num_bootstrap=0,
+                interval="bernstein",
+            )
+            est.append(torch.cat([boot.value, boot_o.value]))
+            lower_b.append(torch.cat([boot.lower, boot_o.lower]))
+            upper_b.append(torch.cat([boot.upper, boot_o.upper]))
+            lower_e.append(torch.cat([bern.lower, bern_o.lower]))
+            upper_e.append(torch.cat([bern.upper, bern_o.upper]))
         est = torch.stack(est)  # [S, E, P]
         err = est - truth
         cover_b = ((torch.stack(lower_b) <= truth) & (truth <= torch.stack(upper_b))).double()
         cover_e = ((torch.stack(lower_e) <= truth) & (truth <= torch.stack(upper_e))).double()
-        for e, estimator in enumerate(ESTIMATORS):
+        labels = list(ESTIMATORS) + [f"{e} (train model)" for e in NEEDS_MODEL]
+        for e, estimator in enumerate(labels):
             rows.append(
                 {
                     "table": name,

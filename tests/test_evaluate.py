@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from torchroute.cli import main
 from torchroute.data import linear_contextual_table
-from torchroute.data.decisions import load_decisions, save_decisions
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import load_decisions
 from torchroute.decision_logger import log_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.learners import LinUCB, SquareCB

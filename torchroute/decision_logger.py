@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchroute.data.decisions import DecisionLog, save_decisions
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import DecisionLog
 from torchroute.envs.base import Env
 from torchroute.learners.base import Learner
 from torchroute.loop import SimulationResult, simulate

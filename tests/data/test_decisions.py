@@ -10,12 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from torchroute.data.decisions import (
-    DecisionLogError,
-    decisions_from_frame,
-    load_decisions,
-    save_decisions,
-)
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import DecisionLogError, decisions_from_frame, load_decisions
 
 
 def _frame(n=4) -> pd.DataFrame:

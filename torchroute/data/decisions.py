@@ -21,7 +21,6 @@ Other columns are ignored. :func:`load_decisions` checks every cell and raises a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +30,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from torchroute.data.table import TableError
+from torchroute.data.decision_cells import CellChecker, DecisionLogError
 
 CONTEXT_COLUMNS = ("query_id", "text", "embedding", "features")
 REQUIRED_COLUMNS = ("request_id", "arm", "propensity")
 _TOL = 1e-6
-
-
-class DecisionLogError(TableError):
-    """A decision log (or the file it came from) does not have the expected content."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +141,7 @@ def decisions_from_frame(
 ) -> DecisionLog:
     """Validate a decision-log frame (list cells as lists or JSON strings); see
     :func:`load_decisions`."""
-    check = _Checker(frame, source)
+    check = CellChecker(frame, source)
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise DecisionLogError(
@@ -222,7 +217,7 @@ def _read(path: Path) -> pd.DataFrame:
     raise DecisionLogError(f"{path}: expected a .parquet/.pq or .csv decision log")
 
 
-def _arm_names(check: _Checker, chosen: list[str], arms: Sequence[str] | None) -> list[str]:
+def _arm_names(check: CellChecker, chosen: list[str], arms: Sequence[str] | None) -> list[str]:
     lists = check.lists("arms", str) if "arms" in check.frame.columns else None
     if arms is not None:
         names = [str(a) for a in arms]
@@ -246,7 +241,7 @@ def _arm_names(check: _Checker, chosen: list[str], arms: Sequence[str] | None) -
     return names
 
 
-def _probabilities(check: _Checker, names: list[str], propensity: Tensor, action: Tensor):
+def _probabilities(check: CellChecker, names: list[str], propensity: Tensor, action: Tensor):
     rows = check.lists("probabilities", float)
     k = len(names)
     for i, row in enumerate(rows):
@@ -272,134 +267,11 @@ def _probabilities(check: _Checker, names: list[str], propensity: Tensor, action
     return probs
 
 
-class _Checker:
-    """Column readers that raise naming the file, row and column of the first bad cell."""
-
-    def __init__(self, frame: pd.DataFrame, source: str) -> None:
-        self.frame, self.source = frame, source
-        self.ids: list[str] | None = None
-
-    def fail(self, i: int, column: str, what: str) -> None:
-        rid = f" (request_id {self.ids[i]!r})" if self.ids is not None else ""
-        raise DecisionLogError(f"{self.source}: row {i + 1}{rid}, column {column!r}: {what}")
-
-    def strings(self, column: str) -> list[str]:
-        values = self.frame[column].tolist()
-        for i, v in enumerate(values):
-            if v is None or (isinstance(v, float) and np.isnan(v)) or str(v) == "":
-                self.fail(i, column, "empty; expected a string")
-        return [str(v) for v in values]
-
-    def floats(self, column, lo, hi, open_lo=False, nullable=False) -> Tensor:
-        values = pd.to_numeric(self.frame[column], errors="coerce").to_numpy(np.float64)
-        raw = self.frame[column].tolist()
-        for i, (v, r) in enumerate(zip(values, raw)):
-            blank = r is None or (isinstance(r, float) and np.isnan(r))
-            if np.isnan(v) and not (blank and nullable):
-                expected = "a number" if not nullable else "a number or null"
-                self.fail(i, column, f"{r!r} is not {expected}{_range(lo, hi, open_lo)}")
-            if np.isnan(v):
-                continue
-            if (
-                not np.isfinite(v)
-                or (lo is not None and (v < lo or (open_lo and v <= lo)))
-                or (hi is not None and v > hi)
-            ):
-                self.fail(i, column, f"{v!r} is out of range; expected{_range(lo, hi, open_lo)}")
-        return torch.tensor(values, dtype=torch.float64)
-
-    def lists(self, column: str, kind: type) -> list[list]:
-        out = []
-        for i, cell in enumerate(self.frame[column].tolist()):
-            if isinstance(cell, str):
-                try:
-                    cell = json.loads(cell)
-                except json.JSONDecodeError:
-                    self.fail(i, column, f"{cell[:40]!r} is not a JSON list")
-            if isinstance(cell, np.ndarray):
-                cell = cell.tolist()
-            if not isinstance(cell, list | tuple) or len(cell) == 0:
-                self.fail(i, column, f"expected a non-empty list, got {type(cell).__name__}")
-            try:
-                values = [kind(v) for v in cell]
-            except (TypeError, ValueError):
-                self.fail(i, column, f"expected a list of {kind.__name__}, got {cell[:4]}...")
-            if kind is float and not np.isfinite(values).all():
-                self.fail(i, column, "contains NaN or infinite values")
-            out.append(values)
-        return out
-
-    def vectors(self, column: str) -> Tensor:
-        rows = self.lists(column, float)
-        d = len(rows[0])
-        for i, row in enumerate(rows):
-            if len(row) != d:
-                self.fail(i, column, f"{len(row)} entries, but row 1 has {d}")
-        return torch.tensor(rows, dtype=torch.float64)
-
-
-def _range(lo, hi, open_lo) -> str:
-    if lo is None and hi is None:
-        return " (finite)"
-    if hi is None:
-        return f" >= {lo}"
-    return f" in {'(' if open_lo else '['}{lo}, {hi}]"
-
-
-def decisions_to_frame(log: DecisionLog) -> pd.DataFrame:
-    """The log as a frame in the decision-log format (list columns as Python lists)."""
-    n = log.num_decisions
-    frame = pd.DataFrame({"request_id": list(log.request_ids)})
-    if log.timestamp is not None:
-        frame["timestamp"] = log.timestamp.numpy()
-    for name in ("query_id", "text"):
-        value = log.query_ids if name == "query_id" else log.text
-        if value is not None:
-            frame[name] = list(value)
-    for name in ("embedding", "features"):
-        value = getattr(log, name)
-        if value is not None:
-            frame[name] = value.double().tolist()
-    frame["arm"] = [log.arm_names[k] for k in log.action.tolist()]
-    frame["propensity"] = log.propensity.numpy()
-    frame["arms"] = [list(log.arm_names)] * n
-    if log.probabilities is not None:
-        frame["probabilities"] = log.probabilities.double().tolist()
-    frame["score"] = log.score.numpy()
-    frame["cost"] = log.cost.numpy()
-    if log.learner is not None:
-        frame["learner"] = list(log.learner)
-    if log.rho is not None:
-        frame["rho"] = log.rho.numpy()
-    return frame
-
-
-def save_decisions(log: DecisionLog, path: str | Path) -> Path:
-    """Write ``log`` atomically as ``.parquet``/``.pq`` or ``.csv`` (list cells as JSON)."""
-    from torchroute.io import atomic_write
-
-    path = Path(path)
-    frame = decisions_to_frame(log)
-    suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        with atomic_write(path, "wb") as f:
-            frame.to_parquet(f, index=False)
-    elif suffix == ".csv":
-        for name in ("embedding", "features", "arms", "probabilities"):
-            if name in frame:
-                frame[name] = [json.dumps(v) for v in frame[name]]
-        with atomic_write(path, "w") as f:
-            frame.to_csv(f, index=False)
-    else:
-        raise DecisionLogError(f"{path}: a decision log is written as .parquet/.pq or .csv")
-    return path
-
-
 __all__ = [
+    "CONTEXT_COLUMNS",
+    "REQUIRED_COLUMNS",
     "DecisionLog",
     "DecisionLogError",
     "decisions_from_frame",
-    "decisions_to_frame",
     "load_decisions",
-    "save_decisions",
 ]

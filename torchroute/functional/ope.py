@@ -137,7 +137,8 @@ def bootstrap_counts(
     Returns:
         ``index [B, n]`` (the drawn rows) and ``counts [B, n]`` (how often each row was drawn).
     """
-    index = integers(generator, n, (num_replicates, n), device=device)  # [B, n]
+    where = generator.device if isinstance(generator, torch.Generator) else device
+    index = integers(generator, n, (num_replicates, n), device=where).to(device)  # [B, n]
     counts = torch.zeros(num_replicates, n, dtype=dtype, device=index.device)
     counts.scatter_add_(1, index, torch.ones_like(index, dtype=dtype))
     return index, counts
