@@ -184,20 +184,24 @@ def estimate(
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if interval not in ("bootstrap", "bernstein", "normal"):
         raise ValueError(f"interval must be bootstrap, bernstein or normal, got {interval!r}")
-    terms, w = ope_terms(
-        target_probs, action, propensity, reward, q_hat, estimators, switch_tau, clip
-    )
+    # IPS and SNIPS share their terms (w r): one row of terms for both.
+    base = tuple(dict.fromkeys("ips" if e == "snips" else e for e in estimators))
+    terms, w = ope_terms(target_probs, action, propensity, reward, q_hat, base, switch_tau, clip)
     n = terms.shape[-1]
     if n < 2:
         raise ValueError(f"off-policy estimates need >= 2 decisions, got {n}")
+    row = [base.index("ips" if e == "snips" else e) for e in estimators]  # estimator -> row
     e_snips = [e for e, name in enumerate(estimators) if name == "snips"]
     w_mean = w.mean(-1)  # [P]
-    var, value = torch.var_mean(terms, -1, correction=1)  # [E, P] each
-    span = terms.amax(-1) - terms.amin(-1) if interval == "bernstein" else None
+    var, value = torch.var_mean(terms, -1, correction=1)  # [E', P] each
+    var, value = var[row], value[row]  # [E, P] (copies)
+    span = None
+    if interval == "bernstein":
+        span = (terms.amax(-1) - terms.amin(-1))[row]
     for e in e_snips:
         value[e] = value[e] / w_mean
         # SNIPS by the delta method: its influence terms w_i (r_i - V) / mean(w).
-        influence = (terms[e] - w * value[e][:, None]) / w_mean[:, None]  # [P, n]
+        influence = (terms[row[e]] - w * value[e][:, None]) / w_mean[:, None]  # [P, n]
         var[e] = influence.var(-1, correction=1)
         if span is not None:
             span[e] = influence.amax(-1) - influence.amin(-1)
@@ -207,20 +211,13 @@ def estimate(
         counts = bootstrap_counts(n, num_bootstrap, generator, terms.dtype, terms.device)[1]
     if counts is not None:
         counts_t = counts.to(terms.dtype).T  # [n, B]
-        # IPS and SNIPS share their terms (w r): one matmul row block for both.
-        same = {e: estimators.index("ips") for e in e_snips if "ips" in estimators}
-        own = [e for e in range(len(estimators)) if e not in same]
-        p_num = terms.shape[1]
-        sums = terms[own].reshape(len(own) * p_num, n) @ counts_t  # [E' P, B]
-        sums = sums.reshape(len(own), p_num, -1) / n
-        replicates = sums.new_empty(len(estimators), p_num, sums.shape[-1])  # [E, P, B]
-        replicates[own] = sums
-        for e, twin in same.items():
-            replicates[e] = replicates[twin]
+        e_base, p_num = terms.shape[:2]
+        sums = (terms.reshape(e_base * p_num, n) @ counts_t).reshape(e_base, p_num, -1)
+        replicates = sums[row] / n  # [E, P, B]
         if e_snips:
             w_sums = w @ counts_t  # [P, B]
             for e in e_snips:
-                replicates[e] *= n / w_sums
+                replicates[e] = sums[row[e]] / w_sums
     if interval == "bootstrap":
         if replicates is None:
             raise ValueError("interval='bootstrap' needs num_bootstrap >= 1")
