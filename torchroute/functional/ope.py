@@ -16,6 +16,10 @@ policy's probability of it, and the reward (utility) that came back. A target po
 Everything is computed at once for ``P`` target policies and ``B`` bootstrap replicates
 (resampling the ``n`` decisions with replacement): per-decision terms ``[E, P, n]`` times
 the replicate counts ``[n, B]`` give the replicate estimates ``[E, P, B]`` in one matmul.
+
+Learning policies, whose probabilities change with what they see, are evaluated by
+:func:`~torchroute.functional.replay.replay` (re-exported here); the direct method's reward
+model is :func:`~torchroute.functional.ope_model.ridge_reward_model`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 from torch import Tensor
 
 from torchroute.functional.random import Source, integers
+from torchroute.functional.replay import ReplayResult, replay
 
 ESTIMATORS = ("ips", "snips", "dm", "dr", "switch_dr", "clipped_dr")
 NEEDS_MODEL = ("dm", "dr", "switch_dr", "clipped_dr")
@@ -239,9 +244,11 @@ __all__ = [
     "ESTIMATORS",
     "NEEDS_MODEL",
     "OPEEstimate",
+    "ReplayResult",
     "bootstrap_counts",
     "effective_sample_size",
     "estimate",
     "importance_weights",
     "ope_terms",
+    "replay",
 ]
