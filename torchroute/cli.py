@@ -9,6 +9,7 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
     torchroute pretrain experiment=routerbench_oracles out_dir=outputs/oracles
     torchroute data inspect my_table.csv score_pattern={arm} cost_pattern={arm}_cost
     torchroute serve outputs/default --learner linucb --rho 500 --port 8000
+    torchroute evaluate logs=decisions.parquet targets=[squarecb,arm:gpt-4] replay=[linucb]
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ def _serve(args: argparse.Namespace) -> None:
     uvicorn.run(create_app(router), host=args.host, port=args.port, log_level="info")
 
 
+def _evaluate(args: argparse.Namespace) -> None:
+    from torchroute.evaluate import run
+
+    frame = run(args.overrides)
+    print(f"wrote ope.csv, report.md and ope.png ({len(frame)} estimates)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
     parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
@@ -132,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=_serve)
+    p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
+    p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")
+    p.set_defaults(func=_evaluate)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,11 @@ from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
 from torchroute.tracking import NullTracker, Tracker
+from torchroute.types import Context, Decision, Feedback
+
+#: ``on_round(t, context, decision, feedback)``, called by :func:`simulate` after each
+#: ``env.step`` (before ``learner.update``); it must not sync with the host per round.
+RoundCallback = Callable[[int, Context, Decision, Feedback], None]
 
 
 class NonFiniteError(FloatingPointError):
@@ -61,6 +67,7 @@ def simulate(
     config: dict[str, Any] | None = None,
     progress: bool = True,
     desc: str | None = None,
+    on_round: RoundCallback | None = None,
 ) -> SimulationResult:
     """Run ``learner`` on ``env`` for ``env.horizon`` rounds.
 
@@ -92,6 +99,8 @@ def simulate(
         config: stored in checkpoints and compared when resuming.
         progress: show a progress bar.
         desc: progress-bar label (also names the learner in errors).
+        on_round: called with ``(t, context, decision, feedback)`` every round, after
+            ``env.step`` and before ``learner.update`` (e.g. to log the decisions).
 
     Returns:
         A :class:`SimulationResult`.
@@ -134,6 +143,8 @@ def simulate(
         context = env.context(t)
         decision = learner.act(context, generator)
         feedback, outcome = env.step(context, decision, generator)
+        if on_round is not None:
+            on_round(t, context, decision, feedback)
         stats = learner.update(context, decision, feedback, generator)
         metrics.add(outcome)
         if stats:

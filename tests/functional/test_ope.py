@@ -1,0 +1,168 @@
+"""Off-policy estimators against hand-written numpy loops, and IPS on a closed-form toy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from torchroute.functional.ope import ESTIMATORS, bootstrap_counts, estimate, ope_terms
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+
+
+def _log(n=37, k=4, p=3, seed=0):
+    rng = np.random.default_rng(seed)
+    mu = rng.dirichlet(np.ones(k), size=n)
+    a = np.array([rng.choice(k, p=row) for row in mu])
+    pi = rng.dirichlet(np.ones(k), size=(p, n))
+    r = rng.uniform(size=(p, n))
+    q = rng.uniform(size=(n, k))
+    return mu, a, pi, r, q
+
+
+def _numpy_estimates(mu, a, pi, r, q, tau, clip):
+    """One policy at a time, one decision at a time."""
+    out = {e: [] for e in ESTIMATORS}
+    n = len(a)
+    for j in range(pi.shape[0]):
+        ips = dm = dr = sw = cl = wsum = 0.0
+        for i in range(n):
+            w = pi[j, i, a[i]] / mu[i, a[i]]
+            d = sum(pi[j, i, k] * q[i, k] for k in range(q.shape[1]))
+            res = r[j, i] - q[i, a[i]]
+            ips += w * r[j, i]
+            wsum += w
+            dm += d
+            dr += d + w * res
+            sw += d + (w * res if w <= tau else 0.0)
+            cl += d + min(w, clip) * res
+        out["ips"].append(ips / n)
+        out["snips"].append(ips / wsum)
+        out["dm"].append(dm / n)
+        out["dr"].append(dr / n)
+        out["switch_dr"].append(sw / n)
+        out["clipped_dr"].append(cl / n)
+    return np.array([out[e] for e in ESTIMATORS])
+
+
+def _t(x):
+    return torch.as_tensor(x, dtype=torch.float64)
+
+
+def test_point_estimates_match_numpy_loop():
+    mu, a, pi, r, q = _log()
+    want = _numpy_estimates(mu, a, pi, r, q, tau=1.5, clip=2.0)
+    prop = mu[np.arange(len(a)), a]
+    got = estimate(
+        _t(pi),
+        torch.as_tensor(a),
+        _t(prop),
+        _t(r),
+        _t(q),
+        switch_tau=1.5,
+        clip=2.0,
+        num_bootstrap=0,
+        interval="normal",
+    )
+    np.testing.assert_allclose(got.value.numpy(), want, rtol=0, atol=1e-10)
+    w = pi[:, np.arange(len(a)), a] / prop
+    np.testing.assert_allclose(got.ess.numpy(), w.sum(1) ** 2 / (w**2).sum(1), atol=1e-10)
+
+
+def test_bootstrap_replicates_and_intervals_match_numpy():
+    mu, a, pi, r, q = _log(n=25, p=2, seed=1)
+    prop = mu[np.arange(len(a)), a]
+    gen = torch.Generator().manual_seed(3)
+    index, counts = bootstrap_counts(len(a), 50, gen)
+    got = estimate(_t(pi), torch.as_tensor(a), _t(prop), _t(r), _t(q), counts=counts, alpha=0.1)
+    idx = index.numpy()
+    for b in range(idx.shape[0]):
+        rows = idx[b]
+        sub = _numpy_estimates(mu[rows], a[rows], pi[:, rows], r[:, rows], q[rows], 10.0, 10.0)
+        np.testing.assert_allclose(got.replicates[:, :, b].numpy(), sub, atol=1e-10)
+    reps = got.replicates.numpy()
+    np.testing.assert_allclose(got.lower.numpy(), np.quantile(reps, 0.05, axis=-1), atol=1e-10)
+    np.testing.assert_allclose(got.upper.numpy(), np.quantile(reps, 0.95, axis=-1), atol=1e-10)
+
+
+def test_std_error_and_bernstein_match_numpy():
+    mu, a, pi, r, q = _log(n=40, p=2, seed=2)
+    n = len(a)
+    prop = mu[np.arange(n), a]
+    got = estimate(
+        _t(pi),
+        torch.as_tensor(a),
+        _t(prop),
+        _t(r),
+        _t(q),
+        num_bootstrap=0,
+        interval="bernstein",
+        alpha=0.05,
+        estimators=("ips", "snips"),
+    )
+    w = pi[:, np.arange(n), a] / prop
+    ips_terms = w * r
+    snips = ips_terms.sum(1) / w.sum(1)
+    infl = w * (r - snips[:, None]) / w.mean(1, keepdims=True)
+    for e, terms in enumerate([ips_terms, infl]):
+        var = terms.var(1, ddof=1)
+        np.testing.assert_allclose(got.std_error[e].numpy(), np.sqrt(var / n), atol=1e-10)
+        span = terms.max(1) - terms.min(1)
+        half = np.sqrt(2 * var * math.log(4 / 0.05) / n) + 7 * span * math.log(4 / 0.05) / (
+            3 * (n - 1)
+        )
+        np.testing.assert_allclose(got.upper[e].numpy() - got.value[e].numpy(), half, atol=1e-10)
+
+
+def test_ips_unbiased_on_closed_form_toy():
+    """Two arms, context-free: behaviour (0.8, 0.2), target (0.3, 0.7), Bernoulli rewards
+    with means (0.2, 0.9): V = 0.3 * 0.2 + 0.7 * 0.9 = 0.69 exactly."""
+    gen = torch.Generator().manual_seed(0)
+    seeds, n = 400, 200
+    mu = torch.tensor([0.8, 0.2], dtype=torch.float64)
+    means = torch.tensor([0.2, 0.9], dtype=torch.float64)
+    pi = torch.tensor([0.3, 0.7], dtype=torch.float64).expand(1, n, 2)
+    values = []
+    for _ in range(seeds):
+        a = torch.multinomial(mu, n, replacement=True, generator=gen)
+        r = (torch.rand(n, generator=gen, dtype=torch.float64) < means[a]).double()
+        values.append(
+            estimate(
+                pi, a, mu[a], r, estimators=("ips",), num_bootstrap=0, interval="normal"
+            ).value[0, 0]
+        )
+    v = torch.stack(values)
+    se = v.std() / math.sqrt(seeds)
+    assert abs(float(v.mean()) - 0.69) < 3 * float(se)
+
+
+def test_missing_reward_model_and_unknown_estimator_raise():
+    mu, a, pi, r, q = _log(n=5)
+    prop = _t(mu[np.arange(5), a])
+    with pytest.raises(ValueError, match="need q_hat"):
+        ope_terms(_t(pi), torch.as_tensor(a), prop, _t(r), None, ("dr",))
+    with pytest.raises(ValueError, match="unknown estimators"):
+        ope_terms(_t(pi), torch.as_tensor(a), prop, _t(r), _t(q), ("magic",))
+
+
+def test_ridge_reward_model_matches_numpy_cross_fit():
+    rng = np.random.default_rng(4)
+    n, d, k = 60, 3, 3
+    x = rng.normal(size=(n, d))
+    a = rng.integers(0, k, n)
+    r = rng.uniform(size=(2, n))
+    fold = fold_assignment(n, 2, torch.Generator().manual_seed(0))
+    got = ridge_reward_model(_t(x), torch.as_tensor(a), _t(r), k, lam=0.5, fold=fold).numpy()
+    f = fold.numpy()
+    want = np.zeros((2, n, k))
+    for g in range(2):
+        for i in range(n):
+            for arm in range(k):
+                rows = (f != f[i]) & (a == arm)
+                xs = x[rows]
+                theta = np.linalg.solve(xs.T @ xs + 0.5 * np.eye(d), xs.T @ r[g, rows])
+                want[g, i, arm] = np.clip(x[i] @ theta, 0, 1)
+    np.testing.assert_allclose(got, want, atol=1e-10)
+    assert sorted(np.bincount(f).tolist()) == [30, 30]

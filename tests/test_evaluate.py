@@ -1,0 +1,132 @@
+"""``torchroute evaluate`` end to end on logs written in the decision-log format."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from torchroute.cli import main
+from torchroute.data import linear_contextual_table
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import load_decisions
+from torchroute.decision_logger import log_decisions
+from torchroute.envs.single_choice import SingleChoiceEnv
+from torchroute.learners import LinUCB, SquareCB
+from torchroute.loop import simulate
+from torchroute.types import Context
+
+
+def _env(rho, split="test"):
+    table, _ = linear_contextual_table(300, 3, 4, seed=2)
+    feats = table.embeddings.double()
+    return SingleChoiceEnv(
+        table, rho=rho, seeds=[0] * len(rho), split=split, features=feats, dtype=torch.float64
+    )
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> Path:
+    env = _env([50.0])
+    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
+    folder = tmp_path_factory.mktemp("log")
+    save_decisions(logs[0], folder / "log.parquet")
+    return save_decisions(logs[0], folder / "log.csv")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_evaluate_writes_estimates_matching_a_hand_computation(logged, tmp_path, suffix):
+    path = logged.with_suffix(suffix)
+    out = tmp_path / "ope"
+    code = main(
+        [
+            "evaluate",
+            f"logs={path}",
+            "targets=[arm:arm1,random]",
+            "replay=[linucb]",
+            "rhos=[0,100]",
+            "bootstrap=50",
+            f"out_dir={out}",
+        ]
+    )
+    assert code == 0
+    frame = pd.read_csv(out / "ope.csv")
+    assert (out / "report.md").is_file() and (out / "ope.png").stat().st_size > 0
+    log = load_decisions(path)
+    for rho in (0.0, 100.0):
+        u = (log.score - rho * log.cost).clamp(0, 1)
+        arm1 = log.action == 1
+        want = float((arm1 * u / log.propensity).mean())
+        got = frame.query("target == 'arm:arm1' and estimator == 'ips' and rho == @rho")
+        assert got["value"].item() == pytest.approx(want, abs=1e-10)
+        w = arm1 / log.propensity
+        want_snips = float((w * u).sum() / w.sum())
+        got = frame.query("target == 'arm:arm1' and estimator == 'snips' and rho == @rho")
+        assert got["value"].item() == pytest.approx(want_snips, abs=1e-10)
+        lo, hi = got[["lower", "upper"]].iloc[0]
+        assert lo <= want_snips <= hi
+        logged_value = frame.query("estimator == 'on_policy' and rho == @rho")["value"].item()
+        assert logged_value == pytest.approx(float(u.mean()), abs=1e-10)
+    replayed = frame.query("mode == 'replay'")
+    assert len(replayed) == 2 and (replayed["accepted"] > 0).all()
+    assert set(frame["estimator"]) >= {"ips", "snips", "dm", "dr", "switch_dr", "clipped_dr"}
+
+
+def test_frozen_target_from_a_checkpoint(logged, tmp_path):
+    """A LinUCB trained on the train split is loaded from its checkpoint, trial of rho=100."""
+    env = _env([0.0, 100.0], split="train")
+    learner = LinUCB.from_problem(env.problem(), alpha=0.1)
+    run = tmp_path / "run"
+    simulate(learner, env, ckpt_path=run / "checkpoints" / "linucb.pt", progress=False)
+    node = {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True, "alpha": 0.1}
+    OmegaConf.save(
+        {"rhos": [0.0, 100.0], "seeds": [0], "learners": {"linucb": node}}, run / "config.yaml"
+    )
+    out = tmp_path / "ope"
+    code = main(
+        [
+            "evaluate",
+            f"logs={logged}",
+            "targets=[linucb]",
+            "rhos=[100]",
+            f"checkpoint={run}",
+            "estimators=[ips]",
+            "interval=normal",
+            f"out_dir={out}",
+        ]
+    )
+    assert code == 0
+    log = load_decisions(logged)
+    x = log.features[None]  # [1, n, d]
+    one = LinUCB(1, 3, x.shape[-1], alpha=0.1).double()
+    one.load_state_dict({k: v[1:2] for k, v in learner.state_dict().items()})
+    probs = one.act(Context(x=x), torch.Generator().manual_seed(0)).probs[0]
+    u = (log.score - 100 * log.cost).clamp(0, 1)
+    want = float((probs[torch.arange(len(u)), log.action] * u / log.propensity).mean())
+    got = pd.read_csv(out / "ope.csv").query("target == 'linucb'")["value"].item()
+    assert got == pytest.approx(want, abs=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["targets=[arm:arm0]"], "logs=<file> is required"),
+        (["logs=X", "targets=[arm:nope]"], "unknown model"),
+        (["logs=X", "targets=[nolearner]"], "no learner config 'nolearner'"),
+        (["logs=X", "targets=[arm:arm0]", "colour=red"], r"unknown key\(s\) \['colour'\]"),
+        (["logs=X"], "nothing to evaluate"),
+        (["logs=X", "targets=[arm:arm0]", "estimators=[magic]"], "estimators: unknown"),
+    ],
+)
+def test_bad_options_give_one_line_errors(logged, tmp_path, capsys, args, message):
+    args = [a.replace("logs=X", f"logs={logged}") for a in args]
+    code = main(["evaluate", *args, f"out_dir={tmp_path / 'o'}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("torchroute evaluate: error:") and err.count("\n") == 1
+    assert re.search(message, err)
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,260 @@
+"""``torchroute evaluate``: off-policy evaluation of candidate routers on a decision log.
+
+::
+
+    torchroute evaluate logs=decisions.parquet targets=[squarecb,arm:gpt-4] replay=[linucb] \\
+        rhos=[0,500] checkpoint=outputs/default out_dir=outputs/ope
+
+Keys (``key=value``; lists in brackets):
+
+- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.data.decisions`).
+- ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``; with
+  ``checkpoint`` their trained state is loaded from that simulate run) or ``arm:<model>``
+  (always route to that model).
+- ``replay``: learner config names evaluated *learning through the log* (Li et al. 2011).
+- ``rhos``: cost sensitivities to evaluate at (utilities are recomputed from the logged
+  score and cost; default: the log's rho when it has one, else 0).
+- ``estimators`` (default all of ips, snips, dm, dr, switch_dr, clipped_dr),
+  ``interval`` (bootstrap | bernstein | normal), ``bootstrap`` (replicates, 200),
+  ``alpha`` (0.05), ``switch_tau`` (10), ``clip`` (10), ``lam`` (ridge penalty of the
+  reward model, 1), ``folds`` (cross-fitting folds, 2), ``seed`` (0), ``device`` (cpu),
+  ``out_dir`` (``outputs/evaluate``).
+
+Writes ``out_dir/ope.csv`` (one row per target x rho x estimator), ``out_dir/report.md``
+and ``out_dir/ope.png``. Rows without feedback (null score) are left out, and counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from torchroute.data.decisions import DecisionLog, load_decisions
+from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+from torchroute.functional.random import TrialRNG, trial_keys
+from torchroute.functional.replay import replay
+from torchroute.io import write_csv_atomic
+from torchroute.types import Problem
+
+DEFAULTS: dict[str, Any] = {
+    "logs": None,
+    "targets": [],
+    "replay": [],
+    "rhos": None,
+    "checkpoint": None,
+    "estimators": list(ESTIMATORS),
+    "interval": "bootstrap",
+    "bootstrap": 200,
+    "alpha": 0.05,
+    "switch_tau": 10.0,
+    "clip": 10.0,
+    "lam": 1.0,
+    "folds": 2,
+    "seed": 0,
+    "device": "cpu",
+    "out_dir": "outputs/evaluate",
+}
+
+
+class EvaluateError(ValueError):
+    """A bad ``torchroute evaluate`` option; the message names the key."""
+
+
+def parse_options(overrides: Sequence[str]) -> DictConfig:
+    """``key=value`` overrides on :data:`DEFAULTS`, validated (unknown keys are refused)."""
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        raise EvaluateError(f"expected key=value arguments, got {bad}")
+    try:
+        given = OmegaConf.from_dotlist(list(overrides))
+    except Exception as exc:  # omegaconf's grammar errors
+        raise EvaluateError(f"cannot parse the arguments: {exc}") from exc
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise EvaluateError(f"unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
+    cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS), given)
+    if not cfg.logs:
+        raise EvaluateError("logs=<file> is required (a decision log, .parquet or .csv)")
+    if not cfg.targets and not cfg.replay:
+        raise EvaluateError("nothing to evaluate: give targets=[...] and/or replay=[...]")
+    unknown = sorted(set(cfg.estimators) - set(ESTIMATORS))
+    if unknown:
+        raise EvaluateError(f"estimators: unknown {unknown}; choose from {list(ESTIMATORS)}")
+    if cfg.interval not in ("bootstrap", "bernstein", "normal"):
+        raise EvaluateError(f"interval must be bootstrap, bernstein or normal, got {cfg.interval}")
+    for key, low in (("bootstrap", 0), ("folds", 1)):
+        if not isinstance(cfg[key], int) or cfg[key] < low:
+            raise EvaluateError(f"{key} must be an integer >= {low}, got {cfg[key]!r}")
+    if not 0 < float(cfg.alpha) < 1:
+        raise EvaluateError(f"alpha must be in (0, 1), got {cfg.alpha}")
+    return cfg
+
+
+def run(overrides: Sequence[str]) -> pd.DataFrame:
+    """Evaluate the configured targets on the log; write ``ope.csv``, ``report.md``, the plot."""
+    from torchroute.evaluate_targets import frozen_probs, replay_learner
+
+    cfg = parse_options(overrides)
+    full = load_decisions(cfg.logs)
+    log = full.select(full.has_feedback)
+    if log.num_decisions < 2:
+        raise EvaluateError(f"{cfg.logs}: {log.num_decisions} decisions with feedback; need >= 2")
+    x = _context(log, cfg.logs)
+    rhos = _rhos(cfg, log)
+    device = torch.device(cfg.device)
+    g = len(rhos)
+    rho_t = torch.tensor(rhos, dtype=torch.float64)
+    problem = Problem(
+        num_trials=g,
+        num_arms=log.num_arms,
+        dim=x.shape[1],
+        rho=rho_t.to(device),
+        arm_names=log.arm_names,
+        horizon=log.num_decisions,
+        device=device,
+        dtype=torch.float64,
+    )
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    reward = log.utility(rho_t)  # [G, n]
+    rows = []
+    on_policy = estimate(
+        torch.nn.functional.one_hot(log.action, log.num_arms).double()[None].expand(g, -1, -1),
+        log.action,
+        torch.ones_like(log.propensity),
+        reward,
+        estimators=("ips",),
+        num_bootstrap=0,
+        interval="normal",
+        alpha=float(cfg.alpha),
+    )
+    rows += _rows("behaviour (logged)", "on_policy", rhos, on_policy, ("on_policy",))
+    if cfg.targets:
+        names, probs = [], []
+        for name in cfg.targets:
+            probs.append(frozen_probs(str(name), problem, x.to(device), cfg, generator).cpu())
+            names.append(str(name))
+        pi = torch.cat(probs)  # [P G, n, K]
+        estimators = tuple(cfg.estimators)
+        q_hat = None
+        if set(estimators) & set(NEEDS_MODEL):
+            fold = fold_assignment(log.num_decisions, int(cfg.folds), generator)
+            q_hat = ridge_reward_model(x, log.action, reward, log.num_arms, cfg.lam, fold)
+            q_hat = q_hat.repeat(len(names), 1, 1)  # [P G, n, K]
+        result = estimate(
+            pi,
+            log.action,
+            log.propensity,
+            reward.repeat(len(names), 1),
+            q_hat,
+            estimators=estimators,
+            switch_tau=float(cfg.switch_tau),
+            clip=float(cfg.clip),
+            num_bootstrap=int(cfg.bootstrap),
+            interval=cfg.interval,
+            alpha=float(cfg.alpha),
+            generator=generator,
+        )
+        for j, name in enumerate(names):
+            part = slice(j * g, (j + 1) * g)
+            rows += _rows(name, "frozen", rhos, result, estimators, part)
+    for name in cfg.replay:
+        learner = replay_learner(str(name), problem)
+        keys = trial_keys(pd.DataFrame({"rho": rhos}), int(cfg.seed), stream=f"replay:{name}")
+        out = replay(
+            learner,
+            x.to(device),
+            log.action.to(device),
+            log.propensity.to(device),
+            log.score.to(device),
+            log.cost.to(device),
+            rho_t.to(device),
+            TrialRNG(keys, device=device),
+        )
+        z = float(torch.special.ndtri(torch.tensor(1 - float(cfg.alpha) / 2)))
+        for i, rho in enumerate(rhos):
+            v, se = float(out.value[i]), float(out.std_error[i])
+            rows.append(
+                _row(str(name), "replay", rho, "replay", v, se, v - z * se, v + z * se)
+                | {"accepted": int(out.accepted[i])}
+            )
+    frame = pd.DataFrame(rows)
+    frame["n"] = log.num_decisions
+    frame["dropped_no_feedback"] = full.num_decisions - log.num_decisions
+    out_dir = Path(str(cfg.out_dir))
+    write_csv_atomic(out_dir / "ope.csv", frame)
+    from torchroute.evaluate_report import write_evaluate_report
+
+    write_evaluate_report(frame, out_dir, cfg)
+    return frame
+
+
+def _context(log: DecisionLog, source: str) -> torch.Tensor:
+    if log.features is not None:
+        return log.features
+    if log.embedding is not None:
+        return log.embedding
+    raise EvaluateError(
+        f"{source}: targets need the contexts the router saw: a 'features' or 'embedding' column"
+    )
+
+
+def _rhos(cfg: DictConfig, log: DecisionLog) -> list[float]:
+    if cfg.rhos is not None:
+        rhos = [float(r) for r in cfg.rhos]
+    elif log.rho is not None and log.rho.unique().numel() == 1:
+        rhos = [float(log.rho[0])]
+    else:
+        rhos = [0.0]
+    if not rhos or any(not (0 <= r < float("inf")) for r in rhos):
+        raise EvaluateError(f"rhos must be a non-empty list of finite values >= 0, got {rhos}")
+    return rhos
+
+
+def _row(target, mode, rho, estimator, value, se, lower, upper) -> dict[str, Any]:
+    return {
+        "target": target,
+        "mode": mode,
+        "rho": rho,
+        "estimator": estimator,
+        "value": value,
+        "std_error": se,
+        "lower": lower,
+        "upper": upper,
+    }
+
+
+def _rows(target, mode, rhos, result, estimators, part=slice(None)) -> list[dict[str, Any]]:
+    out = []
+    idx = range(*part.indices(result.value.shape[1]))
+    for (e, name), (i, p) in itertools.product(enumerate(estimators), enumerate(idx)):
+        row = _row(
+            target,
+            mode,
+            rhos[i],
+            name,
+            float(result.value[e, p]),
+            float(result.std_error[e, p]),
+            float(result.lower[e, p]),
+            float(result.upper[e, p]),
+        )
+        out.append(row | {"ess": float(result.ess[p])})
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m torchroute.evaluate key=value ...`` (the same as ``torchroute evaluate``)."""
+    from torchroute.cli import main as cli_main
+
+    return cli_main(["evaluate", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The direct method's reward model: ridge regression per arm, cross-fitted on the log."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from torchroute.functional.random import Source, uniform
+
+
+def fold_assignment(n: int, folds: int, generator: Source = None) -> Tensor:
+    """``[n]`` fold of each decision: a random permutation cut into ``folds`` equal parts."""
+    if folds < 1 or folds > n:
+        raise ValueError(f"folds must be in 1..n={n}, got {folds}")
+    order = uniform(generator, (n,), dtype=torch.float64).argsort()
+    fold = torch.empty(n, dtype=torch.long)
+    fold[order.cpu()] = torch.arange(n) * folds // n
+    return fold
+
+
+def ridge_reward_model(
+    features: Tensor,
+    action: Tensor,
+    reward: Tensor,
+    num_arms: int,
+    lam: float = 1.0,
+    fold: Tensor | None = None,
+) -> Tensor:
+    """Predicted reward of every arm on every logged context, ridge per arm, cross-fitted.
+
+    For fold ``f`` the model of arm ``k`` is the ridge fit
+    ``theta = (X^T X + lam I)^{-1} X^T r`` on the decisions outside ``f`` that chose ``k``;
+    decisions of fold ``f`` are predicted with it (no decision predicts its own reward).
+    With ``fold=None`` (or one fold) every decision is fitted and predicted on the whole log.
+    Predictions are clipped to ``[0, 1]`` (utilities lie there).
+
+    Args:
+        features: ``[n, d]`` contexts.
+        action: ``[n]`` logged arms.
+        reward: ``[n]`` or ``[G, n]`` rewards (one row per cost sensitivity).
+        num_arms: ``K``.
+        lam: the ridge penalty (``> 0``).
+        fold: ``[n]`` fold of each decision (:func:`fold_assignment`).
+
+    Returns:
+        ``q_hat [n, K]`` or ``[G, n, K]`` like ``reward``.
+    """
+    if lam <= 0:
+        raise ValueError(f"lam must be > 0, got {lam}")
+    squeeze = reward.ndim == 1
+    r = reward[None] if squeeze else reward  # [G, n]
+    x = features.to(r.dtype)
+    n, d = x.shape
+    if fold is None:
+        fold = torch.zeros(n, dtype=torch.long)
+    fold = fold.to(x.device)
+    num_folds = int(fold.max()) + 1
+    onehot = torch.nn.functional.one_hot(action, num_arms).to(x.dtype)  # [n, K]
+    infold = torch.nn.functional.one_hot(fold, num_folds).to(x.dtype)  # [n, F]
+    outside = 1.0 - infold if num_folds > 1 else infold  # [n, F]: rows fitted for fold f
+    gram = torch.einsum("nf,nk,nd,ne->fkde", outside, onehot, x, x)  # [F, K, d, d]
+    gram = gram + lam * torch.eye(d, dtype=x.dtype, device=x.device)
+    rhs = torch.einsum("nf,nk,nd,gn->fkdg", outside, onehot, x, r)  # [F, K, d, G]
+    theta = torch.linalg.solve(gram, rhs)  # [F, K, d, G]
+    q = torch.einsum("nd,fkdg,nf->gnk", x, theta, infold)  # [G, n, K]
+    q = q.clamp(0.0, 1.0)
+    return q[0] if squeeze else q
+
+
+__all__ = ["fold_assignment", "ridge_reward_model"]
