@@ -86,10 +86,22 @@ def _report(args: argparse.Namespace) -> None:
     print(write_report(args.dirs, out_dir=args.out, reference=args.reference))
 
 
+#: overrides that turn pretrain's tracking off (``logger`` is also a config group name, so
+#: Hydra would read them as a group choice)
+_NO_LOGGER = ("logger=null", "logger=false", "logger=none", "~logger")
+
+
 def _pretrain(args: argparse.Namespace) -> None:
+    from omegaconf import open_dict
+
     from torchroute.trainers.pretrain import run_pretrain
 
-    cfg = compose_config("pretrain", args.overrides, args.config_dir)
+    no_logger = [o for o in args.overrides if o.strip().lower() in _NO_LOGGER]
+    overrides = [o for o in args.overrides if o not in no_logger]
+    cfg = compose_config("pretrain", overrides, args.config_dir)
+    if no_logger:
+        with open_dict(cfg):
+            cfg.logger = None
     metrics = run_pretrain(cfg)
     for key, value in metrics.items():
         print(f"{key}: {value}")
@@ -119,6 +131,18 @@ def _serve(args: argparse.Namespace) -> None:
     status = router.status()
     log.info("serving %s (rho=%g) for %s", status["learner"], status["rho"], status["models"])
     uvicorn.run(create_app(router), host=args.host, port=args.port, log_level="info")
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line; a Hydra composition error gets its cause too
+    (``Could not override 'trainer.bogus'. To append ... (Key 'bogus' is not in struct)``)."""
+    from hydra.errors import ConfigCompositionException
+
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    cause = exc.__cause__
+    if isinstance(exc, ConfigCompositionException) and cause is not None and str(cause).strip():
+        message += f" ({str(cause).splitlines()[0].strip()})"
+    return message or type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except expected as exc:
         if args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        message = " ".join(str(exc).split("\n")[0:1]) or type(exc).__name__
+        message = one_line(exc)
         print(f"torchroute {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0
