@@ -121,7 +121,7 @@ def test_convert_refuses_an_unwritable_or_misnamed_output(tmp_path, capsys, out)
     (tmp_path / "a_file").write_text("not a folder")
     code, err = _run(capsys, ["data", "convert", str(table), str(tmp_path / out), *WIDE.split()])
     assert code == 2
-    assert ".csv or .parquet" in err or "not a writable folder" in err
+    assert ".csv or .parquet" in err or "is not a folder" in err
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_pretrain_refuses_an_out_dir_under_a_file(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, err = _run(capsys, ["pretrain", f"out_dir={blocker / 'run'}"])
-    assert code == 2 and "is not a writable folder" in err
+    assert code == 2 and "is a file, not a folder" in err
 
 
 @pytest.mark.parametrize("off", ["logger=null", pytest.param("~logger", marks=pytest.mark.slow)])
@@ -185,3 +185,99 @@ def test_pretrain_logger_off_runs_without_wandb(tmp_path, capsys, off):
     assert code == 0, err
     assert (out / "oracle.pt").is_file()
     assert not (out / "wandb").exists()
+
+
+# ---------------------------------------------------------------- report
+def _run_dir(path: Path) -> Path:
+    """A run folder with a hand-made single-choice results.csv and curves.csv (2 x 2 trials)."""
+    path.mkdir(parents=True)
+    rows = [
+        {
+            "learner": learner,
+            "rho": rho,
+            "seed": 0,
+            "rounds": 10,
+            "avg_utility": 0.5 + 0.1 * k,
+            "avg_regret": 0.5 - 0.1 * k,
+            "accuracy": 0.6,
+            "avg_cost": 0.001,
+        }
+        for k, learner in enumerate(["linucb", "random"])
+        for rho in (0.0, 500.0)
+    ]
+    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
+    curves = [
+        {
+            "learner": r["learner"],
+            "trial": i,
+            "rho": r["rho"],
+            "seed": 0,
+            "round": t,
+            "cum_regret": t * r["avg_regret"],
+        }
+        for i, r in enumerate(rows)
+        for t in (5, 10)
+    ]
+    pd.DataFrame(curves).to_csv(path / "curves.csv", index=False)
+    return path
+
+
+def test_report_on_good_files_runs(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    assert _run(capsys, ["report", str(run)])[0] == 0
+    assert (run / "report.md").is_file()
+
+
+def _cut_in_half(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2 + 7])
+
+
+def _edit(path: Path, column: str, value: object, row: int = 1) -> None:
+    frame = pd.read_csv(path)
+    frame[column] = frame[column].astype(object)
+    frame.loc[row, column] = value
+    frame.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: _cut_in_half(d / "results.csv"), "results.csv: "),
+        (lambda d: (d / "results.csv").write_text(""), "results.csv: the file is empty"),
+        (lambda d: _cut_in_half(d / "curves.csv"), "curves.csv: "),
+        (
+            lambda d: (
+                pd.read_csv(d / "results.csv")
+                .drop(columns="avg_utility")
+                .to_csv(d / "results.csv", index=False)
+            ),
+            "['avg_utility'] are missing",
+        ),
+        (lambda d: _edit(d / "results.csv", "avg_utility", "high"), "column 'avg_utility' must"),
+        (lambda d: _edit(d / "results.csv", "avg_cost", float("inf")), "column 'avg_cost' holds"),
+        (lambda d: _edit(d / "results.csv", "rho", -5.0), "rho must be >= 0"),
+        (lambda d: _edit(d / "results.csv", "avg_utility", None), "'avg_utility' is empty"),
+    ],
+)
+def test_report_refuses_a_damaged_run_folder(tmp_path, capsys, damage, expected):
+    run = _run_dir(tmp_path / "run")
+    damage(run)
+    code, err = _run(capsys, ["report", str(run)])
+    assert code == 2
+    assert expected in err and len(err.splitlines()) == 1
+    assert not (run / "report.md").exists() and not (run / "summary.csv").exists()
+
+
+def test_report_refuses_an_unknown_reference(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    code, err = _run(capsys, ["report", str(run), "--reference", "linucbb"])
+    assert code == 2 and "'linucbb' is not a learner" in err and "linucb" in err
+    assert not (run / "report.md").exists()
+
+
+def test_report_refuses_an_unwritable_out(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    (tmp_path / "file").write_text("x")
+    code, err = _run(capsys, ["report", str(run), "--out", str(tmp_path / "file" / "r")])
+    assert code == 2 and "--out=" in err

@@ -59,7 +59,11 @@ def _simulate(args: argparse.Namespace) -> None:
         return
     print(f"wrote {Path(cfg.out_dir) / 'results.csv'} ({len(results)} rows)")
     if cfg.get("report", True):
-        print(write_report([cfg.out_dir], reference=cfg.get("reference", "linucb")))
+        reference = cfg.get("reference")
+        if reference is not None and reference not in set(results["learner"]):
+            log.warning("reference=%s did not run; the report has no relative regret", reference)
+            reference = None
+        print(write_report([cfg.out_dir], reference=reference))
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -164,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")
     p.add_argument("--out", default=None, help="where to write (default: the first folder)")
-    p.add_argument("--reference", default="linucb", help="learner for relative regret")
+    p.add_argument(
+        "--reference", default=None, help="learner for relative regret (default: linucb)"
+    )
     p.set_defaults(func=_report)
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")

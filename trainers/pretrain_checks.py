@@ -9,10 +9,10 @@ the wandb run exists) and that ``out_dir`` can be written.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from torchroute.io import check_writable_folder
 
 
 class PretrainValueError(ValueError):
@@ -107,11 +107,5 @@ def _check_accelerator(trainer: Mapping[str, Any]) -> None:
 
 
 def _check_out_dir(out_dir: Any) -> None:
-    if out_dir is None:
-        return
-    path = Path(str(out_dir)).expanduser()
-    if path.exists() and not path.is_dir():
-        raise PretrainValueError(f"cfg.out_dir={path} exists and is not a folder")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise PretrainValueError(f"cfg.out_dir={path}: {existing} is not a writable folder")
+    if out_dir is not None:
+        check_writable_folder(str(out_dir), "cfg.out_dir")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import inspect as pyinspect
 import logging
-import os
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +30,7 @@ from torchroute.data.json_scores import load_json_scores
 from torchroute.data.loader import load_table
 from torchroute.data.routerbench import load_routerbench
 from torchroute.data.table import SPLITS, RoutingTable, TableError
+from torchroute.io import NotWritableError, check_writable_folder
 
 LOADERS: dict[str, Callable[..., RoutingTable]] = {
     "table": load_table,
@@ -188,9 +188,10 @@ def check_convert_output(path: str | Path, out: str | Path, *, overwrite: bool =
         raise TableError(f"{out}: is a folder; expected a .csv or .parquet file name")
     if dst.exists() and not overwrite:
         raise TableError(f"{out}: already exists; pass --overwrite to replace it")
-    parent = next(p for p in dst.parents if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise TableError(f"{out}: cannot write into {parent} (not a writable folder)")
+    try:
+        check_writable_folder(dst.parent, "the output's folder")
+    except NotWritableError as err:
+        raise TableError(f"{out}: {err}") from err
 
 
 def data_command(argv: Sequence[str]) -> None:
