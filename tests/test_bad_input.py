@@ -281,3 +281,62 @@ def test_report_refuses_an_unwritable_out(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     code, err = _run(capsys, ["report", str(run), "--out", str(tmp_path / "file" / "r")])
     assert code == 2 and "--out=" in err
+
+
+# ---------------------------------------------------------------- gap
+GOOD_GAP = {"rhos": [0.0], "steps": 10, "lr": 0.05, "rank": 2, "seed": 0}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"steps": 0}, "gap.steps must be an integer >= 1, got 0"),
+        ({"steps": -3}, "gap.steps must be an integer >= 1, got -3"),
+        ({"steps": 2.5}, "gap.steps must be an integer >= 1"),
+        ({"rank": 0}, "gap.rank must be an integer >= 1, got 0"),
+        ({"bogus": 1}, "unknown gap option(s) ['bogus']"),
+        ({"rhos": []}, "gap.rhos must be a non-empty list"),
+        ({"rhos": [-5.0]}, "gap.rhos must hold numbers >= 0, got -5.0"),
+        ({"rhos": ["a"]}, "gap.rhos must hold numbers >= 0, got 'a'"),
+        ({"lr": float("nan")}, "gap.lr must be a finite number > 0, got nan"),
+        ({"lr": 0}, "gap.lr must be a finite number > 0"),
+        ({"held_out": "train"}, "gap.held_out must be 'val' or 'test'"),
+        ({"max_train": 0}, "gap.max_train must be an integer >= 1"),
+        ({"seed": -1}, "gap.seed must be an integer >= 0"),
+    ],
+)
+def test_gap_options_refuse_bad_values(change, expected):
+    from torchroute.gap_options import GapConfigError, GapOptions
+
+    with pytest.raises(GapConfigError) as err:
+        GapOptions.from_config({**GOOD_GAP, **change})
+    assert expected in str(err.value)
+
+
+def test_gap_options_read_a_good_section_and_name_the_presets():
+    from torchroute.cli import config_dir
+    from torchroute.gap_options import GapConfigError, GapOptions, gap_presets
+
+    opts = GapOptions.from_config(GOOD_GAP)
+    assert (opts.rhos, opts.steps, opts.rank, opts.held_out) == ((0.0,), 10, 2, "test")
+    presets = gap_presets(config_dir())
+    assert "hpg_gap_simulator" in presets and "default" not in presets
+    with pytest.raises(GapConfigError, match="experiment=hpg_gap_simulator"):
+        GapOptions.from_config(None, presets)
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    table = _table_csv(tmp_path / "t.csv")
+    out = tmp_path / "out" / "t.parquet"
+    out.parent.mkdir()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # where a full disk reports itself on write-back
+    code, err = _run(capsys, ["data", "convert", str(table), str(out), *WIDE.split()])
+    assert code == 2 and "No space left on device" in err
+    assert list(out.parent.iterdir()) == []

@@ -211,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         FileNotFoundError,
         NotADirectoryError,
         IsADirectoryError,
+        OSError,  # a full disk (ENOSPC), a read-only file system, a permission refused
     )
     try:
         args.func(args)
