@@ -36,7 +36,11 @@ def _simulate(args: argparse.Namespace) -> None:
         return
     print(f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)")
     if opts.report:
-        print(write_report([opts.out_dir], reference=opts.reference))
+        reference = opts.reference
+        if reference is not None and reference not in set(results["learner"]):
+            log.warning("reference=%s did not run; the report has no relative regret", reference)
+            reference = None
+        print(write_report([opts.out_dir], reference=reference))
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -63,10 +67,22 @@ def _report(args: argparse.Namespace) -> None:
     print(write_report(args.dirs, out_dir=args.out, reference=args.reference))
 
 
+#: overrides that turn pretrain's tracking off (``logger`` is also a config group name, so
+#: Hydra would read them as a group choice)
+_NO_LOGGER = ("logger=null", "logger=false", "logger=none", "~logger")
+
+
 def _pretrain(args: argparse.Namespace) -> None:
+    from omegaconf import open_dict
+
     from torchroute.trainers.pretrain import run_pretrain
 
-    cfg = compose_config("pretrain", args.overrides, args.config_dir)
+    no_logger = [o for o in args.overrides if o.strip().lower() in _NO_LOGGER]
+    overrides = [o for o in args.overrides if o not in no_logger]
+    cfg = compose_config("pretrain", overrides, args.config_dir)
+    if no_logger:
+        with open_dict(cfg):
+            cfg.logger = None
     metrics = run_pretrain(cfg)
     for key, value in metrics.items():
         print(f"{key}: {value}")
@@ -105,6 +121,18 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"wrote ope.csv, report.md and ope.png ({len(frame)} estimates)")
 
 
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line; a Hydra composition error gets its cause too
+    (``Could not override 'trainer.bogus'. To append ... (Key 'bogus' is not in struct)``)."""
+    from hydra.errors import ConfigCompositionException
+
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    cause = exc.__cause__
+    if isinstance(exc, ConfigCompositionException) and cause is not None and str(cause).strip():
+        message += f" ({str(cause).splitlines()[0].strip()})"
+    return message or type(exc).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
     parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
@@ -124,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")
     p.add_argument("--out", default=None, help="where to write (default: the first folder)")
-    p.add_argument("--reference", default="linucb", help="learner for relative regret")
+    p.add_argument(
+        "--reference", default=None, help="learner for relative regret (default: linucb)"
+    )
     p.set_defaults(func=_report)
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
@@ -168,13 +198,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         FileNotFoundError,
         NotADirectoryError,
         IsADirectoryError,
+        OSError,  # a full disk (ENOSPC), a read-only file system, a permission refused
     )
     try:
         args.func(args)
     except expected as exc:
         if args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        message = " ".join(str(exc).split("\n")[0:1]) or type(exc).__name__
+        message = one_line(exc)
         print(f"torchroute {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0

@@ -44,3 +44,35 @@ def write_csv_atomic(path: str | Path, frame: pd.DataFrame) -> Path:
     with atomic_write(path, "w") as f:
         frame.to_csv(f, index=False)
     return Path(path)
+
+
+class NotWritableError(ValueError):
+    """A folder that a command must write into cannot be written."""
+
+
+def check_writable_folder(path: str | Path, what: str) -> Path:
+    """Raise :class:`NotWritableError` unless ``path`` is, or can be created as, a folder
+    that this process can write into; writes nothing that stays.
+
+    The nearest existing folder of ``path`` is probed with a temporary file (permission bits
+    alone say nothing for root or on read-only mounts).
+
+    Args:
+        path: the folder (it need not exist yet).
+        what: how the message names it (``"out_dir"``, ``"--out"``).
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise NotWritableError(f"{what}={path} exists and is not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise NotWritableError(f"{what}={path}: {existing} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=existing)
+    except OSError as err:
+        raise NotWritableError(
+            f"{what}={path}: {existing} is not writable ({err.strerror or err})"
+        ) from err
+    os.close(fd)
+    os.unlink(probe)
+    return path

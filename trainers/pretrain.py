@@ -38,6 +38,7 @@ from torchroute.models.heads import MultiHeadOracle
 from torchroute.models.oracles import load_oracle, save_oracle
 from torchroute.trainers.datamodule import RoutingDataModule
 from torchroute.trainers.oracle_module import OracleModule, unfreeze_top_layers
+from torchroute.trainers.pretrain_checks import check_values
 
 __all__ = [
     "SECTIONS",
@@ -304,6 +305,7 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if cfg.get("out_dir") is None or cfg.get("data") is None:
         raise ValueError("run_pretrain needs cfg.data and cfg.out_dir")
     cfg = resolve_config(cfg)
+    check_values(cfg)
     out_dir = Path(str(cfg["out_dir"])).expanduser()
     train, seed = cfg["train"], int(cfg["seed"])
     L.seed_everything(seed, workers=True, verbose=False)

@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.io import atomic_write
 
 LONG_COLUMNS = ("query_id", "arm", "score", "cost")
 OPTIONAL_COLUMNS = ("text", "split", "group")
@@ -200,13 +201,18 @@ def to_frame(table: RoutingTable, format: Literal["long", "wide"] = "wide") -> p
 def save_table(
     table: RoutingTable, path: str | Path, format: Literal["long", "wide"] = "wide"
 ) -> Path:
-    """Write ``table`` as CSV or Parquet (by the suffix of ``path``) in the generic layout."""
+    """Write ``table`` as CSV or Parquet (by the suffix of ``path``) in the generic layout.
+
+    The file is written atomically (a temporary file beside it, then a rename).
+    """
     path = Path(path)
-    frame = to_frame(table, format)
-    if path.suffix.lower() in (".parquet", ".pq"):
-        frame.to_parquet(path, index=False)
-    elif path.suffix.lower() == ".csv":
-        frame.to_csv(path, index=False)
-    else:
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv"):
         raise TableError(f"{path}: expected a .csv or .parquet suffix")
+    frame = to_frame(table, format)
+    with atomic_write(path, "wb" if suffix != ".csv" else "w") as f:
+        if suffix == ".csv":
+            frame.to_csv(f, index=False)
+        else:
+            frame.to_parquet(f, index=False)
     return path

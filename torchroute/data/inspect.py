@@ -30,6 +30,7 @@ from torchroute.data.json_scores import load_json_scores
 from torchroute.data.loader import load_table
 from torchroute.data.routerbench import load_routerbench
 from torchroute.data.table import SPLITS, RoutingTable, TableError
+from torchroute.io import NotWritableError, check_writable_folder
 
 LOADERS: dict[str, Callable[..., RoutingTable]] = {
     "table": load_table,
@@ -155,11 +156,42 @@ def inspect_table(path: str | Path, loader: str = "auto", **options: Any) -> str
 
 
 def convert_table(
-    path: str | Path, out: str | Path, loader: str = "auto", layout: str = "wide", **options: Any
+    path: str | Path,
+    out: str | Path,
+    loader: str = "auto",
+    layout: str = "wide",
+    *,
+    overwrite: bool = False,
+    **options: Any,
 ) -> tuple[RoutingTable, Path]:
-    """Load ``path`` with ``options`` and write it in the generic format (Parquet or CSV)."""
+    """Load ``path`` with ``options`` and write it in the generic format (Parquet or CSV).
+
+    Refuses, before reading anything, an output that is the input, lies inside an input
+    folder, already exists (unless ``overwrite``), or has another suffix than ``.csv`` /
+    ``.parquet``; the output is written atomically.
+    """
+    check_convert_output(path, out, overwrite=overwrite)
     table, _, _ = load_with_notes(path, loader, **options)
     return table, save_table(table, out, format=layout)
+
+
+def check_convert_output(path: str | Path, out: str | Path, *, overwrite: bool = False) -> None:
+    """Raise :class:`TableError` unless ``out`` is a safe new output for converting ``path``."""
+    src, dst = Path(path).resolve(), Path(out).resolve()
+    if dst.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise TableError(f"{out}: the output must end in .csv or .parquet")
+    if dst == src or (dst.exists() and src.exists() and dst.samefile(src)):
+        raise TableError(f"{out}: the output is the input file; write the table elsewhere")
+    if src.is_dir() and dst.is_relative_to(src):
+        raise TableError(f"{out}: the output lies inside the input folder {path}; write elsewhere")
+    if dst.is_dir():
+        raise TableError(f"{out}: is a folder; expected a .csv or .parquet file name")
+    if dst.exists() and not overwrite:
+        raise TableError(f"{out}: already exists; pass --overwrite to replace it")
+    try:
+        check_writable_folder(dst.parent, "the output's folder")
+    except NotWritableError as err:
+        raise TableError(f"{out}: {err}") from err
 
 
 def data_command(argv: Sequence[str]) -> None:
@@ -175,6 +207,7 @@ def data_command(argv: Sequence[str]) -> None:
         if action == "convert":
             p.add_argument("out", help="output .parquet or .csv file")
             p.add_argument("--layout", choices=["wide", "long"], default="wide")
+            p.add_argument("--overwrite", action="store_true", help="replace an existing output")
         p.add_argument("options", nargs="*", help="loader options key=value (as data.<key>)")
         p.add_argument("--loader", default="auto", choices=["auto", *LOADERS])
     args = parser.parse_args(list(argv))
@@ -182,5 +215,7 @@ def data_command(argv: Sequence[str]) -> None:
     if args.action == "inspect":
         print(inspect_table(args.path, args.loader, **options))
     else:
-        table, out = convert_table(args.path, args.out, args.loader, args.layout, **options)
+        table, out = convert_table(
+            args.path, args.out, args.loader, args.layout, overwrite=args.overwrite, **options
+        )
         print(f"wrote {out} ({table.num_queries} queries x {table.num_arms} arms, {args.layout})")

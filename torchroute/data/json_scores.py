@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from torchroute.data.generic import model_costs
+from torchroute.data.options import checked_options
 from torchroute.data.splits import (
     DefaultSplit,
     kept_table,
@@ -84,6 +85,7 @@ def score_files(path: Path, pattern: str | None) -> list[tuple[Path, list[dict]]
     return out
 
 
+@checked_options
 def load_json_scores(
     path: str | Path,
     *,

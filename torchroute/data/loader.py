@@ -19,6 +19,7 @@ import pandas as pd
 from torchroute.data.columns import column_of, numeric_column
 from torchroute.data.generic import model_costs, read_costs, read_frame
 from torchroute.data.layouts import LONG_VALUES, WideArrays, long_to_wide, read_wide
+from torchroute.data.options import checked_options
 from torchroute.data.prices import count_tokens, price_matrix, read_prices, token_costs
 from torchroute.data.splits import DefaultSplit, missing_rows, resolve_splits
 from torchroute.data.table import SPLITS, RoutingTable, TableError
@@ -28,16 +29,17 @@ log = logging.getLogger(__name__)
 Tokens = str | float | None
 
 
+@checked_options
 def load_table(
     path: str | Path | pd.DataFrame,
     format: Literal["auto", "long", "wide"] = "auto",
     *,
     score_pattern: str = "score:{arm}",
     cost_pattern: str = "cost:{arm}",
-    text_column: str = "text",
+    text_column: str | None = "text",
     id_column: str | None = "query_id",
-    split_column: str = "split",
-    group_column: str = "group",
+    split_column: str | None = "split",
+    group_column: str | None = "group",
     score_scale: float = 1.0,
     models: Sequence[str] | None = None,
     costs: Mapping[str, float] | str | Path | None = None,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from torchroute.data.generic import check_pickle_trust, model_costs, read_costs
+from torchroute.data.options import checked_options
 from torchroute.data.splits import missing_rows, random_split
 from torchroute.data.table import RoutingTable, TableError
 
@@ -33,6 +34,7 @@ def short_model_name(name: str) -> str:
     return base.split("__", 1)[1] if "__" in base else base
 
 
+@checked_options
 def load_openllm_leaderboard(
     pickle_path: str | Path,
     costs_csv: str | Path | None = None,

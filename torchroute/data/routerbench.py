@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from torchroute.data.generic import read_frame
+from torchroute.data.options import checked_options
 from torchroute.data.splits import (
     DefaultSplit,
     kept_table,
@@ -65,6 +66,7 @@ def routerbench_files(path: Path) -> list[Path]:
     return files
 
 
+@checked_options
 def load_routerbench(
     path: str | Path,
     *,

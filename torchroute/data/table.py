@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 SPLITS = ("train", "val", "test")
+MAX_COST = 1e30  # larger costs overflow sums over queries and rho * cost
 
 
 class TableError(ValueError):
@@ -78,6 +79,22 @@ class RoutingTable:
             raise TableError(f"{src}: split labels must be one of {SPLITS}, got {bad_split}")
         self._check_cells("scores", scores, lo=0.0, hi=1.0)
         self._check_cells("costs", costs, lo=0.0, hi=None)
+        huge = costs > MAX_COST
+        if huge.any():
+            rows, cols = torch.nonzero(huge, as_tuple=True)
+            raise TableError(
+                f"{src}: {int(huge.sum())} costs cells are above {MAX_COST:g}, e.g. "
+                f"{self._cell_names(rows[:3], cols[:3])} = {costs[rows[0], cols[0]].item():g}; "
+                "sums of costs and rho * cost must stay finite (use another cost unit)"
+            )
+        if self.text is not None:
+            blank = [i for i, t in enumerate(self.text) if not t.strip()]
+            if blank:
+                shown = ", ".join(repr(self.query_ids[i]) for i in blank[:3])
+                raise TableError(
+                    f"{src}: {len(blank)} of {n} queries have a blank text, e.g. {shown}; "
+                    "every query needs its text (or read no text: text_column=null)"
+                )
         for name in ("text", "groups"):
             value = getattr(self, name)
             if value is not None and len(value) != n:

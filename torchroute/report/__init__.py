@@ -22,13 +22,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from torchroute.io import write_csv_atomic, write_text_atomic
+from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
 from torchroute.report.cabs import cabs_section
 from torchroute.report.figures import save_figure
 from torchroute.report.hpg import hpg_section
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
 from torchroute.report.routing import routing_section
 from torchroute.report.subset import subset_section
+from torchroute.results_file import check_reference, check_results_columns, read_run_csv
 
 
 def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -38,12 +39,11 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
         path = d / "results.csv"
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
-        frame = pd.read_csv(path)
-        if "learner" not in frame or frame.empty:
-            raise ValueError(f"{path} has no rows or no 'learner' column")
+        frame = read_run_csv(path)
+        check_results_columns(frame, path)
         results.append(frame)
         if (d / "curves.csv").is_file():
-            curves.append(pd.read_csv(d / "curves.csv"))
+            curves.append(read_run_csv(d / "curves.csv"))
     curve = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     return pd.concat(results, ignore_index=True), curve
 
@@ -63,17 +63,26 @@ SECTIONS: list[Section] = [subset_section, cabs_section, hpg_section, routing_se
 
 
 def write_report(
-    dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str = "linucb"
+    dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str | None = None
 ) -> str:
     """Write ``report.md``, ``summary.csv`` and PNG plots; return the markdown text.
 
     Args:
         dirs: output folders of ``torchroute simulate`` runs.
         out_dir: where to write (the first folder by default).
-        reference: learner the relative regret is measured against.
+        reference: learner the relative regret is measured against; ``None``: ``linucb``
+            when the results have it. A given learner the results lack is an error.
+
+    Raises:
+        ResultsFileError: a damaged results or curves file, or an unknown ``reference``.
     """
     results, curves = load_results(dirs)
-    out = Path(out_dir or dirs[0])
+    out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
+    reference = check_reference(
+        reference or "linucb",
+        set(results["learner"]) | set(curves.get("learner", [])),
+        given=reference is not None,
+    )
     lines: list[str] = []
     # The curves repeat each trial's labels (rho, seed, dim, constraint, ...): those columns
     # label trials and are not averaged as measurements.

@@ -1,0 +1,342 @@
+"""Bad input to ``torchroute data`` and ``torchroute pretrain``: exit 2, one line naming the
+option, and nothing written; input files never changed."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from torchroute.cli import main
+from torchroute.data import load_table
+from torchroute.data.table import TableError
+
+WIDE = "score_pattern={arm} cost_pattern={arm}_cost"
+
+
+def _table_csv(path: Path, *, cost_b2: float = 0.2, text: tuple = ("hi", "yo", "ok")) -> Path:
+    frame = pd.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "text": list(text),
+            "a": [1, 0, 1],
+            "a_cost": [0.1, 0.1, 0.1],
+            "b": [0, 1, 1],
+            "b_cost": [0.2, cost_b2, 0.2],
+        }
+    )
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str]:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("seed=abc", "option seed must be an integer"),
+        ("seed=-1", "seed must be an integer >= 0"),
+        ("drop_missing=maybe", "option drop_missing must be true or false"),
+        ("trust_pickle=yes-please", "option trust_pickle must be true or false"),
+        ("test_fraction=2", "test_fraction must be a number in [0, 1]"),
+        ("val_fraction=abc", "option val_fraction must be a number"),
+        ("models=gpt", "option models must be a list of strings or null"),
+    ],
+)
+def test_data_inspect_refuses_a_badly_typed_option(tmp_path, capsys, option, expected):
+    table = _table_csv(tmp_path / "t.csv")
+    code, err = _run(capsys, ["data", "inspect", str(table), *WIDE.split(), option])
+    assert code == 2
+    assert expected in err
+    assert len(err.splitlines()) == 1
+
+
+def test_loader_options_are_checked_from_python_too():
+    with pytest.raises(TableError, match="option drop_missing must be true or false"):
+        load_table("unused.csv", drop_missing="no")
+
+
+def test_a_huge_cost_is_refused_naming_the_cell(tmp_path, capsys):
+    table = _table_csv(tmp_path / "t.csv", cost_b2=1e308)
+    code, err = _run(capsys, ["data", "inspect", str(table), *WIDE.split()])
+    assert code == 2
+    assert "(query 'q2', arm 'b')" in err and "above 1e+30" in err
+
+
+@pytest.mark.parametrize("text", [("", "", ""), ("hi", "", "ok")])
+def test_blank_texts_are_refused_not_embedded(tmp_path, capsys, text):
+    table = _table_csv(tmp_path / "t.csv", text=text)
+    code, err = _run(capsys, ["data", "inspect", str(table), *WIDE.split()])
+    assert code == 2
+    assert "blank text" in err and "'q2'" in err
+    code, _ = _run(capsys, ["data", "inspect", str(table), *WIDE.split(), "text_column=null"])
+    assert code == 0
+
+
+def test_convert_refuses_to_overwrite_its_input(tmp_path, capsys, monkeypatch):
+    table = _table_csv(tmp_path / "t.csv")
+    before = _digest(table)
+    monkeypatch.chdir(tmp_path)
+    for out in (str(table), "t.csv", "./t.csv"):
+        code, err = _run(capsys, ["data", "convert", str(table), out, *WIDE.split()])
+        assert code == 2 and "the output is the input" in err
+    assert _digest(table) == before
+
+
+def test_convert_refuses_an_output_inside_the_input_folder(tmp_path, capsys):
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    (folder / "m_test.json").write_text('[{"question": "q", "scores": {"a": 1, "b": 0}}]')
+    code, err = _run(capsys, ["data", "convert", str(folder), str(folder / "out.csv")])
+    assert code == 2 and "inside the input folder" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["m_test.json"]
+
+
+def test_convert_existing_output_needs_overwrite(tmp_path, capsys):
+    table = _table_csv(tmp_path / "t.csv")
+    out = tmp_path / "new" / "deeper" / "out.parquet"  # a missing folder is created
+    assert _run(capsys, ["data", "convert", str(table), str(out), *WIDE.split()])[0] == 0
+    first = _digest(out)
+    code, err = _run(capsys, ["data", "convert", str(table), str(out), *WIDE.split()])
+    assert code == 2 and "--overwrite" in err
+    assert _digest(out) == first
+    argv = ["data", "convert", str(table), str(out), *WIDE.split(), "--overwrite"]
+    assert _run(capsys, argv)[0] == 0
+    assert [p.name for p in out.parent.iterdir()] == ["out.parquet"]  # no temp file left
+
+
+@pytest.mark.parametrize("out", ["out.txt", "a_file/out.csv"])
+def test_convert_refuses_an_unwritable_or_misnamed_output(tmp_path, capsys, out):
+    table = _table_csv(tmp_path / "t.csv")
+    (tmp_path / "a_file").write_text("not a folder")
+    code, err = _run(capsys, ["data", "convert", str(table), str(tmp_path / out), *WIDE.split()])
+    assert code == 2
+    assert ".csv or .parquet" in err or "is not a folder" in err
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.bogus=1", "Could not override 'trainer.bogus'. To append"),
+        ("+trainer.bogus=1", "unknown option trainer.bogus"),
+        ("trainer.max_epochs=0", "cfg.trainer.max_epochs must be an integer >= 1, got 0"),
+        ("trainer.max_epochs=-5", "cfg.trainer.max_epochs must be an integer >= 1"),
+        ("trainer.max_epochs=abc", "cfg.trainer.max_epochs must be an integer >= 1, got 'abc'"),
+        ("train.patience=-1", "cfg.train.patience must be an integer >= 0"),
+        ("trainer.devices=0", "cfg.trainer.devices must be a count >= 1"),
+        ("module.lr=-1", "cfg.module.lr must be a finite number > 0"),
+        ("module.lr=nan", "cfg.module.lr must be a finite number > 0, got nan"),
+        ("data_module.batch_size=0", "cfg.data_module.batch_size must be an integer >= 1"),
+        ("oracle.hidden=0", "cfg.oracle.hidden must be an integer >= 1"),
+        ("oracle.dropout=1.5", "cfg.oracle.dropout must be a finite number >= 0 < 1"),
+        ("seed=-3", "cfg.seed must be an integer >= 0"),
+    ],
+)
+def test_pretrain_refuses_bad_values_before_writing(tmp_path, capsys, override, expected):
+    out = tmp_path / "run"
+    argv = ["pretrain", f"out_dir={out}", f"cache_dir={tmp_path / 'cache'}", override]
+    code, err = _run(capsys, argv)
+    assert code == 2
+    assert expected in err
+    assert not out.exists()
+
+
+def test_pretrain_refuses_a_gpu_accelerator_without_one(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "run"
+    code, err = _run(capsys, ["pretrain", f"out_dir={out}", "trainer.accelerator=gpu"])
+    assert code == 2 and "no CUDA device" in err
+    assert not out.exists()
+
+
+def test_pretrain_refuses_an_out_dir_under_a_file(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, err = _run(capsys, ["pretrain", f"out_dir={blocker / 'run'}"])
+    assert code == 2 and "is a file, not a folder" in err
+
+
+@pytest.mark.parametrize("off", ["logger=null", pytest.param("~logger", marks=pytest.mark.slow)])
+def test_pretrain_logger_off_runs_without_wandb(tmp_path, capsys, off):
+    out = tmp_path / "run"
+    argv = [
+        "pretrain",
+        f"out_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "data.num_queries=60",
+        "trainer.max_epochs=1",
+        "oracle.hidden=16",
+        off,
+    ]
+    code, err = _run(capsys, argv)
+    assert code == 0, err
+    assert (out / "oracle.pt").is_file()
+    assert not (out / "wandb").exists()
+
+
+# ---------------------------------------------------------------- report
+def _run_dir(path: Path) -> Path:
+    """A run folder with a hand-made single-choice results.csv and curves.csv (2 x 2 trials)."""
+    path.mkdir(parents=True)
+    rows = [
+        {
+            "learner": learner,
+            "rho": rho,
+            "seed": 0,
+            "rounds": 10,
+            "avg_utility": 0.5 + 0.1 * k,
+            "avg_regret": 0.5 - 0.1 * k,
+            "accuracy": 0.6,
+            "avg_cost": 0.001,
+        }
+        for k, learner in enumerate(["linucb", "random"])
+        for rho in (0.0, 500.0)
+    ]
+    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
+    curves = [
+        {
+            "learner": r["learner"],
+            "trial": i,
+            "rho": r["rho"],
+            "seed": 0,
+            "round": t,
+            "cum_regret": t * r["avg_regret"],
+        }
+        for i, r in enumerate(rows)
+        for t in (5, 10)
+    ]
+    pd.DataFrame(curves).to_csv(path / "curves.csv", index=False)
+    return path
+
+
+def test_report_on_good_files_runs(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    assert _run(capsys, ["report", str(run)])[0] == 0
+    assert (run / "report.md").is_file()
+
+
+def _cut_in_half(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2 + 7])
+
+
+def _edit(path: Path, column: str, value: object, row: int = 1) -> None:
+    frame = pd.read_csv(path)
+    frame[column] = frame[column].astype(object)
+    frame.loc[row, column] = value
+    frame.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda d: _cut_in_half(d / "results.csv"), "results.csv: "),
+        (lambda d: (d / "results.csv").write_text(""), "results.csv: the file is empty"),
+        (lambda d: _cut_in_half(d / "curves.csv"), "curves.csv: "),
+        (
+            lambda d: (
+                pd.read_csv(d / "results.csv")
+                .drop(columns="avg_utility")
+                .to_csv(d / "results.csv", index=False)
+            ),
+            "['avg_utility'] are missing",
+        ),
+        (lambda d: _edit(d / "results.csv", "avg_utility", "high"), "column 'avg_utility' must"),
+        (lambda d: _edit(d / "results.csv", "avg_cost", float("inf")), "column 'avg_cost' holds"),
+        (lambda d: _edit(d / "results.csv", "rho", -5.0), "rho must be >= 0"),
+        (lambda d: _edit(d / "results.csv", "avg_utility", None), "'avg_utility' is empty"),
+    ],
+)
+def test_report_refuses_a_damaged_run_folder(tmp_path, capsys, damage, expected):
+    run = _run_dir(tmp_path / "run")
+    damage(run)
+    code, err = _run(capsys, ["report", str(run)])
+    assert code == 2
+    assert expected in err and len(err.splitlines()) == 1
+    assert not (run / "report.md").exists() and not (run / "summary.csv").exists()
+
+
+def test_report_refuses_an_unknown_reference(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    code, err = _run(capsys, ["report", str(run), "--reference", "linucbb"])
+    assert code == 2 and "'linucbb' is not a learner" in err and "linucb" in err
+    assert not (run / "report.md").exists()
+
+
+def test_report_refuses_an_unwritable_out(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    (tmp_path / "file").write_text("x")
+    code, err = _run(capsys, ["report", str(run), "--out", str(tmp_path / "file" / "r")])
+    assert code == 2 and "--out=" in err
+
+
+# ---------------------------------------------------------------- gap
+GOOD_GAP = {"rhos": [0.0], "steps": 10, "lr": 0.05, "rank": 2, "seed": 0}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"steps": 0}, "gap.steps must be an integer >= 1, got 0"),
+        ({"steps": -3}, "gap.steps must be an integer >= 1, got -3"),
+        ({"steps": 2.5}, "gap.steps must be an integer >= 1"),
+        ({"rank": 0}, "gap.rank must be an integer >= 1, got 0"),
+        ({"bogus": 1}, "unknown gap option(s) ['bogus']"),
+        ({"rhos": []}, "gap.rhos must be a non-empty list"),
+        ({"rhos": [-5.0]}, "gap.rhos must hold numbers >= 0, got -5.0"),
+        ({"rhos": ["a"]}, "gap.rhos must hold numbers >= 0, got 'a'"),
+        ({"lr": float("nan")}, "gap.lr must be a finite number > 0, got nan"),
+        ({"lr": 0}, "gap.lr must be a finite number > 0"),
+        ({"held_out": "train"}, "gap.held_out must be 'val' or 'test'"),
+        ({"max_train": 0}, "gap.max_train must be an integer >= 1"),
+        ({"seed": -1}, "gap.seed must be an integer >= 0"),
+    ],
+)
+def test_gap_options_refuse_bad_values(change, expected):
+    from torchroute.gap_options import GapConfigError, GapOptions
+
+    with pytest.raises(GapConfigError) as err:
+        GapOptions.from_config({**GOOD_GAP, **change})
+    assert expected in str(err.value)
+
+
+def test_gap_options_read_a_good_section_and_name_the_presets():
+    from torchroute.cli import config_dir
+    from torchroute.gap_options import GapConfigError, GapOptions, gap_presets
+
+    opts = GapOptions.from_config(GOOD_GAP)
+    assert (opts.rhos, opts.steps, opts.rank, opts.held_out) == ((0.0,), 10, 2, "test")
+    presets = gap_presets(config_dir())
+    assert "hpg_gap_simulator" in presets and "default" not in presets
+    with pytest.raises(GapConfigError, match="experiment=hpg_gap_simulator"):
+        GapOptions.from_config(None, presets)
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    table = _table_csv(tmp_path / "t.csv")
+    out = tmp_path / "out" / "t.parquet"
+    out.parent.mkdir()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # where a full disk reports itself on write-back
+    code, err = _run(capsys, ["data", "convert", str(table), str(out), *WIDE.split()])
+    assert code == 2 and "No space left on device" in err
+    assert list(out.parent.iterdir()) == []
