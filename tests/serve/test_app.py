@@ -46,7 +46,7 @@ def _router(learner: type[LinUCB] = LinUCB, **kwargs) -> Router:
 @pytest.fixture
 def client():
     router = _router()
-    with TestClient(create_app(router)) as test_client:
+    with TestClient(create_app(router), base_url="http://localhost") as test_client:
         yield router, test_client
 
 
@@ -211,7 +211,7 @@ def test_texts_are_embedded_with_the_packaged_minilm():
     router = Router.fresh(
         LinUCB.from_problem, ARMS, rho=0.0, dim=encoder.dim, encode=encoder.encode
     )
-    with TestClient(create_app(router)) as http:
+    with TestClient(create_app(router), base_url="http://localhost") as http:
         texts = ["What is 2 + 2?", "Translate 'bonjour' into English."]
         response = http.post("/route", json={"texts": texts})
     assert response.status_code == 200 and len(response.json()["decisions"]) == 2

@@ -10,6 +10,7 @@ learner's state is rebuilt from a checkpoint and the feedback events written aft
 Tables (``WAL`` journal, standard library ``sqlite3``):
 
 - ``meta(key, value)``: the configuration the log belongs to (JSON values).
+- ``info(key, value)``: notes that are not part of it (``origin``: ``fresh`` or ``run``).
 - ``routes``: one row per routed request: ``request_id``, ``timestamp``, ``arm`` (index),
   ``model``, ``propensity``, ``num_arms`` (models served at decision time),
   ``probabilities`` / ``x`` / ``embedding`` (float64 bytes), ``text_sha256``, ``status``
@@ -35,6 +36,7 @@ PENDING, ANSWERED, EXPIRED, DROPPED = 0, 1, 2, 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS routes (
     request_id TEXT PRIMARY KEY, timestamp REAL NOT NULL, arm INTEGER NOT NULL,
     model TEXT NOT NULL, propensity REAL NOT NULL, num_arms INTEGER NOT NULL,
@@ -102,7 +104,7 @@ class DecisionLog:
     calls (the router's lock).
     """
 
-    def __init__(self, path: str | Path | None, fingerprint: dict[str, Any]) -> None:
+    def __init__(self, path: str | Path | None, fingerprint: dict[str, Any] | None) -> None:
         self.path = None if path is None else Path(path)
         where = ":memory:" if self.path is None else str(self.path)
         try:
@@ -115,6 +117,11 @@ class DecisionLog:
             stored = dict(self.db.execute("SELECT key, value FROM meta"))
         except (sqlite3.Error, OSError) as exc:
             raise LogError(f"decision log {where} cannot be opened: {exc}") from exc
+        if fingerprint is None:  # reading an existing log
+            if not stored:
+                raise LogError(f"{where} is not a decision log (no configuration)")
+            self.meta = {key: json.loads(value) for key, value in stored.items()}
+            return
         wanted = {key: json.dumps(value, sort_keys=True) for key, value in fingerprint.items()}
         if stored:
             for key in [*wanted, *(k for k in stored if k not in wanted)]:
@@ -129,8 +136,24 @@ class DecisionLog:
                 self.db.executemany("INSERT INTO meta VALUES (?, ?)", wanted.items())
         self.meta = {key: json.loads(value) for key, value in wanted.items()}
 
+    @classmethod
+    def read(cls, path: str | Path) -> DecisionLog:
+        """An existing log, whatever its configuration (to export or inspect it)."""
+        if not Path(path).is_file():
+            raise LogError(f"decision log {path} does not exist")
+        return cls(path, None)
+
     def close(self) -> None:
         self.db.close()
+
+    def info(self) -> dict[str, str]:
+        """The notes of the ``info`` table."""
+        return dict(self.db.execute("SELECT key, value FROM info"))
+
+    def set_info(self, key: str, value: str) -> None:
+        """Set a note of the ``info`` table."""
+        with self._transaction():
+            self.db.execute("INSERT OR REPLACE INTO info VALUES (?, ?)", (key, value))
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -208,7 +231,8 @@ class DecisionLog:
         """Log event ``seq``: a model added to the router."""
         with self._transaction():
             self.db.execute(
-                "INSERT INTO events (seq, kind, timestamp, name, price) VALUES (?, 'model', ?, ?, ?)",
+                "INSERT INTO events (seq, kind, timestamp, name, price) "
+                "VALUES (?, 'model', ?, ?, ?)",
                 (seq, timestamp, name, price),
             )
 

@@ -97,4 +97,3 @@ def routing_probs(
         picks = learner.act(many, generator).action[0].view(draws, b)  # [M, B]
     counts = torch.nn.functional.one_hot(picks, learner.num_arms).double().sum(0)
     return (counts + chosen) / (draws + 1), "monte carlo"
-

@@ -203,6 +203,29 @@ class Router:
         )
         return cls(factory(problem), factory, problem, **kwargs)
 
+    def configure(
+        self,
+        *,
+        max_pending: int | None = None,
+        pending_ttl: float | None = None,
+        checkpoint_every: int | None = None,
+        propensity_draws: int | None = None,
+    ) -> None:
+        """Change the router's bounds (arguments as the constructor's; ``None``: unchanged,
+        except ``pending_ttl``, where ``None`` means no expiry)."""
+        if max_pending is not None:
+            check_number("Router", "max_pending", max_pending, ge=1, integer=True)
+            self.max_pending = int(max_pending)
+        if checkpoint_every is not None:
+            check_number("Router", "checkpoint_every", checkpoint_every, ge=1, integer=True)
+            self.checkpoint_every = int(checkpoint_every)
+        if propensity_draws is not None:
+            check_number("Router", "propensity_draws", propensity_draws, ge=1, integer=True)
+            self.propensity_draws = int(propensity_draws)
+        if pending_ttl is not None:
+            check_number("Router", "pending_ttl", pending_ttl, gt=0)
+        self.pending_ttl = pending_ttl
+
     @property
     def arm_names(self) -> tuple[str, ...]:
         return self.problem.arm_names
@@ -266,8 +289,7 @@ class Router:
                 self.pending[row.request_id] = self._item(row)
             self._routes += len(rows)
         return [
-            {"request_id": r.request_id, "model": r.model, "propensity": r.propensity}
-            for r in rows
+            {"request_id": r.request_id, "model": r.model, "propensity": r.propensity} for r in rows
         ]
 
     def feedback(
@@ -448,9 +470,7 @@ class Router:
         rows, seen = [], set()
         report: dict[str, list[str]] = {"applied": [], "unknown": [], "duplicate": []}
         missing = [rid for rid in ids if rid not in self.pending]
-        answered = {
-            rid for rid, status in self.log.statuses(missing).items() if status == ANSWERED
-        }
+        answered = {rid for rid, status in self.log.statuses(missing).items() if status == ANSWERED}
         for i, rid in enumerate(ids):
             if rid in seen or rid in answered:
                 report["duplicate"].append(rid)
