@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import sqlite3
@@ -48,9 +49,23 @@ def _mix(*parts: object) -> int:
 def state_fingerprint(learner: Learner) -> str:
     """sha256 of a learner's state (names, dtypes, shapes and bytes of every tensor)."""
     h = hashlib.sha256()
+
+    def feed(key: str, value: Any) -> None:
+        if isinstance(value, Tensor):
+            h.update(f"{key}:{value.dtype}:{tuple(value.shape)}".encode())
+            flat = value.detach().cpu().contiguous().view(-1)
+            h.update(flat.view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            for sub in sorted(value, key=str):
+                feed(f"{key}.{sub}", value[sub])
+        elif isinstance(value, (list, tuple)):
+            for i, sub in enumerate(value):
+                feed(f"{key}.{i}", sub)
+        else:
+            h.update(f"{key}={value!r}".encode())
+
     for key, value in sorted(learner.state_dict().items()):
-        h.update(f"{key}:{value.dtype}:{tuple(value.shape)}".encode())
-        h.update(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        feed(key, value)
     return h.hexdigest()
 
 
@@ -283,10 +298,11 @@ class Router:
             expired = self._expired(now)
             over = len(self.pending) - len(expired) + len(rows) - self.max_pending
             dropped = self._oldest(len(expired), over)
+            dropped += [row.request_id for row in rows[: max(0, over - len(dropped))]]
             self._write(self.log.add_routes, rows, expired, dropped)
-            self._drop(expired, dropped)
             for row in rows:
                 self.pending[row.request_id] = self._item(row)
+            self._drop(expired, dropped)
             self._routes += len(rows)
         return [
             {"request_id": r.request_id, "model": r.model, "propensity": r.propensity} for r in rows
@@ -491,9 +507,9 @@ class Router:
     def _learn(self, ids: list[str], score: Tensor, cost: Tensor) -> None:
         """Update the learner, log the update, then forget the requests (or undo it all)."""
         items = [self.pending[rid] for rid in ids]
-        snapshot = {key: v.clone() for key, v in self.learner.state_dict().items()}
-        utility = self._update(items, score, cost)
+        snapshot = copy.deepcopy(self.learner.state_dict())
         try:
+            utility = self._update(items, score, cost)
             self._write(
                 self.log.add_feedback,
                 self._events + 1,
@@ -503,7 +519,7 @@ class Router:
                 utility.tolist(),
                 time.time(),
             )
-        except StoreError:
+        except BaseException:
             self.learner.load_state_dict(snapshot)
             raise
         self._events += 1
@@ -517,7 +533,7 @@ class Router:
                 log.warning("checkpoint failed (%s); the log keeps every feedback", exc)
 
     def _update(self, items: list[dict[str, Any]], score: Tensor, cost: Tensor) -> Tensor:
-        """One learner update with the ``n`` requests as a batch ``[1, n, ...]``.
+        """One learner update with the ``n`` requests as a batch ``[1, n, ...]`` (no undo).
 
         Event ``self._events + 1`` draws from a generator seeded by it; returns the
         utilities ``[n]``.
@@ -526,14 +542,10 @@ class Router:
             items, score, cost, self.rho, self.learner.num_arms, self.problem.dtype
         )
         generator = torch.Generator().manual_seed(_mix(self.seed, "update", self._events + 1))
-        snapshot = {key: v.clone() for key, v in self.learner.state_dict().items()}
-        try:
-            self.learner.update(context, decision, feedback, generator)
-            if not all(torch.isfinite(v).all() for v in self.learner.state_dict().values()):
-                raise FloatingPointError("the learner's state became NaN or infinite")
-        except Exception:
-            self.learner.load_state_dict(snapshot)
-            raise
+        self.learner.update(context, decision, feedback, generator)
+        state = self.learner.state_dict().values()
+        if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
+            raise FloatingPointError("the learner's state became NaN or infinite")
         return feedback.reward[0].sum(-1).double()  # [n]: the routed arm's utility
 
     def _add_arm(self, name: str, price: float | None) -> None:
