@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from torchroute.checkpoint import load_checkpoint
 from torchroute.serve.limits import Limits
 from torchroute.serve.log import DecisionLog, LogError
 from torchroute.serve.router import clean_temp_files, log_path
@@ -180,16 +181,31 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
             f"--fresh but {existing[0]} exists (the router's state and decision log); add "
             "--overwrite-state to discard them, or drop --fresh to resume"
         )
-    _writable(state.parent)
+    sock = bind(args.host, args.port)
+    try:
+        _writable(state.parent)
+    except ServeArgsError:
+        sock.close()
+        raise
     fresh = bool(args.fresh)
     if not fresh and log_path(state).is_file():  # resuming: started fresh or from the run?
-        fresh = _origin(log_path(state)) == "fresh"
+        try:
+            fresh = _origin(log_path(state)) == "fresh"
+        except ServeArgsError:
+            sock.close()
+            raise
     checkpoint = run_dir / "checkpoints" / f"{learner}.pt"
     if not fresh and not checkpoint.is_file():
+        sock.close()
         raise ServeArgsError(
             f"checkpoint {checkpoint} does not exist; serve with --fresh for a new learner"
         )
-    sock = bind(args.host, args.port)
+    if not fresh:
+        try:
+            _check_run_checkpoint(cfg, checkpoint, learner)
+        except ValueError:
+            sock.close()
+            raise
     if args.fresh and args.overwrite_state:
         for path in existing:
             path.unlink()
@@ -217,6 +233,24 @@ def _limits(args: Any) -> Limits:
             f"--max-pending {args.max_pending} is below --max-batch {args.max_batch}"
         )
     return Limits(args.max_body_bytes, args.max_batch, args.max_prompt_chars)
+
+
+def _check_run_checkpoint(cfg: Any, checkpoint: Path, learner: str) -> None:
+    """The run's checkpoint was written by the run's configuration (its stored fingerprint)."""
+    payload = load_checkpoint(checkpoint)  # weights only
+    stored = dict(payload.get("config") or {})
+    stored.pop("layout", None)
+    if stored.pop("learner", learner) != learner:
+        raise ServeArgsError(f"checkpoint {checkpoint} holds another learner than {learner!r}")
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    runtime = set(plain.get("runtime_keys") or ()) | {"runtime_keys"}
+    expected = {k: v for k, v in plain.items() if k not in runtime}
+    differ = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
+    if differ:
+        raise ServeArgsError(
+            f"checkpoint {checkpoint} was written by another configuration than the run's "
+            f"config.yaml ({', '.join(differ[:3])} differ); serve the run that wrote it"
+        )
 
 
 def _origin(path: Path) -> str | None:
