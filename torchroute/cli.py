@@ -17,6 +17,7 @@ import argparse
 import importlib.resources
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,11 +154,18 @@ def _serve(args: argparse.Namespace) -> None:
     )
     app = create_app(router, token=plan.token, allowed_hosts=plan.allowed_hosts, limits=plan.limits)
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    # uvicorn re-raises SIGTERM after its graceful shutdown; as an exception it lets the
+    # final checkpoint below run
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.run(sockets=[plan.sock])
     finally:
         router.close()
         plan.sock.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:

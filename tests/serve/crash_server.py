@@ -7,6 +7,7 @@ writes the port to ``PORT_FILE`` once it listens. SIGTERM stops it cleanly.
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -35,6 +36,10 @@ def build(state: str | Path) -> Router:
     )
 
 
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def main() -> None:
     state, port_file = sys.argv[1], Path(sys.argv[2])
     router = build(state)
@@ -45,6 +50,7 @@ def main() -> None:
     tmp = port_file.with_suffix(".tmp")
     tmp.write_text(str(sock.getsockname()[1]))
     tmp.rename(port_file)
+    signal.signal(signal.SIGTERM, _exit)  # uvicorn re-raises it after a graceful stop
     try:
         server.run(sockets=[sock])
     finally:

@@ -54,6 +54,22 @@ CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
 
 
+def log_path(state_path: str | Path) -> Path:
+    """The decision log next to a router's state file: ``router.pt -> router.sqlite``."""
+    return Path(state_path).with_suffix(".sqlite")
+
+
+def clean_temp_files(state_path: str | Path) -> list[Path]:
+    """Remove temporary files an interrupted checkpoint write left next to ``state_path``."""
+    path = Path(state_path)
+    if not path.parent.is_dir():
+        return []
+    stale = list(path.parent.glob(f".{path.name}.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
+
+
 class LogError(ValueError):
     """A decision log that cannot be used: another configuration, or unreadable."""
 

@@ -24,7 +24,7 @@ from torchroute.learners.linear import FullFeedbackLinUCB
 from torchroute.learners.neural import FullFeedbackNeuralUCB
 from torchroute.serve.arms import add_arm
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
-from torchroute.serve.log import ANSWERED, DecisionLog, RouteRow
+from torchroute.serve.log import ANSWERED, DecisionLog, RouteRow, clean_temp_files, log_path
 from torchroute.serve.pending import feedback_batch
 from torchroute.serve.propensity import routing_probs
 from torchroute.serve.security import check_model_name
@@ -76,22 +76,6 @@ def _settings(learner: Learner) -> dict[str, Any]:
         for key, value in sorted(vars(learner).items())
         if not key.startswith("_") and isinstance(value, (bool, int, float, str))
     }
-
-
-def log_path(state_path: str | Path) -> Path:
-    """The decision log next to a router's state file: ``router.pt -> router.sqlite``."""
-    return Path(state_path).with_suffix(".sqlite")
-
-
-def clean_temp_files(state_path: str | Path) -> list[Path]:
-    """Remove temporary files an interrupted checkpoint write left next to ``state_path``."""
-    path = Path(state_path)
-    if not path.parent.is_dir():
-        return []
-    stale = list(path.parent.glob(f".{path.name}.*.tmp"))
-    for tmp in stale:
-        tmp.unlink(missing_ok=True)
-    return stale
 
 
 class Router:

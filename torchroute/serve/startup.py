@@ -18,10 +18,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from torchroute.checkpoint import load_checkpoint
 from torchroute.serve.limits import Limits
-from torchroute.serve.log import DecisionLog, LogError
-from torchroute.serve.router import clean_temp_files, log_path
+from torchroute.serve.log import DecisionLog, LogError, clean_temp_files, log_path
 from torchroute.serve.security import TOKEN_ENV, check_token, is_loopback
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -237,6 +235,8 @@ def _limits(args: Any) -> Limits:
 
 def _check_run_checkpoint(cfg: Any, checkpoint: Path, learner: str) -> None:
     """The run's checkpoint was written by the run's configuration (its stored fingerprint)."""
+    from torchroute.checkpoint import load_checkpoint
+
     payload = load_checkpoint(checkpoint)  # weights only
     stored = dict(payload.get("config") or {})
     stored.pop("layout", None)
