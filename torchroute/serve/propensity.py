@@ -9,8 +9,9 @@ query, the probability of every model under the rule actually applied:
 - sampled from the reported distribution: that distribution;
 - LinUCB (and its full-feedback variant): uniform over the arms tied at the top score;
 - LinTS: estimated from ``draws`` further draws of the same posterior plus the draw
-  that was taken (``(count + 1[chosen]) / (draws + 1)``: unbiased, never 0 for the
-  chosen arm, a resolution of ``1 / (draws + 1)``);
+  that was taken (``(count + 1[chosen]) / (draws + 1)``: never 0 for the chosen arm, a
+  resolution of ``1 / (draws + 1)``; the vector averages to the rule's distribution over
+  decisions, and the chosen arm's entry to ``(draws p + 1) / (draws + 1)`` given the choice);
 - any other learner: the same Monte-Carlo estimate with ``draws`` further ``act`` calls on
   the same contexts (a deterministic rule gives exactly 1).
 """
