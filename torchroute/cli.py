@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,23 +96,69 @@ def _data(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    from torchroute.serve.startup import plan_serve
+
+    if args.export_log is not None:  # no server: the log as a table
+        from torchroute.serve.export import export_log
+        from torchroute.serve.router import log_path
+
+        plan = plan_serve(args, export=True)
+        rows = export_log(log_path(plan.state_path), args.export_log)
+        print(f"wrote {args.export_log} ({rows} decisions)")
+        return
+    plan = plan_serve(args)  # every flag checked, the port bound: before the encoder loads
     import uvicorn
 
     from torchroute.serve import load_router
     from torchroute.serve.app import create_app
 
-    router = load_router(
-        args.run_dir,
-        args.learner,
-        args.rho,
-        args.seed,
-        state_path=args.state,
-        fresh=args.fresh,
-        encoder=not args.no_encoder,
-    )
+    try:
+        router = load_router(
+            args.run_dir,
+            plan.learner,
+            plan.rho,
+            plan.seed,
+            state_path=plan.state_path,
+            fresh=plan.fresh,
+            encoder=not args.no_encoder,
+        )
+        router.configure(
+            max_pending=args.max_pending,
+            pending_ttl=args.pending_ttl,
+            checkpoint_every=args.checkpoint_every,
+            propensity_draws=args.propensity_draws,
+        )
+        if plan.fresh:
+            router.log.set_info("origin", "fresh")
+    except BaseException:
+        plan.sock.close()
+        raise
     status = router.status()
-    log.info("serving %s (rho=%g) for %s", status["learner"], status["rho"], status["models"])
-    uvicorn.run(create_app(router), host=args.host, port=args.port, log_level="info")
+    host, port = plan.sock.getsockname()[:2]
+    log.info(
+        "serving %s (rho=%g) for %s on http://%s:%d (%s); decision log %s",
+        status["learner"],
+        status["rho"],
+        status["models"],
+        host,
+        port,
+        "POSTs need the bearer token" if plan.token else "no token: loopback only",
+        router.log.path,
+    )
+    app = create_app(router, token=plan.token, allowed_hosts=plan.allowed_hosts, limits=plan.limits)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
+    # uvicorn re-raises SIGTERM after its graceful shutdown; as an exception it lets the
+    # final checkpoint below run
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        server.run(sockets=[plan.sock])
+    finally:
+        router.close()
+        plan.sock.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -164,11 +211,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner", default=None, help="learner name (needed when several)")
     p.add_argument("--rho", type=float, default=None, help="the trial's rho (default: first)")
     p.add_argument("--seed", type=int, default=None, help="the trial's seed (default: first)")
-    p.add_argument("--state", default=None, help="router state file (default: run_dir/serve/)")
+    p.add_argument(
+        "--state",
+        default=None,
+        help="router state file; its log is <state>.sqlite "
+        "(default: run_dir/serve/<learner>_rho<rho>_seed<seed>.pt)",
+    )
     p.add_argument("--fresh", action="store_true", help="a fresh learner, not the checkpoint")
+    p.add_argument(
+        "--overwrite-state", action="store_true", help="with --fresh: discard an existing state"
+    )
     p.add_argument("--no-encoder", action="store_true", help="accept embeddings only")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--token",
+        default=None,
+        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN; required off loopback)",
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        default=None,
+        help="comma-separated Host headers accepted "
+        "(default: localhost,127.0.0.1,::1 on loopback, else --host)",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit")
+    p.add_argument("--max-batch", type=int, default=256, help="queries or ids per call")
+    p.add_argument("--max-prompt-chars", type=int, default=20_000, help="characters per prompt")
+    p.add_argument("--max-pending", type=int, default=100_000, help="requests awaiting feedback")
+    p.add_argument(
+        "--pending-ttl", type=float, default=None, help="seconds a request awaits feedback"
+    )
+    p.add_argument(
+        "--checkpoint-every", type=int, default=1000, help="feedbacks between checkpoints"
+    )
+    p.add_argument(
+        "--propensity-draws", type=int, default=200, help="Monte-Carlo draws of propensities"
+    )
+    p.add_argument(
+        "--export-log",
+        default=None,
+        metavar="OUT",
+        help="write the decision log to OUT (.parquet or .csv) and exit",
+    )
     p.set_defaults(func=_serve)
     p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
     p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")

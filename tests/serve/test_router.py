@@ -54,7 +54,8 @@ def test_out_of_order_feedback_equals_the_closed_form_ridge_fit():
     x = _embeddings(7)
     decisions = router.route(embeddings=x[:3]) + router.route(embeddings=torch.tensor(x[3:]))
     assert [set(d) for d in decisions] == [{"request_id", "model", "propensity"}] * 7
-    assert all(d["propensity"] == 1.0 for d in decisions)  # LinUCB is deterministic
+    # a fresh LinUCB ties its three arms everywhere: the random tie-break gives each 1/3
+    assert all(d["propensity"] == pytest.approx(1 / 3) for d in decisions)
     scores = np.linspace(0.1, 1.0, 7)
     costs = np.array([0.0, 0.1, 0.5, 0.02, 0.3, 0.0, 0.2])
     ids = [d["request_id"] for d in decisions]
@@ -138,7 +139,7 @@ def test_restart_from_the_saved_state_gives_the_same_next_decisions(tmp_path):
     router.feedback(ids[:15], np.linspace(0, 1, 15), np.zeros(15))  # 5 left pending
     restarted = _router(tmp_path, EpsilonGreedy.from_problem)
     assert restarted.status() == router.status()
-    assert [p.name for p in tmp_path.iterdir()] == ["router.pt"]  # no temporary file left
+    assert not list(tmp_path.glob("*.tmp")) and (tmp_path / "router.sqlite").is_file()
     keys = ("model", "propensity")
     next_a = [{k: d[k] for k in keys} for d in router.route(embeddings=x[20:])]
     next_b = [{k: d[k] for k in keys} for d in restarted.route(embeddings=x[20:])]
@@ -178,7 +179,7 @@ def test_add_model_starts_the_new_arm_from_the_prior_and_survives_a_restart(tmp_
 
 def test_a_state_file_of_another_rho_is_refused(tmp_path):
     _router(tmp_path).route(embeddings=_embeddings(1))
-    with pytest.raises(ValueError, match=r"serves rho=2.0, not rho=3.0"):
+    with pytest.raises(ValueError, match=r"another configuration: rho is 2.0 there, 3.0 here"):
         Router.fresh(
             lambda p: LinUCB.from_problem(p, lam=LAM).double(),
             ARMS,

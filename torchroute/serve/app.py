@@ -1,13 +1,21 @@
 """The HTTP API of a :class:`Router` (FastAPI): JSON in and out, one-line errors.
 
-``POST /route``, ``POST /feedback``, ``POST /models``, ``GET /health``. Errors answer
-``{"detail": "<one line>"}`` with 400 (malformed JSON), 422 (a field missing or of the
-wrong type, a score outside [0, 1], an unknown model, embeddings of the wrong size), 404
-(feedback of which no id is pending) or 409 (adding a model already served).
+``POST /route``, ``POST /feedback``, ``POST /models``, ``GET /health``. Every request's
+``Host`` header must be among ``allowed_hosts``; with a ``token``, every ``POST`` needs
+``Authorization: Bearer <token>``. Bodies are strict JSON: a string is not a number and
+``true`` is not a score. Errors answer ``{"detail": "<one line>"}`` with 400 (malformed
+JSON, a Host not allowed), 401 (no or a wrong token), 404 (feedback of which no id is
+pending), 409 (adding a model already served), 413 (a body or a batch over the limits),
+422 (a field missing, of the wrong type or out of range, an unknown model, a prompt too
+long or not valid Unicode, embeddings of the wrong size) or 503 (the decision log cannot
+be written; nothing changed).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -16,11 +24,17 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from torchroute.serve.checks import DuplicateModelError
-from torchroute.serve.router import Router
+from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
+from torchroute.serve.router import Router, StoreError
+from torchroute.serve.security import MAX_MODEL_NAME, host_allowed, token_matches
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RouteRequest(_Body):
@@ -55,8 +69,104 @@ def _one_line(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{where}: {error.get('msg', 'invalid value')}"
 
 
-def create_app(router: Router) -> FastAPI:
-    """The FastAPI application serving ``router`` (handlers run in a thread pool)."""
+class Guard:
+    """ASGI middleware: the Host check, the bearer token of ``POST``s, the body size limit.
+
+    Runs before FastAPI reads anything: a request from a Host not allowed (400), a
+    ``POST`` without the token (401) or a body over ``max_body_bytes`` (413, counted as it
+    arrives, whatever ``Content-Length`` says) never reaches a handler.
+    """
+
+    def __init__(
+        self, app: Any, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int
+    ) -> None:
+        self.app, self.token = app, token
+        self.allowed_hosts, self.max_body_bytes = tuple(allowed_hosts), max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host")
+        if not host_allowed(host, self.allowed_hosts):
+            shown = repr(host[:80]) if host else "missing"
+            return await _reply(send, 400, f"Host {shown} is not allowed (--allowed-hosts)")
+        guarded = scope["method"] not in ("GET", "HEAD") and self.token is not None
+        if guarded and not token_matches(headers.get("authorization"), self.token):
+            return await _reply(
+                send,
+                401,
+                "missing or wrong token: send the header 'Authorization: Bearer <token>'",
+                [(b"www-authenticate", b"Bearer")],
+            )
+        limit = self.max_body_bytes
+        length = headers.get("content-length")
+        too_big = f"request body over {limit} bytes (--max-body-bytes)"
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return await _reply(send, 413, too_big)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return await _reply(send, 413, too_big)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+async def _reply(
+    send: Callable[[dict], Awaitable[None]],
+    status: int,
+    detail: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    router: Router,
+    *,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    limits: Limits | None = None,
+) -> FastAPI:
+    """The FastAPI application serving ``router`` (handlers run in a thread pool).
+
+    Args:
+        router: the router served.
+        token: the bearer token every ``POST`` must carry (``None``: none needed; serve on
+            loopback only then).
+        allowed_hosts: accepted ``Host`` headers without the port (``"*"``: any).
+        limits: the request bounds (:class:`~torchroute.serve.limits.Limits`).
+    """
+    limits = limits or Limits()
     app = FastAPI(title="torchroute", summary="a live model router learning from feedback")
 
     @app.exception_handler(RequestValidationError)
@@ -64,8 +174,28 @@ def create_app(router: Router) -> FastAPI:
         status, message = _one_line(exc)
         return JSONResponse({"detail": message}, status_code=status)
 
+    @app.exception_handler(LimitError)
+    async def _limit(request: Request, exc: LimitError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(StoreError)
+    async def _store(request: Request, exc: StoreError) -> JSONResponse:
+        log.error("%s", exc)
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)
+        return JSONResponse(
+            {"detail": f"internal error ({type(exc).__name__}); see the server log"},
+            status_code=500,
+        )
+
     @app.post("/route")
     def route(body: RouteRequest) -> dict[str, Any]:
+        check_batch("texts", body.texts, limits, "--max-batch")
+        check_batch("embeddings", body.embeddings, limits, "--max-batch")
+        check_strings("texts", body.texts, limits.max_prompt_chars, "--max-prompt-chars")
         try:
             decisions = router.route(texts=body.texts, embeddings=body.embeddings, rho=body.rho)
         except ValueError as exc:
@@ -74,6 +204,9 @@ def create_app(router: Router) -> FastAPI:
 
     @app.post("/feedback")
     def feedback(body: FeedbackRequest) -> dict[str, Any]:
+        check_batch("request_ids", body.request_ids, limits, "--max-batch")
+        check_strings("request_ids", body.request_ids, limits.max_id_chars, "request ids")
+        check_strings("models", body.models, MAX_MODEL_NAME, "model names")
         try:
             report = router.feedback(body.request_ids, body.scores, body.costs, body.models)
         except ValueError as exc:
@@ -81,7 +214,8 @@ def create_app(router: Router) -> FastAPI:
         if not report["applied"]:
             missing = report["unknown"] + report["duplicate"]
             raise HTTPException(
-                404, f"no pending request for {missing[:5]} (unknown or already answered)"
+                404,
+                f"no pending request for {missing[:5]} (unknown, expired or already answered)",
             )
         return report
 
@@ -99,4 +233,7 @@ def create_app(router: Router) -> FastAPI:
     def health() -> dict[str, Any]:
         return {"status": "ok", **router.status()}
 
+    app.add_middleware(
+        Guard, token=token, allowed_hosts=allowed_hosts, max_body_bytes=limits.max_body_bytes
+    )
     return app

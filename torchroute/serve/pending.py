@@ -1,8 +1,7 @@
-"""Requests waiting for feedback: stacked for the router's checkpoint, batched for the learner."""
+"""Requests waiting for feedback, batched for the learner's update."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -11,38 +10,6 @@ from torch import Tensor
 from torchroute.functional.utility import utility
 from torchroute.serve.arms import pad_arms
 from torchroute.types import Context, Decision, Feedback
-
-
-def pack_pending(pending: OrderedDict[str, dict[str, Any]], num_arms: int) -> dict[str, Any]:
-    """``P`` pending requests -> ``{ids, x [P, d], embedding [P, e], arm [P], probs [P, K]}``.
-
-    Probabilities of requests routed before a model was added are zero-padded to ``K``.
-    With ``P = 0`` only ``ids`` is stored.
-    """
-    items = list(pending.values())
-    if not items:
-        return {"ids": []}
-    return {
-        "ids": list(pending),
-        "x": torch.stack([it["x"] for it in items]),
-        "embedding": torch.stack([it["embedding"] for it in items]),
-        "arm": torch.tensor([it["arm"] for it in items], dtype=torch.long),
-        "probs": torch.stack([pad_arms(it["probs"], num_arms) for it in items]),
-    }
-
-
-def unpack_pending(packed: dict[str, Any]) -> OrderedDict[str, dict[str, Any]]:
-    """The inverse of :func:`pack_pending`, in the original order."""
-    out: OrderedDict[str, dict[str, Any]] = OrderedDict()
-    for i, rid in enumerate(packed["ids"]):
-        row: dict[str, Tensor | int] = {
-            "x": packed["x"][i],
-            "embedding": packed["embedding"][i],
-            "arm": int(packed["arm"][i]),
-            "probs": packed["probs"][i],
-        }
-        out[rid] = row
-    return out
 
 
 def feedback_batch(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
+import sqlite3
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -17,30 +20,82 @@ from torch import Tensor
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.checks import check_number
 from torchroute.learners.base import Learner
+from torchroute.learners.linear import FullFeedbackLinUCB
+from torchroute.learners.neural import FullFeedbackNeuralUCB
 from torchroute.serve.arms import add_arm
-from torchroute.serve.checks import (
-    DuplicateModelError,
-    check_embeddings,
-    check_feedback,
-    check_texts,
-)
-from torchroute.serve.pending import feedback_batch, pack_pending, unpack_pending
+from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
+from torchroute.serve.log import ANSWERED, DecisionLog, RouteRow, clean_temp_files, log_path
+from torchroute.serve.pending import feedback_batch
+from torchroute.serve.propensity import routing_probs
+from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
 
 log = logging.getLogger(__name__)
+
+#: learners that learn from every model's reward each round (full-information baselines)
+FULL_FEEDBACK = (FullFeedbackLinUCB, FullFeedbackNeuralUCB)
+
+
+class StoreError(RuntimeError):
+    """The decision log cannot be written (read-only folder, full disk): nothing changed."""
+
+
+def _mix(*parts: object) -> int:
+    """A 63-bit seed from ``parts`` (stable across processes)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def state_fingerprint(learner: Learner) -> str:
+    """sha256 of a learner's state (names, dtypes, shapes and bytes of every tensor)."""
+    h = hashlib.sha256()
+
+    def feed(key: str, value: Any) -> None:
+        if isinstance(value, Tensor):
+            h.update(f"{key}:{value.dtype}:{tuple(value.shape)}".encode())
+            flat = value.detach().cpu().contiguous().view(-1)
+            h.update(flat.view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            for sub in sorted(value, key=str):
+                feed(f"{key}.{sub}", value[sub])
+        elif isinstance(value, (list, tuple)):
+            for i, sub in enumerate(value):
+                feed(f"{key}.{i}", sub)
+        else:
+            h.update(f"{key}={value!r}".encode())
+
+    for key, value in sorted(learner.state_dict().items()):
+        feed(key, value)
+    return h.hexdigest()
+
+
+def _settings(learner: Learner) -> dict[str, Any]:
+    """The learner's plain hyper-parameters (numbers, strings, booleans)."""
+    return {
+        key: value
+        for key, value in sorted(vars(learner).items())
+        if not key.startswith("_") and isinstance(value, (bool, int, float, str))
+    }
 
 
 class Router:
     """Routes live queries with one trial (``R = 1``) of a learner; learns from feedback.
 
     ``route`` embeds a batch of ``B`` queries (or takes their embeddings), turns them into
-    bandit features, lets the learner act on ``Context(x [1, B, d])`` and remembers each
-    request under a fresh id. ``feedback`` joins later scores and costs to those requests
-    by id, in any order and in any grouping, and updates the learner with the utility
-    ``clip(score - rho cost, 0, 1)`` of the routed model (bandit feedback). Unknown ids
-    and ids already answered are reported, never applied twice. All state changes happen
-    under one lock; with ``state_path`` the learner, the generator and the pending
-    requests are written atomically after every change and read back on restart.
+    bandit features, lets the learner act on ``Context(x [1, B, d])`` and logs each
+    request under a fresh id with the probability every model had
+    (:func:`~torchroute.serve.propensity.routing_probs`). ``feedback`` joins later scores
+    and costs to those requests by id, in any order and in any grouping, and updates the
+    learner with the utility ``clip(score - rho cost, 0, 1)`` of the routed model (bandit
+    feedback). Unknown ids and ids already answered are reported, never applied twice.
+
+    Every state change is a row of the decision log (:class:`~torchroute.serve.log.
+    DecisionLog`, SQLite next to ``state_path``) written before it is acknowledged; the
+    learner's state is checkpointed to ``state_path`` every ``checkpoint_every`` feedbacks
+    (atomically) and on :meth:`close`. A restart loads the last checkpoint and replays the
+    log after it; each update draws from a generator seeded by ``(seed, event)``, so the
+    replay gives the state of the live router exactly. Requests older than
+    ``pending_ttl`` seconds, or beyond ``max_pending``, are dropped and counted.
 
     Args:
         learner: a learner built for ``problem`` (one trial).
@@ -49,10 +104,15 @@ class Router:
         features: embeddings ``[B, e]`` -> features ``[B, d]``; ``None``: the embeddings
             are the features (``e = d``).
         encode: texts -> embeddings ``[B, e]``; ``None``: only embeddings are accepted.
-        state_path: where the router's state is saved; read at start when it exists.
-        seed: seed of the generator of the learner's draws (when no state is restored).
+        state_path: the checkpoint file; the log is ``state_path`` with suffix
+            ``.sqlite``. ``None``: an in-memory log, nothing written.
+        seed: seed of the learner's draws.
         max_pending: requests kept waiting for feedback; the oldest are dropped beyond it.
-        max_done: answered ids remembered to report repeated feedback as duplicate.
+        pending_ttl: seconds a request waits for feedback before it is dropped (``None``:
+            no expiry).
+        checkpoint_every: feedbacks between two checkpoints of the learner's state.
+        propensity_draws: Monte-Carlo draws of the routing probabilities of rules that do
+            not give them in closed form (LinTS and the like).
     """
 
     def __init__(
@@ -66,27 +126,52 @@ class Router:
         state_path: str | Path | None = None,
         seed: int = 0,
         max_pending: int = 100_000,
-        max_done: int = 100_000,
+        pending_ttl: float | None = None,
+        checkpoint_every: int = 1000,
+        propensity_draws: int = 200,
     ) -> None:
         if problem.num_trials != 1:
             raise ValueError(
                 f"a Router serves one trial, got problem.num_trials={problem.num_trials}"
             )
         learner.check_problem(problem, who="the router's problem")
+        check_number("Router", "max_pending", max_pending, ge=1, integer=True)
+        check_number("Router", "checkpoint_every", checkpoint_every, ge=1, integer=True)
+        check_number("Router", "propensity_draws", propensity_draws, ge=1, integer=True)
+        if pending_ttl is not None:
+            check_number("Router", "pending_ttl", pending_ttl, gt=0)
         self.learner, self.factory, self.problem = learner.cpu(), factory, problem
         self.features, self.encode = features, encode
         self.embed_dim = problem.dim if features is None else problem.embed_dim
         self.rho = float(problem.rho[0])
+        self.seed = int(seed)
+        self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
+        self.checkpoint_every, self.propensity_draws = checkpoint_every, propensity_draws
         self.state_path = None if state_path is None else Path(state_path)
-        self.max_pending, self.max_done = max_pending, max_done
-        self.generator = torch.Generator().manual_seed(seed)
+        self.full_feedback = isinstance(learner, FULL_FEEDBACK)
+        if self.full_feedback:
+            log.warning(
+                "%s learns from every model's reward but a router only sees the routed "
+                "model's: it is served on bandit feedback, which it was not designed for",
+                type(learner).__name__,
+            )
+        self.fingerprint = {
+            "learner": type(learner).__name__,
+            "settings": _settings(learner),
+            "rho": self.rho,
+            "arm_names": list(problem.arm_names),
+            "prices": None if problem.prices is None else problem.prices.tolist(),
+            "dim": problem.dim,
+            "embed_dim": self.embed_dim,
+            "dtype": str(problem.dtype),
+            "seed": self.seed,
+            "initial_state": state_fingerprint(learner),
+        }
+        self.generator = torch.Generator()
         self.pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.done: OrderedDict[str, None] = OrderedDict()
-        self.feedback_count = 0
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()
-        if self.state_path is not None and self.state_path.exists():
-            self._restore(load_checkpoint(self.state_path))
+        self._open()
 
     @classmethod
     def fresh(
@@ -117,6 +202,29 @@ class Router:
         )
         return cls(factory(problem), factory, problem, **kwargs)
 
+    def configure(
+        self,
+        *,
+        max_pending: int | None = None,
+        pending_ttl: float | None = None,
+        checkpoint_every: int | None = None,
+        propensity_draws: int | None = None,
+    ) -> None:
+        """Change the router's bounds (arguments as the constructor's; ``None``: unchanged,
+        except ``pending_ttl``, where ``None`` means no expiry)."""
+        if max_pending is not None:
+            check_number("Router", "max_pending", max_pending, ge=1, integer=True)
+            self.max_pending = int(max_pending)
+        if checkpoint_every is not None:
+            check_number("Router", "checkpoint_every", checkpoint_every, ge=1, integer=True)
+            self.checkpoint_every = int(checkpoint_every)
+        if propensity_draws is not None:
+            check_number("Router", "propensity_draws", propensity_draws, ge=1, integer=True)
+            self.propensity_draws = int(propensity_draws)
+        if pending_ttl is not None:
+            check_number("Router", "pending_ttl", pending_ttl, gt=0)
+        self.pending_ttl = pending_ttl
+
     @property
     def arm_names(self) -> tuple[str, ...]:
         return self.problem.arm_names
@@ -130,8 +238,11 @@ class Router:
         """Choose a model for each of ``B`` queries (texts, or embeddings ``[B, e]``).
 
         Returns:
-            ``B`` dicts ``{request_id, model, propensity}`` (the probability the learner
-            gave the chosen model).
+            ``B`` dicts ``{request_id, model, propensity}`` (the probability the routing
+            rule gave the chosen model).
+
+        Raises:
+            StoreError: the log cannot be written; no request was added.
         """
         if rho is not None and float(rho) != self.rho:
             raise ValueError(
@@ -141,27 +252,44 @@ class Router:
         emb = self._embed(texts, embeddings)  # [B, e]
         x = emb if self.features is None else self.features(emb)  # [B, d]
         context = Context(x=x[None].to(self.problem.dtype), embedding=emb[None])
+        hashes = None if texts is None else [_sha256(t) for t in texts]
         with self._lock:
+            now = time.time()
+            self.generator.manual_seed(_mix(self.seed, "route", self._routes))
             decision = self.learner.act(context, self.generator)
             if decision.is_subset:
                 raise ValueError(f"{type(self.learner).__name__} routes subsets; not served")
-            probs, action = decision.probs[0], decision.action[0]  # [B, K], [B]
-            ids = [uuid.uuid4().hex for _ in range(len(action))]
-            for b, rid in enumerate(ids):
-                self.pending[rid] = {
-                    "x": context.x[0, b],
-                    "embedding": emb[b],
-                    "arm": int(action[b]),
-                    "probs": probs[b],
-                }
-            while len(self.pending) > self.max_pending:
-                dropped, _ = self.pending.popitem(last=False)
-                log.warning("dropped request %s: over max_pending=%d", dropped, self.max_pending)
-            self._autosave()
-        chosen = probs.gather(1, action[:, None])[:, 0].tolist()
+            probs, _ = routing_probs(
+                self.learner, context, decision, self.generator, self.propensity_draws
+            )  # [B, K]
+            action = decision.action[0].tolist()
+            chosen = [float(probs[b, a]) for b, a in enumerate(action)]
+            x64, e64, p64 = context.x[0].double().numpy(), emb.double().numpy(), probs.numpy()
+            rows = [
+                RouteRow(
+                    uuid.uuid4().hex,
+                    now,
+                    a,
+                    self.arm_names[a],
+                    chosen[b],
+                    p64[b],
+                    x64[b],
+                    e64[b],
+                    None if hashes is None else hashes[b],
+                )
+                for b, a in enumerate(action)
+            ]
+            expired = self._expired(now)
+            over = len(self.pending) - len(expired) + len(rows) - self.max_pending
+            dropped = self._oldest(len(expired), over)
+            dropped += [row.request_id for row in rows[: max(0, over - len(dropped))]]
+            self._write(self.log.add_routes, rows, expired, dropped)
+            for row in rows:
+                self.pending[row.request_id] = self._item(row)
+            self._drop(expired, dropped)
+            self._routes += len(rows)
         return [
-            {"request_id": rid, "model": self.arm_names[int(a)], "propensity": p}
-            for rid, a, p in zip(ids, action.tolist(), chosen)
+            {"request_id": r.request_id, "model": r.model, "propensity": r.propensity} for r in rows
         ]
 
     def feedback(
@@ -181,27 +309,43 @@ class Router:
 
         Returns:
             ``{"applied": ids, "unknown": ids, "duplicate": ids}``: ids learned from now,
-            ids never routed (or dropped), and ids already answered or repeated in the call.
+            ids never routed (or dropped, or expired), and ids already answered or
+            repeated in the call.
+
+        Raises:
+            StoreError: the log cannot be written; nothing was learned.
         """
         score, cost = check_feedback(request_ids, scores, costs, models, self.arm_names)
         with self._lock:
+            expired = self._expired(time.time())
+            if expired:
+                self._write(self.log.expire, expired)
+                self._drop(expired, [])
             rows, report = self._join(request_ids, models)
             if rows:
-                self._update(request_ids, rows, score[rows], cost[rows])
-                self._autosave()
+                self._learn([request_ids[i] for i in rows], score[rows], cost[rows])
         return report
 
     def add_model(self, name: str, price: float) -> None:
-        """Serve one more model; its state is a fresh learner's (an uninformed prior)."""
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"model name must be a non-empty string, got {name!r}")
+        """Serve one more model; its state is a fresh learner's (an uninformed prior).
+
+        ``name`` is checked by :func:`~torchroute.serve.security.check_model_name`.
+        """
         check_number("add_model", "price", price, ge=0)
         with self._lock:
+            check_model_name(name, self.arm_names)
+            old = self.learner, self.problem
             self._add_arm(name, float(price))
-            self._autosave()
+            try:
+                self._write(self.log.add_model, self._events + 1, name, float(price), time.time())
+            except StoreError:
+                self.learner, self.problem = old
+                raise
+            self._events += 1
+            self._save(self.state_path)
 
     def status(self) -> dict[str, Any]:
-        """Models, rho, the learner, and the counts of pending and answered requests."""
+        """Models, rho, the learner, and the counts of pending, answered, dropped requests."""
         with self._lock:
             prices = self.problem.prices
             return {
@@ -211,17 +355,66 @@ class Router:
                 "prices": None if prices is None else prices.tolist(),
                 "pending": len(self.pending),
                 "feedback": self.feedback_count,
+                "expired": self.expired_count,
+                "dropped": self.dropped_count,
             }
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Write the router's state atomically to ``path`` (default: ``state_path``)."""
+        """Checkpoint the learner's state atomically to ``path`` (default: ``state_path``)."""
         target = path or self.state_path
         if target is None:
             raise ValueError("save needs a path: this router has no state_path")
         with self._lock:
             return self._save(Path(target))
 
+    def close(self) -> None:
+        """Checkpoint the state and close the log."""
+        with self._lock:
+            if self.state_path is not None and self._events > self._checkpointed:
+                self._save(self.state_path)
+            self.log.close()
+
     # -- internals (called with the lock held where they touch state) --------------------
+
+    def _open(self) -> None:
+        """Open the log, load the last checkpoint, replay the events after it."""
+        path = None if self.state_path is None else log_path(self.state_path)
+        if self.state_path is not None:
+            for stale in clean_temp_files(self.state_path):
+                log.warning("removed %s (an interrupted checkpoint write)", stale)
+        self.log = DecisionLog(path, self.fingerprint)
+        last = self.log.last_event()
+        start = 0
+        if self.state_path is not None and self.state_path.exists():
+            start = self._restore(load_checkpoint(self.state_path), last)
+        self._events = start
+        for event in self.log.events(after=start):
+            if event.kind == "model":
+                self._add_arm(event.name, event.price)
+            else:
+                items = [self._item(row) for row in event.rows]
+                self._update(items, torch.from_numpy(event.score), torch.from_numpy(event.cost))
+            self._events = event.seq
+        self._checkpointed = start
+        for row in self.log.pending():
+            self.pending[row.request_id] = self._item(row)
+        counts = self.log.counts()
+        self.feedback_count = counts["answered"]
+        self.expired_count, self.dropped_count = counts["expired"], counts["dropped"]
+        self._routes = self.log.num_routes()
+        self._checkpoint_feedback = self.feedback_count
+        if self._events > start and self.state_path is not None:
+            self._save(self.state_path)
+
+    def _item(self, row: RouteRow) -> dict[str, Any]:
+        dtype = self.problem.dtype
+        return {
+            "x": torch.from_numpy(row.x).to(dtype),
+            "embedding": torch.from_numpy(row.embedding).to(dtype),
+            "arm": row.arm,
+            "probs": torch.from_numpy(row.probabilities).to(dtype),
+            "t": row.timestamp,
+        }
 
     def _embed(self, texts, embeddings) -> Tensor:
         if (texts is None) == (embeddings is None):
@@ -234,11 +427,52 @@ class Router:
                 embeddings = self.encode(texts)
         return check_embeddings(embeddings, self.embed_dim, self.problem.dtype)
 
+    def _expired(self, now: float) -> list[str]:
+        """Pending ids older than ``pending_ttl`` (oldest first; none are removed here)."""
+        if self.pending_ttl is None:
+            return []
+        cutoff, out = now - self.pending_ttl, []
+        for rid, item in self.pending.items():
+            if item["t"] >= cutoff:
+                break
+            out.append(rid)
+        return out
+
+    def _oldest(self, skip: int, count: int) -> list[str]:
+        """``count`` pending ids after the ``skip`` oldest."""
+        if count <= 0:
+            return []
+        out = []
+        for i, rid in enumerate(self.pending):
+            if i >= skip + count:
+                break
+            if i >= skip:
+                out.append(rid)
+        return out
+
+    def _drop(self, expired: list[str], dropped: list[str]) -> None:
+        for rid in expired:
+            self.pending.pop(rid)
+        for rid in dropped:
+            self.pending.pop(rid)
+        if dropped:
+            log.warning("dropped %d requests: over max_pending=%d", len(dropped), self.max_pending)
+        self.expired_count += len(expired)
+        self.dropped_count += len(dropped)
+
+    def _write(self, method: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return method(*args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"the decision log cannot be written: {exc}") from exc
+
     def _join(self, ids, models) -> tuple[list[int], dict[str, list[str]]]:
         rows, seen = [], set()
         report: dict[str, list[str]] = {"applied": [], "unknown": [], "duplicate": []}
+        missing = [rid for rid in ids if rid not in self.pending]
+        answered = {rid for rid, status in self.log.statuses(missing).items() if status == ANSWERED}
         for i, rid in enumerate(ids):
-            if rid in seen or rid in self.done:
+            if rid in seen or rid in answered:
                 report["duplicate"].append(rid)
             elif rid not in self.pending:
                 report["unknown"].append(rid)
@@ -254,80 +488,105 @@ class Router:
                 report["applied"].append(rid)
         return rows, report
 
-    def _update(self, ids, rows: list[int], score: Tensor, cost: Tensor) -> None:
-        """One learner update with the ``n`` joined requests as a batch ``[1, n, ...]``."""
-        items = [self.pending[ids[i]] for i in rows]
+    def _learn(self, ids: list[str], score: Tensor, cost: Tensor) -> None:
+        """Update the learner, log the update, then forget the requests (or undo it all)."""
+        items = [self.pending[rid] for rid in ids]
+        snapshot = copy.deepcopy(self.learner.state_dict())
+        try:
+            utility = self._update(items, score, cost)
+            self._write(
+                self.log.add_feedback,
+                self._events + 1,
+                ids,
+                score.tolist(),
+                cost.tolist(),
+                utility.tolist(),
+                time.time(),
+            )
+        except BaseException:
+            self.learner.load_state_dict(snapshot)
+            raise
+        self._events += 1
+        for rid in ids:
+            self.pending.pop(rid)
+        self.feedback_count += len(ids)
+        if self.feedback_count - self._checkpoint_feedback >= self.checkpoint_every:
+            try:
+                self._save(self.state_path)
+            except OSError as exc:  # the log holds the update: the next restart replays it
+                log.warning("checkpoint failed (%s); the log keeps every feedback", exc)
+
+    def _update(self, items: list[dict[str, Any]], score: Tensor, cost: Tensor) -> Tensor:
+        """One learner update with the ``n`` requests as a batch ``[1, n, ...]`` (no undo).
+
+        Event ``self._events + 1`` draws from a generator seeded by it; returns the
+        utilities ``[n]``.
+        """
         context, decision, feedback = feedback_batch(
             items, score, cost, self.rho, self.learner.num_arms, self.problem.dtype
         )
-        # deep copy: a learner's extra state (an optimizer's moments) is a nested dict
-        snapshot = copy.deepcopy(self.learner.state_dict())
-        generator = self.generator.get_state()
-        try:
-            self.learner.update(context, decision, feedback, self.generator)
-            state = self.learner.state_dict().values()
-            if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
-                raise FloatingPointError("the learner's state became NaN or infinite")
-        except Exception:
-            self.learner.load_state_dict(snapshot)
-            self.generator.set_state(generator)
-            raise
-        for i in rows:
-            self.pending.pop(ids[i])
-            self.done[ids[i]] = None
-        while len(self.done) > self.max_done:
-            self.done.popitem(last=False)
-        self.feedback_count += len(rows)
+        generator = torch.Generator().manual_seed(_mix(self.seed, "update", self._events + 1))
+        self.learner.update(context, decision, feedback, generator)
+        state = self.learner.state_dict().values()
+        if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
+            raise FloatingPointError("the learner's state became NaN or infinite")
+        return feedback.reward[0].sum(-1).double()  # [n]: the routed arm's utility
 
     def _add_arm(self, name: str, price: float | None) -> None:
-        if name in self.arm_names:
-            raise DuplicateModelError(f"model {name!r} is already served")
         self.learner, self.problem = add_arm(self.learner, self.factory, self.problem, name, price)
 
-    def _autosave(self) -> None:
-        if self.state_path is not None:
-            self._save(self.state_path)
-
-    def _save(self, path: Path) -> Path:
+    def _save(self, path: Path | None) -> Path | None:
+        if path is None:
+            return None
         prices = self.problem.prices
-        return save_checkpoint(
+        saved = save_checkpoint(
             path,
             {
                 "kind": "router",
+                "fingerprint": self.fingerprint,
                 "learner_class": type(self.learner).__name__,
                 "learner": self.learner.state_dict(),
                 "arm_names": list(self.arm_names),
                 "prices": None if prices is None else prices.tolist(),
                 "rho": self.rho,
-                "generator": self.generator.get_state(),
-                "pending": pack_pending(self.pending, self.learner.num_arms),
-                "done": list(self.done),
-                "feedback_count": self.feedback_count,
+                "event": self._events,
             },
         )
+        if path == self.state_path:
+            self._checkpointed = self._events
+            self._checkpoint_feedback = self.feedback_count
+        return saved
 
-    def _restore(self, payload: dict[str, Any]) -> None:
+    def _restore(self, payload: dict[str, Any], last_event: int) -> int:
+        """Load a checkpoint; returns the last event it holds."""
         where = f"router state {self.state_path}"
         if payload.get("kind") != "router":
             raise CheckpointError(f"{where} is not a router state (a simulate checkpoint?)")
-        if payload.get("learner_class") != type(self.learner).__name__:
+        theirs = payload.get("fingerprint")
+        if not isinstance(theirs, dict):
+            raise CheckpointError(f"{where} has no configuration fingerprint (an old format?)")
+        for key in [*self.fingerprint, *(k for k in theirs if k not in self.fingerprint)]:
+            if theirs.get(key) != self.fingerprint.get(key):
+                raise CheckpointError(
+                    f"{where} belongs to another configuration: {key} is {theirs.get(key)!r} "
+                    f"there, {self.fingerprint.get(key)!r} here"
+                )
+        event = payload.get("event")
+        if not isinstance(event, int) or not 0 <= event <= last_event:
             raise CheckpointError(
-                f"{where} holds a {payload.get('learner_class')}, not a "
-                f"{type(self.learner).__name__}"
+                f"{where} holds event {event!r} but its log {log_path(self.state_path)} ends at "
+                f"event {last_event}; the log and the state file do not belong together"
             )
-        if payload.get("rho") != self.rho:
-            raise CheckpointError(f"{where} serves rho={payload.get('rho')}, not rho={self.rho}")
         names, k = list(payload["arm_names"]), self.learner.num_arms
-        if names[:k] != list(self.arm_names):
-            raise CheckpointError(f"{where} serves models {names}, not {list(self.arm_names)}")
         prices = payload.get("prices")
         for i in range(k, len(names)):
             self._add_arm(names[i], None if prices is None else prices[i])
         try:
             self.learner.load_state_dict(payload["learner"])
-            self.generator.set_state(payload["generator"])
         except (RuntimeError, KeyError, TypeError) as exc:
             raise CheckpointError(f"{where} does not fit this learner: {exc}") from exc
-        self.pending = unpack_pending(payload["pending"])
-        self.done = OrderedDict.fromkeys(payload["done"])
-        self.feedback_count = int(payload["feedback_count"])
+        return event
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

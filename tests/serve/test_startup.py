@@ -1,0 +1,190 @@
+"""``torchroute serve`` refuses bad flags in one line, exit 2, before anything heavy loads."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+import torchroute.serve
+from torchroute.cli import compose_config, main
+from torchroute.experiment import run_config
+from torchroute.learners import LinUCB
+from torchroute.serve import Router
+from torchroute.serve.security import TOKEN_ENV
+
+TOKEN = "a-long-enough-token-0123456789"
+
+
+class Reached(Exception):
+    """Raised by the stand-in loader: the checks passed and the router would load now."""
+
+
+@pytest.fixture(autouse=True)
+def no_loading(monkeypatch):
+    """Every refusal must come before the run (and its encoder) loads: loading fails loudly."""
+    calls = []
+
+    def loader(*args, **kwargs):
+        calls.append(kwargs)
+        raise Reached(kwargs)
+
+    monkeypatch.setattr(torchroute.serve, "load_router", loader)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    return calls
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run folder as simulate leaves it (config.yaml, checkpoints/), two learners."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    config = {
+        "learners": {
+            "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
+            "lints": {"_target_": "torchroute.learners.LinTS.from_problem"},
+        },
+        "rhos": [0, 100],
+        "seeds": [0, 1],
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    for name in ("linucb", "lints"):
+        (run / "checkpoints" / f"{name}.pt").write_bytes(b"")
+    return run
+
+
+def _refused(argv, capsys, *needles):
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("torchroute serve: error: ") and "\n" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_port_out_of_range_and_port_in_use(run_dir, capsys):
+    base = [str(run_dir), "--learner", "linucb"]
+    _refused([*base, "--port", "70000"], capsys, "--port must be in 0..65535, got 70000")
+    _refused([*base, "--port", "-1"], capsys, "--port")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        _refused([*base, "--port", str(port)], capsys, f"--port {port} is in use")
+
+
+def test_token_rules_and_the_bind_address(run_dir, capsys, monkeypatch):
+    base = [str(run_dir), "--learner", "linucb", "--port", "0"]
+    _refused([*base, "--host", "0.0.0.0"], capsys, "needs a token", "--token", TOKEN_ENV)
+    _refused([*base, "--token", "short"], capsys, "--token must be at least 16")
+    _refused([*base, "--token", "x" * 10 + " " + "y" * 10], capsys, "without spaces")
+    _refused([*base, "--host", "0.0.0.0", "--token", TOKEN], capsys, "--allowed-hosts", "every")
+    monkeypatch.setenv(TOKEN_ENV, "short")
+    _refused(base, capsys, f"{TOKEN_ENV} must be at least 16")
+
+
+def test_the_learner_rho_and_seed_are_checked_with_the_right_flag_names(run_dir, capsys):
+    base = [str(run_dir), "--port", "0"]
+    _refused(base, capsys, "choose one with --learner", "'linucb'", "'lints'")
+    _refused([*base, "--learner", "knn"], capsys, "--learner 'knn' is not in the run")
+    _refused([*base, "--learner", "lints", "--rho", "50"], capsys, "--rho 50 is not in")
+    _refused([*base, "--learner", "lints", "--seed", "7"], capsys, "--seed 7 is not in")
+    _refused([str(run_dir / "nope"), "--port", "0"], capsys, "config.yaml not found")
+
+
+def test_state_flags(run_dir, tmp_path, capsys, no_loading):
+    base = [str(run_dir), "--learner", "linucb", "--port", "0"]
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    _refused([*base, "--state", str(folder)], capsys, "is a folder", "router.pt")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    _refused([*base, "--state", str(blocker / "router.pt")], capsys, "cannot write", "--state")
+    _refused([*base, "--overwrite-state"], capsys, "--overwrite-state only goes with --fresh")
+    for flag, value in (("--max-batch", "0"), ("--pending-ttl", "0"), ("--max-pending", "0")):
+        _refused([*base, flag, value], capsys, flag)
+    state = tmp_path / "state" / "router.pt"
+    router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, state_path=state)
+    router.route(embeddings=[[1.0, 0.0]])
+    router.close()
+    _refused([*base, "--state", str(state), "--fresh"], capsys, "--fresh but", "--overwrite-state")
+    assert (state.with_suffix(".sqlite")).is_file()  # nothing discarded
+    stale = state.parent / f".{state.name}.x1.tmp"
+    stale.write_bytes(b"")  # left by a kill -9 during a checkpoint write
+    with pytest.raises(Reached):
+        main(["serve", *base, "--state", str(state), "--fresh", "--overwrite-state"])
+    assert not state.with_suffix(".sqlite").exists() and not stale.exists()
+    assert no_loading[-1]["fresh"] is True and no_loading[-1]["state_path"] == state
+
+
+def test_a_router_started_fresh_resumes_fresh(run_dir, tmp_path, no_loading):
+    state = tmp_path / "router.pt"
+    router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, state_path=state)
+    router.log.set_info("origin", "fresh")
+    router.close()
+    (run_dir / "checkpoints" / "linucb.pt").unlink()
+    with pytest.raises(Reached):
+        main(["serve", str(run_dir), "--learner", "linucb", "--port", "0", "--state", str(state)])
+    assert no_loading[-1]["fresh"] is True
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real")
+    cfg = compose_config(
+        "simulate",
+        [
+            f"out_dir={out}",
+            "rhos=[0,100]",
+            "seeds=[0]",
+            "features.pca_dim=3",
+            "progress=false",
+            "report=false",
+            "~logger",
+        ],
+    )
+    OmegaConf.set_struct(cfg, False)
+    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
+    cfg.encoder = None
+    cfg.learners = OmegaConf.create(
+        {"linucb": {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True}}
+    )
+    run_config(cfg)
+    return out
+
+
+def test_a_checkpoint_of_another_configuration_is_refused(real_run, tmp_path, capsys):
+    other = tmp_path / "other"
+    shutil.copytree(real_run, other)
+    config = yaml.safe_load((other / "config.yaml").read_text())
+    config["rhos"] = [0]  # the run's config.yaml says one trial; the checkpoint holds two
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    _refused([str(other), "--port", "0"], capsys, "another configuration", "rhos")
+    with pytest.raises(Reached):  # the run's own checkpoint passes
+        main(["serve", str(real_run), "--port", "0", "--rho", "100"])
+
+
+def test_export_log_writes_the_table_without_serving(real_run, tmp_path, capsys):
+    state = tmp_path / "router.pt"
+    router = Router.fresh(
+        LinUCB.from_problem, ["a", "b"], rho=100.0, dim=2, dtype=torch.float64, state_path=state
+    )
+    decisions = router.route(embeddings=[[1.0, 0.0], [0.0, 1.0]])
+    router.feedback([decisions[0]["request_id"]], [0.75], [0.001])
+    router.close()
+    out = tmp_path / "out.parquet"
+    argv = ["serve", str(real_run), "--rho", "100", "--state", str(state), "--export-log"]
+    assert main([*argv, str(out)]) == 0
+    frame = pd.read_parquet(out)
+    assert list(frame["request_id"]) == [d["request_id"] for d in decisions]
+    assert frame["score"].tolist()[0] == 0.75 and pd.isna(frame["score"].tolist()[1])
+    assert "wrote" in capsys.readouterr().out
+    missing = str(tmp_path / "none.pt")
+    _refused(
+        [str(real_run), "--state", missing, "--export-log", str(out)], capsys, "no decision log"
+    )
