@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 import torchroute.serve
 from torchroute.cli import compose_config, main
-from torchroute.experiment import run_config
+from torchroute.run import run_config
 from torchroute.learners import LinUCB
 from torchroute.serve import Router
 from torchroute.serve.security import TOKEN_ENV

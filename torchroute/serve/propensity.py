@@ -24,7 +24,7 @@ from torch import Tensor
 from torchroute.functional.random import normal
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.learners.base import Learner
-from torchroute.learners.cabs import CABSC
+from torchroute.learners.cabs_c import CABSC
 from torchroute.learners.cabs_d import CABSD, NeuralSquareCB
 from torchroute.learners.linear import FullFeedbackLinUCB, LinTS, LinUCB, SquareCB
 from torchroute.learners.policy_baselines import SoftmaxPolicy

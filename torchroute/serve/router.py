@@ -53,7 +53,8 @@ def state_fingerprint(learner: Learner) -> str:
     def feed(key: str, value: Any) -> None:
         if isinstance(value, Tensor):
             h.update(f"{key}:{value.dtype}:{tuple(value.shape)}".encode())
-            flat = value.detach().cpu().contiguous().view(-1)
+            source = value.detach().cpu().reshape(-1)
+            flat = torch.empty(source.shape, dtype=source.dtype).copy_(source)  # unit stride
             h.update(flat.view(torch.uint8).numpy().tobytes())
         elif isinstance(value, dict):
             for sub in sorted(value, key=str):

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from torchroute.run.trust import check_trusted
 from torchroute.serve.limits import Limits
 from torchroute.serve.log import DecisionLog, LogError, clean_temp_files, log_path
 from torchroute.serve.security import TOKEN_ENV, check_token, is_loopback
@@ -50,9 +51,16 @@ def _run_config(run_dir: Path) -> Any:
     if not config.is_file():
         raise ServeArgsError(f"{config} not found: give the out_dir of a simulate run")
     try:
-        return OmegaConf.load(config)  # plain YAML: nothing is resolved or instantiated
+        cfg = OmegaConf.load(config)  # plain YAML: nothing is resolved or instantiated
     except Exception as exc:
         raise ServeArgsError(f"{config} cannot be read: {exc}") from exc
+    # a run folder is data: refuse a _target_ that is not torchroute's before anything else
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    for name, node in (plain.get("learners") or {}).items():
+        check_trusted(node, f"learners.{name}", str(config))
+    if plain.get("encoder") is not None:
+        check_trusted(plain["encoder"], "encoder", str(config))
+    return cfg
 
 
 def _choose(cfg: Any, learner: str | None, rho: float | None, seed: int | None, where: Path):
