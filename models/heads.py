@@ -1,6 +1,6 @@
 """Oracle heads on a frozen encoder output, and the :class:`MultiHeadOracle` that bundles them.
 
-``ALGORITHMS.md`` section 3. Every head is a plain ``nn.Module`` on a ``[n, d]`` input; in the
+``docs/papers/cabs.md`` (oracles). Every head is a plain ``nn.Module`` on a ``[n, d]`` input; in the
 :class:`MultiHeadOracle` the :class:`FeatureHead` is the shared trunk (``[n, d_e] -> [n, 128]``)
 and the accuracy, propagation and cost heads read its output, so the bandit features are
 trained by every head's loss.

@@ -1,4 +1,4 @@
-"""Reward and affinity oracles (``ALGORITHMS.md`` section 3) and the oracle artifact on disk.
+"""Reward and affinity oracles (``docs/papers/cabs.md`` (oracles)) and the oracle artifact on disk.
 
 - :class:`RewardOracle`: surrogate utilities ``s_j = clip(y_i + delta^_j - rho c^_j, 0, 1)``
   for the arms a played arm ``i`` did not reveal, with the IQR pruning switch.

@@ -1,4 +1,4 @@
-"""The ``torchroute`` command: ``simulate``, ``report`` and ``pretrain``.
+"""The ``torchroute`` command: simulate, sweep, gap, pretrain, report, data and serve.
 
 Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 ``torchroute.configs``) and overridden from the command line::
@@ -9,6 +9,9 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
     torchroute pretrain experiment=routerbench_oracles out_dir=outputs/oracles
     torchroute data inspect my_table.csv score_pattern={arm} cost_pattern={arm}_cost
     torchroute serve outputs/default --learner linucb --rho 500 --port 8000
+
+``torchroute <command> --help`` lists the config groups, presets and keys; ``--cfg`` prints
+the composed config without running anything.
 """
 
 from __future__ import annotations
@@ -27,14 +30,12 @@ log = logging.getLogger("torchroute")
 
 
 def config_dir() -> Path:
-    """The folder holding ``simulate.yaml`` and the config groups."""
-    try:
-        path = Path(str(importlib.resources.files("torchroute.configs")))
-        if (path / "simulate.yaml").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[1] / "configs"
+    """The folder holding ``simulate.yaml`` and the config groups.
+
+    The configs are the package data of ``torchroute.configs`` (the repository's
+    ``configs/`` folder), found the same way in an editable and in a regular install.
+    """
+    return Path(str(importlib.resources.files("torchroute.configs")))
 
 
 def compose_config(
@@ -49,11 +50,42 @@ def compose_config(
         return compose(config_name=name, overrides=list(overrides))
 
 
+def _compose(args: argparse.Namespace) -> DictConfig | None:
+    """The command's config from its overrides; ``None`` when ``--cfg`` printed it.
+
+    An override naming no group option or key fails with the closest name
+    ("did you mean ...").
+    """
+    from omegaconf import OmegaConf
+
+    from torchroute.cli_help import diagnose, primary_config
+
+    directory = Path(args.config_dir) if args.config_dir else config_dir()
+    try:
+        cfg = compose_config(primary_config(args.command), args.overrides, directory)
+    except Exception as exc:
+        hint = diagnose(
+            args.command,
+            args.overrides,
+            directory,
+            lambda name, overrides: compose_config(name, overrides, directory),
+        )
+        if hint is None:
+            raise
+        raise ValueError(hint) from exc
+    if args.cfg:
+        print(OmegaConf.to_yaml(cfg), end="")
+        return None
+    return cfg
+
+
 def _simulate(args: argparse.Namespace) -> None:
     from torchroute.experiment import run_config
     from torchroute.report import write_report
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     results = run_config(cfg)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
@@ -65,7 +97,9 @@ def _simulate(args: argparse.Namespace) -> None:
 def _gap(args: argparse.Namespace) -> None:
     from torchroute.gap import relative_improvements, run_gap
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     frame = run_gap(cfg)
     print(f"wrote {Path(cfg.out_dir) / 'gap.csv'}")
     print(relative_improvements(frame).to_string(index=False))
@@ -74,7 +108,9 @@ def _gap(args: argparse.Namespace) -> None:
 def _sweep(args: argparse.Namespace) -> None:
     from torchroute.sweep import chosen_markdown, run_sweep
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     frame = run_sweep(cfg)
     print(f"wrote {Path(cfg.out_dir) / 'sweep_results.csv'} and chosen.md")
     print(chosen_markdown(frame))
@@ -89,7 +125,9 @@ def _report(args: argparse.Namespace) -> None:
 def _pretrain(args: argparse.Namespace) -> None:
     from torchroute.trainers.pretrain import run_pretrain
 
-    cfg = compose_config("pretrain", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     metrics = run_pretrain(cfg)
     for key, value in metrics.items():
         print(f"{key}: {value}")
@@ -121,21 +159,67 @@ def _serve(args: argparse.Namespace) -> None:
     uvicorn.run(create_app(router), host=args.host, port=args.port, log_level="info")
 
 
+class _ConfigParser(argparse.ArgumentParser):
+    """A subcommand's parser whose help ends with the config groups, presets and keys."""
+
+    config_command: str | None = None
+
+    def format_help(self) -> str:
+        """The usage and options, then (read from the config folder) the configs."""
+        if self.config_command and self.epilog is None:
+            from torchroute.cli_help import config_help
+
+            self.epilog = config_help(self.config_command, config_dir())
+        return super().format_help()
+
+
+_EXAMPLES = """\
+examples:
+  torchroute simulate rounds=200 seeds=[0] '~logger'      the built-in benchmark, no wandb
+  torchroute simulate experiment=cabs_table2 --cfg        print a preset's config
+  torchroute report outputs/simulate                      tables and plots of a run
+  torchroute simulate --help                              groups, presets, keys, overrides
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
-    parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="torchroute",
+        description="Online model routing with contextual bandits, batched over trials.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="<command>", parser_class=_ConfigParser
+    )
     for name, func, help_ in [
-        ("simulate", _simulate, "run an online routing experiment"),
-        ("pretrain", _pretrain, "pre-train oracle heads offline (Lightning)"),
-        ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
+        ("simulate", _simulate, "run an online routing experiment (writes results.csv)"),
         ("sweep", _sweep, "choose hyper-parameters on the val split, evaluate once on test"),
+        ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
+        ("pretrain", _pretrain, "pre-train oracle heads offline with Lightning"),
     ]:
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("overrides", nargs="*", help="key=value config overrides")
+        p = sub.add_parser(
+            name,
+            help=help_,
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.config_command = name
+        p.add_argument(
+            "overrides", nargs="*", help="key=value and group=option overrides (see below)"
+        )
         p.add_argument("--config-dir", default=None, help="folder of YAML configs")
+        p.add_argument(
+            "--cfg",
+            nargs="?",
+            const="job",
+            choices=["job"],
+            default=None,
+            help="print the composed config and exit",
+        )
         p.set_defaults(func=func)
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")

@@ -1,6 +1,6 @@
 """The ``LightningModule`` that pre-trains a :class:`~torchroute.models.MultiHeadOracle`.
 
-Losses (``ALGORITHMS.md`` section 3): L1 or Huber for the accuracy head and the propagation
+Losses (``docs/papers/cabs.md`` (oracles)): L1 or Huber for the accuracy head and the propagation
 head (every arm of each query in turn is the anchor; the loss covers the ``K - 1`` other
 arms), MSE on z-scored costs for the cost head; Adam, lr ``1e-4``. One step function serves
 train, val and test.

@@ -1,6 +1,6 @@
 """Hypentropy mirror descent on symmetric matrices kept as low-rank eigendecompositions.
 
-ALGORITHMS.md section 6 (HPG, paper 000). A model's *mirror iterate* is
+docs/papers/hpg.md (HPG, paper 000). A model's *mirror iterate* is
 ``Theta = U diag(theta) U^T`` with ``U [..., d, k]`` (orthonormal active columns, zero
 inactive ones) and ``theta [..., k]`` (zero where inactive); the policy matrix is
 ``W = U diag(beta sinh theta) U^T`` (same eigenvectors). Every function is batched over

@@ -1,4 +1,4 @@
-"""Hypentropy Policy Gradient (HPG) and its parameter-free variant (ALGORITHMS.md section 6,
+"""Hypentropy Policy Gradient (HPG) and its parameter-free variant (docs/papers/hpg.md,
 paper 000 Algorithm 1 / Section 5.2): log-quadratic policies ``softmax_m(q^T W_m q)`` with
 ``W_m`` kept as a low-rank eigendecomposition in mirror space."""
 

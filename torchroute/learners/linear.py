@@ -84,7 +84,7 @@ class LinUCB(_PerTrialRidge):
     """LinUCB (Li et al. 2010) with one ridge model per arm.
 
     Score ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)``; argmax with random tie-break
-    (``ALGORITHMS.md`` section 2).
+    (``docs/reference/learners.md``).
 
     Args:
         num_trials: ``R``.
@@ -98,7 +98,7 @@ class LinUCB(_PerTrialRidge):
             ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative). See
             :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
 
-    Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
+    Defaults (``docs/reference/learners.md``, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
     ``A_k^{-1} = I / lam``, so its score is ``alpha ||x|| / sqrt(lam)``; for unit-norm
     features plus a bias (``||x|| = sqrt(2)``) that is ``sqrt(2) ~ 1.41``, above every

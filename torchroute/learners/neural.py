@@ -1,4 +1,6 @@
-"""NeuralUCB (Neural-LinUCB form) trained online, batched over trials (``ALGORITHMS.md`` §2).
+"""NeuralUCB (Neural-LinUCB form) trained online, batched over trials.
+
+Specification: ``docs/reference/learners.md``.
 
 Each trial owns an MLP ``f(x, k)`` (:mod:`torchroute.functional.mlp`); the weights of all
 ``R`` trials are stacked ``nn.Parameter`` s ``[R, ...]`` trained by a ``torch.optim``
@@ -28,7 +30,7 @@ class NeuralUCB(Learner):
     """NeuralUCB with last-layer uncertainty (Neural-LinUCB form), trained online.
 
     NeuralUCB (Zhou et al. 2020) in the last-layer form of Neural-LinUCB (Xu et al. 2020), the
-    neural reward model of the CABS paper (``ALGORITHMS.md`` section 2).
+    neural reward model of the CABS paper (``docs/reference/learners.md``).
     ``act`` plays the argmax of ``f(x, k) + nu sqrt(phi^T Z_k^{-1} phi)`` (random tie-break).
     ``update`` adds the observed arms' ``phi phi^T`` to ``Z_k`` (only when ``nu != 0``), stores
     the contexts with their observed rewards in a per-trial replay (``[R, capacity, ...]``,

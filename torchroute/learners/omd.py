@@ -1,4 +1,4 @@
-"""OMD-Approachability (paper 002 Algorithms 1 and 2, ALGORITHMS.md section 7)."""
+"""OMD-Approachability (paper 002 Algorithms 1 and 2, docs/papers/subset.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Softmax routing policies learned by policy gradient: the shared base and the baselines of
-HPG (ALGORITHMS.md section 6): EXP3 (constant class), log-linear REINFORCE and the flattened
+HPG (docs/papers/hpg.md): EXP3 (constant class), log-linear REINFORCE and the flattened
 Euclidean policy gradient on the log-quadratic class."""
 
 from __future__ import annotations

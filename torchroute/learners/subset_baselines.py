@@ -1,4 +1,4 @@
-"""Baselines of multinomial subset routing (paper 002 Section 6.3, ALGORITHMS.md section 7).
+"""Baselines of multinomial subset routing (paper 002 Section 6.3, docs/papers/subset.md).
 
 UCB/TS baselines start with a 10-round round-robin warm-up over the ``K`` experts and
 attribute the whole set reward to every selected expert (the shared-reward heuristic).
