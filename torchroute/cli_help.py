@@ -144,7 +144,7 @@ how overrides work (Hydra syntax, any number, in any order):
   group=option                 pick a group's option: data=routerbench encoder=hf
   experiment=<preset>          a preset (routerbench_oracles)
   +module.<arg>=value          pass a constructor argument the config does not list
-  ~key                         remove a key: ~logger (no wandb)
+  logger.mode=disabled         no wandb run (offline by default)
   --cfg                        print the composed config and exit (nothing runs)"""
 
 

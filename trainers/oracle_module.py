@@ -135,19 +135,24 @@ class OracleModule(L.LightningModule):
         return out["loss"]
 
     def on_train_epoch_start(self) -> None:
+        """Put the encoder in train mode when it is fine-tuned."""
         if self.encoder is not None:  # text encoders are loaded in eval mode
             self.encoder.train()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a train batch (logged)."""
         return self._shared_step(batch, "train")
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a validation batch (logged)."""
         return self._shared_step(batch, "val")
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a test batch (logged)."""
         return self._shared_step(batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Adam over the heads (and the unfrozen encoder layers at ``encoder_lr``)."""
         hp = self.hparams
         groups = [{"params": list(self.oracle.parameters()), "lr": hp.lr}]
         if self.encoder is not None:

@@ -123,10 +123,12 @@ class SingleChoiceEnv(Env):
 
     @property
     def device(self) -> torch.device:
+        """The device of the env's tensors."""
         return self._stream.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the contexts and rewards."""
         return self._features.dtype
 
     def trials(self) -> pd.DataFrame:

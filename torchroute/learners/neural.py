@@ -203,6 +203,11 @@ class NeuralUCB(Learner):
 
     # ----------------------------------------------------------------- bandit interface
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """The arm with the largest ``f(x, k) + nu sqrt(phi^T Z_k^-1 phi)``.
+
+        Returns:
+            One-hot ``probs [R, B, K]`` and ``action [R, B]``.
+        """
         self._check_context(context)
         with torch.no_grad():
             f, bonus = self.predict(context.x)
@@ -217,6 +222,11 @@ class NeuralUCB(Learner):
         feedback: Feedback,
         generator: Source = None,
     ) -> dict[str, Tensor]:
+        """Store the observations, update ``Z_k^-1`` and take the SGD steps on the replay.
+
+        Returns:
+            ``{"loss": [R]}``, the training loss per trial.
+        """
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.w_out.dtype)  # [R, B, d]
@@ -286,6 +296,7 @@ class FullFeedbackNeuralUCB(NeuralUCB):
         super().__init__(num_trials, num_arms, dim, nu=nu, **kwargs)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """NeuralUCB's greedy decision (``nu = 0``), asking to observe every arm."""
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)
