@@ -22,6 +22,7 @@ if grep -i -E "warning|deprecat" "$DIST/build.log"; then
   echo "wheel_smoke: the build printed warnings"; exit 1
 fi
 "$VENV/bin/python" -m pip install -q "$DIST"/torchroute-*.whl
+"$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$DIST"/torchroute-*.whl
 after=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
 if [ "$before" != "$after" ]; then
   echo "wheel_smoke: the build left files in the checkout:"; diff <(echo "$before") <(echo "$after") || true
