@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, func, help_ in [
         ("simulate", _simulate, "run an online routing experiment (writes results.csv)"),
-        ("sweep", _sweep, "choose hyper-parameters on the val split, evaluate once on test"),
+        ("sweep", _sweep, "choose hyper-parameters on val, evaluate once on test"),
         ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
         ("pretrain", _pretrain, "pre-train oracle heads offline with Lightning"),
     ]:
