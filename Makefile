@@ -13,7 +13,7 @@ OUT ?= outputs/$(EXPERIMENT)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test test-all bench mutate lint format clean
+.PHONY: install run test test-all bench mutate lint format docs docs-check wheel-smoke clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,15 @@ mutate: install  ## mutation testing (mutmut) of functional/, metrics.py and lea
 	OMP_NUM_THREADS=1 WANDB_MODE=offline $(VENV)/bin/mutmut run $(MUTANTS)
 	$(VENV)/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
+docs: install  ## the documentation site (MkDocs) into site/, warnings are errors
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-check: install  ## run every code block marked <!-- check --> in README.md and docs/
+	$(PY) tools/check_docs.py
+
+wheel-smoke:  ## build the wheel, install it into a fresh venv, run the first commands elsewhere
+	TORCH_SPEC="$(TORCH_SPEC)" tools/wheel_smoke.sh
+
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
@@ -49,4 +58,4 @@ format: install
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf outputs wandb .cache .pytest_cache
+	rm -rf outputs wandb .cache .pytest_cache site

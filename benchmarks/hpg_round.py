@@ -1,6 +1,6 @@
 """Per-round time of HPG's low-rank mirror step against the dense ``eigh`` path.
 
-Workload (ALGORITHMS.md section 6): ``M = 8`` models, ``R`` trials (``--trials``, default 1
+Workload (docs/papers/hpg.md): ``M = 8`` models, ``R`` trials (``--trials``, default 1
 on the CPU), one query per round. One HPG round = the policy scores ``q^T W_m q`` of every
 model from the low-rank state (``O(d k)``) plus the mirror step of every model
 (:func:`torchroute.functional.hypentropy.mirror_step`: rank-one eigen-update in the span of

@@ -1,6 +1,6 @@
 """Per-instance time of the OMD-Approachability QP: the batched exact solver vs cvxpy.
 
-Workload (ALGORITHMS.md section 7, step 2): the projection of ``y`` onto
+Workload (docs/papers/subset.md, step 2): the projection of ``y`` onto
 ``{q in simplex, q >= gamma, a^T q <= b}`` with ``K = 50``, ``gamma = 1/(10K)``, 200 random
 instances per call (``y`` around the uniform policy, ``a`` uniform in ``[0, 1]``, ``b``
 between the smallest reachable ``a^T q`` and that of the unconstrained projection, so the

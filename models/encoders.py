@@ -178,6 +178,7 @@ class TextEncoder(nn.Module):
         return out
 
     def extra_repr(self) -> str:
+        """The encoder's settings and output width, for ``repr``."""
         return ", ".join(f"{k}={v!r}" for k, v in self.spec.items()) + f", dim={self.dim}"
 
 

@@ -1,6 +1,6 @@
 """Oracle heads on a frozen encoder output, and the :class:`MultiHeadOracle` that bundles them.
 
-``ALGORITHMS.md`` section 3. Every head is a plain ``nn.Module`` on a ``[n, d]`` input; in the
+``docs/papers/cabs.md`` (oracles). Every head is a plain ``nn.Module`` on a ``[n, d]`` input; in the
 :class:`MultiHeadOracle` the :class:`FeatureHead` is the shared trunk (``[n, d_e] -> [n, 128]``)
 and the accuracy, propagation and cost heads read its output, so the bandit features are
 trained by every head's loss.
@@ -39,6 +39,7 @@ class FeatureHead(nn.Module):
         self.net = _mlp(dim_in, hidden, dim_out, dropout)
 
     def forward(self, e: Tensor) -> Tensor:
+        """Bandit features ``phi [n, 128]`` in ``(-1, 1)`` from embeddings ``e [n, d_e]``."""
         return torch.tanh(self.net(e))
 
 
@@ -54,6 +55,7 @@ class AccuracyHead(nn.Module):
         self.net = _mlp(dim_in, hidden, num_arms, dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Per-arm accuracies ``[n, K]`` in ``(0, 1)`` from ``x [n, d_in]``."""
         return torch.sigmoid(self.net(x))
 
 
@@ -73,6 +75,13 @@ class PropagationHead(nn.Module):
         self.net = _mlp(dim_in + num_arms + 1, hidden, num_arms, dropout)
 
     def forward(self, x: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
+        """Predicted accuracy differences ``[n, K]`` from the anchor (0 at the anchor).
+
+        Args:
+            x: ``[n, d_in]`` inputs.
+            anchor: ``[n]`` index of the observed arm.
+            y_anchor: ``[n]`` its observed accuracy.
+        """
         onehot = nn.functional.one_hot(anchor, self.num_arms).to(x.dtype)  # [n, K]
         inp = torch.cat([x, onehot, y_anchor.to(x.dtype)[:, None]], dim=-1)
         return torch.tanh(self.net(inp)) * (1.0 - onehot)
@@ -112,6 +121,7 @@ class CostHead(nn.Module):
         return self.net(x)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Per-arm costs ``[n, K]``, de-normalised and ``>= 0``, from ``x [n, d_in]``."""
         return (self.net(x) * self.std + self.mean).clamp_min(0.0)
 
 

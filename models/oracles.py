@@ -1,4 +1,4 @@
-"""Reward and affinity oracles (``ALGORITHMS.md`` section 3) and the oracle artifact on disk.
+"""Reward and affinity oracles (``docs/papers/cabs.md`` (oracles)) and the oracle artifact on disk.
 
 - :class:`RewardOracle`: surrogate utilities ``s_j = clip(y_i + delta^_j - rho c^_j, 0, 1)``
   for the arms a played arm ``i`` did not reveal, with the IQR pruning switch.
@@ -77,6 +77,18 @@ class RewardOracle(nn.Module):
     def forward(
         self, e: Tensor, anchor: Tensor, y_anchor: Tensor, rho: Tensor
     ) -> tuple[Tensor, Tensor]:
+        """Surrogate utilities of every arm from the played one.
+
+        Args:
+            e: ``[R, B, d_e]`` encoder embeddings.
+            anchor: ``[R, B]`` the played arm.
+            y_anchor: ``[R, B]`` its observed accuracy.
+            rho: ``[R]`` cost sensitivity per trial.
+
+        Returns:
+            ``(s, keep)``: surrogate utilities ``[R, B, K]`` and the mask ``[R, B, K]`` of the
+            arms whose surrogate is used (never the anchor; IQR-pruned when ``prune``).
+        """
         r, b, d = e.shape
         flat = e.reshape(r * b, d)
         delta = self.oracle.propagation(flat, anchor.reshape(-1), y_anchor.reshape(-1))
@@ -106,6 +118,7 @@ class AffinityOracle(nn.Module):
         self.oracle = oracle
 
     def forward(self, e: Tensor) -> Tensor:
+        """Affinities ``R [..., K, K]`` (``-inf`` on the diagonal) from ``e [..., d_e]``."""
         lead, d = e.shape[:-1], e.shape[-1]
         y_bar = self.oracle.accuracy(e.reshape(-1, d))
         return affinity_from_accuracy(y_bar.reshape(*lead, -1))

@@ -1,4 +1,4 @@
-"""The policy-class gap table (ALGORITHMS.md section 6, paper 000 Table 2)."""
+"""The policy-class gap table (docs/papers/hpg.md, paper 000 Table 2)."""
 
 from __future__ import annotations
 

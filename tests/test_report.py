@@ -1,7 +1,7 @@
 """The report: cost regimes, relative regret and the written files, on hand-made frames.
 
 Every expected number below is worked out by hand from the frames built here (the CABS
-regimes of ALGORITHMS.md section 1: low ``rho <= 300``, medium ``300 < rho < 800``, high
+regimes of docs/reference/problem.md: low ``rho <= 300``, medium ``300 < rho < 800``, high
 ``rho >= 800``).
 """
 

@@ -1,4 +1,4 @@
-"""The ``torchroute`` command: ``simulate``, ``report`` and ``pretrain``.
+"""The ``torchroute`` command: simulate, sweep, gap, pretrain, report, data, serve, evaluate.
 
 Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 ``torchroute.configs``) and overridden from the command line::
@@ -10,6 +10,9 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
     torchroute data inspect my_table.csv score_pattern={arm} cost_pattern={arm}_cost
     torchroute serve outputs/default --learner linucb --rho 500 --port 8000
     torchroute evaluate logs=decisions.parquet targets=[squarecb,arm:gpt-4] replay=[linucb]
+
+``torchroute <command> --help`` lists the config groups, presets and keys; ``--cfg`` prints
+the composed config without running anything.
 """
 
 from __future__ import annotations
@@ -22,16 +25,51 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchroute.configs_path import compose_config, config_dir  # noqa: F401 (re-exported)
+from omegaconf import DictConfig
+
+from torchroute.configs_path import compose_config, config_dir
 
 log = logging.getLogger("torchroute")
+
+
+def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -> DictConfig | None:
+    """The command's config from its overrides; ``None`` when ``--cfg`` printed it.
+
+    An override naming no group option or key fails with the closest name
+    ("did you mean ...").
+    """
+    from omegaconf import OmegaConf
+
+    from torchroute.cli_help import diagnose, primary_config
+
+    overrides = list(args.overrides if overrides is None else overrides)
+    directory = Path(args.config_dir) if args.config_dir else config_dir()
+    try:
+        cfg = compose_config(primary_config(args.command), overrides, directory)
+    except Exception as exc:
+        hint = diagnose(
+            args.command,
+            overrides,
+            directory,
+            lambda name, overrides: compose_config(name, overrides, directory),
+        )
+        if hint is None:
+            raise
+        raise ValueError(hint) from exc
+    if args.cfg:
+        print(OmegaConf.to_yaml(cfg), end="")
+        return None
+    return cfg
 
 
 def _simulate(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
     from torchroute.run import RunOptions, run
 
-    opts = RunOptions.from_config(compose_config("simulate", args.overrides, args.config_dir))
+    cfg = _compose(args)
+    if cfg is None:
+        return
+    opts = RunOptions.from_config(cfg)
     results = run(opts)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
@@ -47,7 +85,9 @@ def _simulate(args: argparse.Namespace) -> None:
 def _gap(args: argparse.Namespace) -> None:
     from torchroute.gap import relative_improvements, run_gap
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     frame = run_gap(cfg)
     print(f"wrote {Path(cfg.out_dir) / 'gap.csv'}")
     print(relative_improvements(frame).to_string(index=False))
@@ -56,7 +96,9 @@ def _gap(args: argparse.Namespace) -> None:
 def _sweep(args: argparse.Namespace) -> None:
     from torchroute.sweep import chosen_markdown, run_sweep
 
-    cfg = compose_config("simulate", args.overrides, args.config_dir)
+    cfg = _compose(args)
+    if cfg is None:
+        return
     frame = run_sweep(cfg)
     print(f"wrote {Path(cfg.out_dir) / 'sweep_results.csv'} and chosen.md")
     print(chosen_markdown(frame))
@@ -80,7 +122,9 @@ def _pretrain(args: argparse.Namespace) -> None:
 
     no_logger = [o for o in args.overrides if o.strip().lower() in _NO_LOGGER]
     overrides = [o for o in args.overrides if o not in no_logger]
-    cfg = compose_config("pretrain", overrides, args.config_dir)
+    cfg = _compose(args, overrides)
+    if cfg is None:
+        return
     if no_logger:
         with open_dict(cfg):
             cfg.logger = None
@@ -180,21 +224,67 @@ def one_line(exc: BaseException) -> str:
     return message or type(exc).__name__
 
 
+class _ConfigParser(argparse.ArgumentParser):
+    """A subcommand's parser whose help ends with the config groups, presets and keys."""
+
+    config_command: str | None = None
+
+    def format_help(self) -> str:
+        """The usage and options, then (read from the config folder) the configs."""
+        if self.config_command and self.epilog is None:
+            from torchroute.cli_help import config_help
+
+            self.epilog = config_help(self.config_command, config_dir())
+        return super().format_help()
+
+
+_EXAMPLES = """\
+examples:
+  torchroute simulate rounds=200 seeds=[0] '~logger'      the built-in benchmark, no wandb
+  torchroute simulate experiment=cabs_table2 --cfg        print a preset's config
+  torchroute report outputs/simulate                      tables and plots of a run
+  torchroute simulate --help                              groups, presets, keys, overrides
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``torchroute`` command."""
-    parser = argparse.ArgumentParser(prog="torchroute", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="torchroute",
+        description="Online model routing with contextual bandits, batched over trials.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="<command>", parser_class=_ConfigParser
+    )
     for name, func, help_ in [
-        ("simulate", _simulate, "run an online routing experiment"),
-        ("pretrain", _pretrain, "pre-train oracle heads offline (Lightning)"),
+        ("simulate", _simulate, "run an online routing experiment (writes results.csv)"),
+        ("sweep", _sweep, "choose hyper-parameters on val, evaluate once on test"),
         ("gap", _gap, "policy-class gap table (const/lin/quad) on a routing table"),
-        ("sweep", _sweep, "choose hyper-parameters on the val split, evaluate once on test"),
+        ("pretrain", _pretrain, "pre-train oracle heads offline with Lightning"),
     ]:
-        p = sub.add_parser(name, help=help_)
-        p.add_argument("overrides", nargs="*", help="key=value config overrides")
+        p = sub.add_parser(
+            name,
+            help=help_,
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.config_command = name
+        p.add_argument(
+            "overrides", nargs="*", help="key=value and group=option overrides (see below)"
+        )
         p.add_argument("--config-dir", default=None, help="folder of YAML configs")
+        p.add_argument(
+            "--cfg",
+            nargs="?",
+            const="job",
+            choices=["job"],
+            default=None,
+            help="print the composed config and exit",
+        )
         p.set_defaults(func=func)
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")

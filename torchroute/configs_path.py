@@ -10,14 +10,12 @@ from omegaconf import DictConfig
 
 
 def config_dir() -> Path:
-    """The folder holding ``simulate.yaml`` and the config groups."""
-    try:
-        path = Path(str(importlib.resources.files("torchroute.configs")))
-        if (path / "simulate.yaml").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[1] / "configs"
+    """The folder holding ``simulate.yaml`` and the config groups.
+
+    The configs are the package data of ``torchroute.configs`` (the repository's
+    ``configs/`` folder), found the same way in an editable and in a regular install.
+    """
+    return Path(str(importlib.resources.files("torchroute.configs")))
 
 
 def compose_config(

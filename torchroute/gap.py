@@ -1,4 +1,4 @@
-"""Policy-class gap table (ALGORITHMS.md section 6; paper 000 Table 2) on a routing table.
+"""Policy-class gap table (docs/papers/hpg.md; paper 000 Table 2) on a routing table.
 
 With full information on the train split, fit the best policy of each class by maximising
 ``mean_q sum_m pi(m | q) R_m(q)`` (``R`` = the utility at rho): constant (best single

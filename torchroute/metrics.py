@@ -113,6 +113,7 @@ class RunningMetrics:
         return torch.stack([torch.isfinite(v).all() for v in values]).all()
 
     def state_dict(self) -> dict:
+        """The running sums and the curve so far (tensors), for a checkpoint."""
         rounds, values = self.curve()
         return {
             "sums": self.sums_cpu(),
@@ -130,6 +131,7 @@ class RunningMetrics:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; refuses other curve keys."""
         if list(state["curve_keys"]) != list(self.curve_keys):
             raise ValueError(
                 f"metrics state records curves {state['curve_keys']}, "

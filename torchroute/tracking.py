@@ -116,23 +116,29 @@ def _disable_wandb_telemetry() -> None:
 class Tracker(Protocol):
     """What the loop needs from a tracker."""
 
-    def log(self, metrics: dict[str, float], step: int) -> None: ...
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Log scalar ``metrics`` at round ``step``."""
 
-    def log_table(self, name: str, frame: pd.DataFrame) -> None: ...
+    def log_table(self, name: str, frame: pd.DataFrame) -> None:
+        """Log a table (one row per trial, say) under ``name``."""
 
-    def finish(self) -> None: ...
+    def finish(self) -> None:
+        """Close the run."""
 
 
 class NullTracker:
     """Logs nothing."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        """Do nothing."""
         pass
 
     def log_table(self, name: str, frame: pd.DataFrame) -> None:
+        """Do nothing."""
         pass
 
     def finish(self) -> None:
+        """Do nothing."""
         pass
 
 
@@ -187,10 +193,13 @@ class WandbTracker:
         )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        """Log scalar ``metrics`` at round ``step`` to the wandb run."""
         self.run.log(metrics, step=step)
 
     def log_table(self, name: str, frame: pd.DataFrame) -> None:
+        """Log ``frame`` as a ``wandb.Table`` named ``name``."""
         self.run.log({name: self._wandb.Table(dataframe=frame)})
 
     def finish(self) -> None:
+        """Finish the wandb run."""
         self.run.finish()

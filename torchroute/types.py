@@ -75,10 +75,12 @@ class Context(_TensorContainer):
 
     @property
     def num_trials(self) -> int:
+        """``R``, the leading dimension of ``x``."""
         return self.x.shape[0]
 
     @property
     def batch_size(self) -> int:
+        """``B``, the contexts per round (the second dimension of ``x``)."""
         return self.x.shape[1]
 
 

@@ -119,10 +119,12 @@ class RoutingDataModule(L.LightningDataModule):
         return self.encoder is not None and not self.finetune
 
     def prepare_data(self) -> None:
+        """Embed the table into the cache when needed (once, on rank 0)."""
         if self._needs_encoding():
             embed_table(self.table, self.encoder, self.cache)  # fills the cache (rank 0)
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the embeddings and carve the validation split."""
         if self._embedded is None:
             self._embedded = (
                 embed_table(self.table, self.encoder, self.cache)
@@ -166,10 +168,13 @@ class RoutingDataModule(L.LightningDataModule):
         return batch
 
     def train_dataloader(self) -> DataLoader:
+        """Shuffled batches of the train split."""
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        """Batches of the validation split."""
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
+        """Batches of the test split."""
         return self._loader("test", shuffle=False)

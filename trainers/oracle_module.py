@@ -1,6 +1,6 @@
 """The ``LightningModule`` that pre-trains a :class:`~torchroute.models.MultiHeadOracle`.
 
-Losses (``ALGORITHMS.md`` section 3): L1 or Huber for the accuracy head and the propagation
+Losses (``docs/papers/cabs.md`` (oracles)): L1 or Huber for the accuracy head and the propagation
 head (every arm of each query in turn is the anchor; the loss covers the ``K - 1`` other
 arms), MSE on z-scored costs for the cost head; Adam, lr ``1e-4``. One step function serves
 train, val and test.
@@ -135,19 +135,24 @@ class OracleModule(L.LightningModule):
         return out["loss"]
 
     def on_train_epoch_start(self) -> None:
+        """Put the encoder in train mode when it is fine-tuned."""
         if self.encoder is not None:  # text encoders are loaded in eval mode
             self.encoder.train()
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a train batch (logged)."""
         return self._shared_step(batch, "train")
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a validation batch (logged)."""
         return self._shared_step(batch, "val")
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The summed head losses of a test batch (logged)."""
         return self._shared_step(batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Adam over the heads (and the unfrozen encoder layers at ``encoder_lr``)."""
         hp = self.hparams
         groups = [{"params": list(self.oracle.parameters()), "lr": hp.lr}]
         if self.encoder is not None:

@@ -1,4 +1,4 @@
-"""The low-rank experts simulator (ALGORITHMS.md section 6) and its learners end to end."""
+"""The low-rank experts simulator (docs/papers/hpg.md) and its learners end to end."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """cvxpy / cvxpylayers references for the SquareCB-G program (tests and benchmarks only).
 
-The DPP form of ``ALGORITHMS.md`` section 4: the auxiliary variable ``w = G^T p`` makes
+The DPP form of ``docs/papers/cabs.md`` (CABS-C): the auxiliary variable ``w = G^T p`` makes
 ``quad_over_lin(p_i - 1[i=a], w_i)`` DPP with ``G`` a parameter (same optimum).
 """
 

@@ -1,4 +1,4 @@
-"""The batched SquareCB-G solver against cvxpylayers (ALGORITHMS.md section 4 step 3)."""
+"""The batched SquareCB-G solver against cvxpylayers (docs/papers/cabs.md (CABS-C) step 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hypentropy mirror descent (ALGORITHMS.md section 6) against dense ``eigh`` and bisection."""
+"""Hypentropy mirror descent (docs/papers/hpg.md) against dense ``eigh`` and bisection."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CABS-C / CABS-D (ALGORITHMS.md sections 4-5) against independent references."""
+"""CABS-C / CABS-D (docs/papers/cabs.md) against independent references."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Library defaults that do not stall (issue 10, item 7; ALGORITHMS.md section 2).
+"""Library defaults that do not stall (issue 10, item 7; docs/reference/learners.md).
 
 Every learner config of ``configs/learner/`` (built as ``torchroute simulate`` builds it)
 tries every arm at least once on a 12-arm table where one arm is good, within 200 rounds.

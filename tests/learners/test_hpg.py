@@ -1,5 +1,5 @@
 """HPG, parameter-free HPG and the policy-gradient baselines against dense references
-written here from ALGORITHMS.md section 6 (full ``eigh``, bisection, scalar loops)."""
+written here from docs/papers/hpg.md (full ``eigh``, bisection, scalar loops)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def test_one_batch_of_three_equals_three_single_rounds(name):
 
 
 # ---------------------------------------------------------------------------------------
-# Exact probabilities of SquareCB and epsilon-greedy for a known theta (ALGORITHMS.md s. 2),
+# Exact probabilities of SquareCB and epsilon-greedy for a known theta (docs/reference/learners.md),
 # computed with exact rational arithmetic (fractions), independently of the library.
 
 
@@ -332,7 +332,7 @@ def test_epsilon_greedy_floor_lifts_a_small_eps_by_hand():
 
 
 def test_epsilon_greedy_defaults_are_the_spec_values():
-    """eps0 = 0.5, decay = 1e-3, eps_min = 0.01, eps_floor = 1e-3 (ALGORITHMS.md s. 2): at
+    """eps0 = 0.5, decay = 1e-3, eps_min = 0.01, eps_floor = 1e-3 (docs/reference/learners.md): at
     t = 1000, eps = 0.5 / 2 = 1/4; at t = 10^6, 0.5 / 1001 < 0.01 so eps = 0.01 and the
     off-greedy arms of K = 3 hold 1/300 > 1e-3 (no floor mix)."""
     learner = EpsilonGreedy(2, 3, 2).to(F64)

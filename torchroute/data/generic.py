@@ -173,6 +173,7 @@ def model_costs(
 
 
 def is_numeric(series: pd.Series) -> bool:
+    """Whether a column holds numbers (booleans excluded)."""
     return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
 
 

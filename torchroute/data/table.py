@@ -155,10 +155,12 @@ class RoutingTable:
     # ------------------------------------------------------------------ views
     @property
     def num_queries(self) -> int:
+        """``n``, the number of queries."""
         return self.scores.shape[0]
 
     @property
     def num_arms(self) -> int:
+        """``K``, the number of arms."""
         return self.scores.shape[1]
 
     def rows(self, split: str | Sequence[str]) -> np.ndarray:

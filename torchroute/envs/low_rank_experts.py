@@ -1,4 +1,4 @@
-"""The low-rank experts simulator of HPG (ALGORITHMS.md section 6; paper 000 Section 2).
+"""The low-rank experts simulator of HPG (docs/papers/hpg.md; paper 000 Section 2).
 
 Queries ``q in R^d`` (unit norm) come from a mixture of clusters (or adversarial blocks of
 one cluster) in an ``L``-dimensional latent space embedded in ``R^d`` by a random

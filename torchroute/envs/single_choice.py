@@ -22,7 +22,7 @@ class SingleChoiceEnv(Env):
 
     Trial ``r`` sees the split in its own random order (a permutation drawn from
     ``seeds[r]``) with its own cost sensitivity ``rho[r]``. The utility of arm ``k`` on a
-    query is ``clip(Y - rho C, 0, 1)`` (ALGORITHMS.md section 1). The env reveals the
+    query is ``clip(Y - rho C, 0, 1)`` (docs/reference/problem.md). The env reveals the
     played arm, the arms of ``Decision.observe``, or every arm with ``feedback="full"``.
 
     Args:
@@ -123,10 +123,12 @@ class SingleChoiceEnv(Env):
 
     @property
     def device(self) -> torch.device:
+        """The device of the env's tensors."""
         return self._stream.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the contexts and rewards."""
         return self._features.dtype
 
     def trials(self) -> pd.DataFrame:

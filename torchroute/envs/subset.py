@@ -1,6 +1,6 @@
 """Multinomial subset routing with sum-max rewards and long-run cost constraints (paper 002).
 
-ALGORITHMS.md section 7. Per round each trial's learner draws ``M`` experts i.i.d. from its
+docs/papers/subset.md. Per round each trial's learner draws ``M`` experts i.i.d. from its
 distribution (``Decision.action [R, 1, M]``); the routed subset is the set of distinct
 draws; the reward ``r_t(A) = sum_n max_{i in A} V^(t)[n, i]`` is the only feedback
 (``Feedback.set_reward``); the realised cost is ``l_t = sum_{i in A} c_i``. The target is
@@ -36,7 +36,7 @@ FEASIBLE_TOL = 1e-9
 
 @dataclass(frozen=True)
 class SubsetProblem(Problem):
-    """A :class:`Problem` plus what subset learners know up front (ALGORITHMS.md section 7).
+    """A :class:`Problem` plus what subset learners know up front (docs/papers/subset.md).
 
     Attributes:
         draws: ``M``.
@@ -59,7 +59,7 @@ class SubsetProblem(Problem):
 def check_subset_inputs(
     who: str, values: Tensor, costs: Tensor, lower: Tensor, upper: Tensor, draws: int
 ) -> None:
-    """One-line errors for the bad inputs of ALGORITHMS.md section 7 (names the field)."""
+    """One-line errors for the bad inputs of docs/papers/subset.md (names the field)."""
     r, k = values.shape[0], values.shape[-1]
     if not bool(torch.isfinite(values).all()):
         raise ValueError(f"{who}: facet values must be finite, got NaN/inf")

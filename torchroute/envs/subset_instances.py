@@ -1,6 +1,6 @@
 """Subset-routing instances: TREC 2010 crowdsourcing teams and best-of-M LLM routing.
 
-ALGORITHMS.md section 7 ("TREC 2010 crowdsourcing instance", paper 002 Section 6.1 and
+docs/papers/subset.md ("TREC 2010 crowdsourcing instance", paper 002 Section 6.1 and
 Table 1) and the best-of-M routing of a query to up to ``M`` LLMs on a routing table.
 """
 
@@ -97,7 +97,7 @@ def trec_subset_env(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> SubsetEnv:
-    """The TREC 2010 crowdsourcing team-formation env (ALGORITHMS.md section 7).
+    """The TREC 2010 crowdsourcing team-formation env (docs/papers/subset.md).
 
     Trials: every (kind, constraint, seed). ``stochastic``: ``V^(t) ~ Beta(kappa V_base,
     kappa (1 - V_base))``; ``regime``: the same noise, and in each of ``num_blocks`` blocks

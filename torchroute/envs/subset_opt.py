@@ -1,6 +1,6 @@
 """The benchmark ``OPT`` of multinomial subset routing, solved with cvxpy (set-up only).
 
-ALGORITHMS.md section 7, paper 002 eq. (3): ``max_q sum_p w_p Phi_p(q)`` over the safe set
+docs/papers/subset.md, paper 002 eq. (3): ``max_q sum_p w_p Phi_p(q)`` over the safe set
 ``{q in simplex, q >= gamma, C q in S}``, with the closed form of
 :func:`torchroute.functional.subset.expected_sum_max` (concave: a sum of
 ``1 - (1 - Q_j)^M`` terms with ``Q_j`` linear in ``q``).

@@ -1,4 +1,4 @@
-"""Best-of-M LLM routing on a routing table (ALGORITHMS.md section 7, ``N = 1``).
+"""Best-of-M LLM routing on a routing table (docs/papers/subset.md, ``N = 1``).
 
 A query goes to up to ``M`` models (``M`` draws, the distinct ones are called and all paid);
 the reward is the best score among them (``V^(t) = facets[t]`` when the table has facets,

@@ -1,7 +1,7 @@
 """The SquareCB-G program (CABS Theorem D.1; Zhang et al. 2023), solved exactly and batched.
 
 Minimise over the simplex ``V(p) = p.f + max_a [(1/gamma) sum_i (p_i - 1[i=a])^2 / (G^T p)_i
-- f_a]`` (``ALGORITHMS.md`` section 4 step 3). ``V`` is invariant to shifting ``f`` and
+- f_a]`` (``docs/papers/cabs.md`` (CABS-C) step 3). ``V`` is invariant to shifting ``f`` and
 ``V(p; s f, gamma / s) = s V(p; f, gamma)``, so the solver works on the scaled losses
 ``f' = gamma (f - min f)`` with ``gamma' = 1`` (value ``V' = gamma V``).
 
@@ -131,7 +131,7 @@ def graph_squarecb_probs(
     """Minimiser of the SquareCB-G program over the simplex, batched (CABS Theorem D.1).
 
     ``argmin_p p.f + max_a [(1/gamma) sum_i (p_i - 1[i=a])^2 / (G^T p)_i - f_a]``, i.e. the
-    convex program of ``ALGORITHMS.md`` section 4 step 3 with ``z`` the inner max.
+    convex program of ``docs/papers/cabs.md`` (CABS-C) step 3 with ``z`` the inner max.
 
     Each instance stops once its certificate ``V(p) - V* <= tol * max(1, |V(p)|)`` holds
     (module docstring), or after ``max_iter`` interior-point iterations (about 10-20 are

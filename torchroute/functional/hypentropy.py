@@ -1,6 +1,6 @@
 """Hypentropy mirror descent on symmetric matrices kept as low-rank eigendecompositions.
 
-ALGORITHMS.md section 6 (HPG, paper 000). A model's *mirror iterate* is
+docs/papers/hpg.md (HPG, paper 000). A model's *mirror iterate* is
 ``Theta = U diag(theta) U^T`` with ``U [..., d, k]`` (orthonormal active columns, zero
 inactive ones) and ``theta [..., k]`` (zero where inactive); the policy matrix is
 ``W = U diag(beta sinh theta) U^T`` (same eigenvectors). Every function is batched over
@@ -46,7 +46,7 @@ def _expand(beta: Tensor | float, like: Tensor) -> Tensor | float:
 def low_rank_eig_update(
     U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Eigendecomposition of ``U diag(theta) U^T + sum_j c_j q_j q_j^T`` (section 6 step 2).
+    """Eigendecomposition of ``U diag(theta) U^T + sum_j c_j q_j q_j^T`` (HPG mirror step 2).
 
     The updated matrix lives in the span of ``[U, Q_perp]`` with ``Q_perp`` an orthonormal
     basis of the part of the ``q_j`` orthogonal to ``U`` (classical Gram-Schmidt twice,
@@ -96,7 +96,7 @@ def low_rank_eig_update(
 def rank_one_eig_update(
     U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Eigendecomposition of ``U diag(theta) U^T + c q q^T`` (section 6 step 2).
+    """Eigendecomposition of ``U diag(theta) U^T + c q q^T`` (HPG mirror step 2).
 
     Args:
         U: ``[..., d, k]``; theta, mask: ``[..., k]``; q: ``[..., d]``; c: ``[...]``.
@@ -151,7 +151,7 @@ def compact(
     """Keep the ``capacity`` largest ``|theta|`` slots (static shapes).
 
     Exact whenever at most ``capacity`` slots are active; otherwise it is the top-``k``
-    truncation of section 6 (an approximation), and ``dropped`` counts the lost slots.
+    truncation of docs/papers/hpg.md (an approximation), and ``dropped`` counts the lost slots.
 
     Args:
         U: ``[..., d, k]``; theta, mask: ``[..., k]`` with ``k >= capacity``.

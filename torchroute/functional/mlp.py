@@ -4,7 +4,7 @@ Each trial owns an MLP ``f(x, k)``: a ReLU trunk of width ``h`` whose output is 
 feature ``phi(x)``, then one linear output per arm. The weights of all ``R`` trials are stacked
 (``w [R, d_in, d_out]``, ``b [R, d_out]``) and applied with :func:`torch.baddbmm`, so one
 forward pass serves every trial without a Python loop, and the gradient of a loss summed over
-trials gives each trial exactly its own gradient (``ALGORITHMS.md`` section 2).
+trials gives each trial exactly its own gradient (``docs/reference/learners.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Oracle math (``ALGORITHMS.md`` section 3): surrogate utilities, IQR pruning, feedback graphs.
+"""Oracle math (``docs/papers/cabs.md``): surrogate utilities, IQR pruning, feedback graphs.
 
 Pure tensor functions; :class:`torchroute.models.RewardOracle` and
 :class:`torchroute.models.AffinityOracle` are thin modules that feed them the outputs of the

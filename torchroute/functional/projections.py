@@ -1,6 +1,6 @@
 """Exact batched projections and the safe surrogate set of OMD-Approachability.
 
-ALGORITHMS.md section 7 (paper 002, Algorithm 1, the proximal QP (6)): the primal step is
+docs/papers/subset.md (paper 002, Algorithm 1, the proximal QP (6)): the primal step is
 the Euclidean projection of ``y = q + g / eta`` onto
 ``{q in simplex, q >= gamma, a^T q <= b}``. Every function works over any leading dims
 ``[...]`` and never synchronises with the host.
@@ -52,7 +52,7 @@ def project_capped_simplex_halfspace(
 
     KKT: ``q(lam) = Proj_{simplex, q >= gamma}(y - lam a)`` with ``lam >= 0``;
     ``s(lam) = a^T q(lam) - b`` is non-increasing and piecewise linear in ``lam``
-    (ALGORITHMS.md section 7, step 2). ``lam = 0`` when ``q(0)`` is feasible. Otherwise the
+    (docs/papers/subset.md, step 2). ``lam = 0`` when ``q(0)`` is feasible. Otherwise the
     constraint is active and, for a fixed support ``S = {i : q_i > gamma}``, ``sum q = 1``
     and ``a^T q = b`` are two linear equations in the threshold ``tau`` and ``lam``: an
     active-set Newton iteration solves them and recomputes ``S`` until it no longer
@@ -158,7 +158,7 @@ def _bisection_halfspace(y: Tensor, gamma: Tensor, a: Tensor, b: Tensor, iters: 
 
 
 def safe_box(lower: Tensor, upper: Tensor, draws: int, cost_max: Tensor) -> tuple[Tensor, Tensor]:
-    """The safe surrogate box ``S = prod_j S^(j)`` of ALGORITHMS.md section 7.
+    """The safe surrogate box ``S = prod_j S^(j)`` of docs/papers/subset.md.
 
     ``S^(j) = [0, u_j / M]`` for an upper bound, ``[l_j, c_bar_j]`` for a lower bound,
     ``[l_j, u_j / M]`` for both, ``[0, c_bar_j]`` for none (``+-inf`` marks no bound).

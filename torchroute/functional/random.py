@@ -120,10 +120,12 @@ class TrialRNG:
 
     @property
     def num_trials(self) -> int:
+        """``R``, the number of trial streams."""
         return self.keys.numel()
 
     @property
     def device(self) -> torch.device:
+        """The device of the trial keys (and of every draw)."""
         return self.keys.device
 
     def select(self, index: Tensor | list[int]) -> TrialRNG:

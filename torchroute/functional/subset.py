@@ -1,6 +1,6 @@
 """Batched math of multinomial subset routing with sum-max rewards (paper 002).
 
-ALGORITHMS.md section 7: ``M`` i.i.d. draws from ``q``; the routed subset is the set of
+docs/papers/subset.md: ``M`` i.i.d. draws from ``q``; the routed subset is the set of
 distinct draws; the reward is ``r(A) = sum_n max_{i in A} V[n, i]``.
 """
 

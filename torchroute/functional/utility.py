@@ -1,4 +1,4 @@
-"""The cost-aware utility of a routing decision (``ALGORITHMS.md`` section 1)."""
+"""The cost-aware utility of a routing decision (``docs/reference/problem.md``)."""
 
 from __future__ import annotations
 

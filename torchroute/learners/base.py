@@ -136,6 +136,7 @@ class FixedPolicy(Learner):
         feedback: Feedback,
         generator: Source = None,
     ) -> dict[str, Tensor]:
+        """Validate the feedback and count the round; nothing is learnt. Returns ``{}``."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         self._tick(context)

@@ -1,4 +1,4 @@
-"""CABS-C (CABS Algorithm 1; ``ALGORITHMS.md`` section 4): SquareCB-G with oracle surrogates.
+"""CABS-C (CABS Algorithm 1; ``docs/papers/cabs.md`` (CABS-C)): SquareCB-G with oracle surrogates.
 
 The learner draws a feedback graph from the affinity oracle, plays the solution of the
 SquareCB-G program (:func:`~torchroute.functional.graph_program.graph_squarecb_probs`) on
@@ -45,7 +45,7 @@ def make_solver(
     lam: float,
     neural: dict[str, Any] | None = None,
 ) -> Learner:
-    """The regression solver RS (``ALGORITHMS.md`` section 2): per-arm ridge or NeuralUCB MLPs.
+    """The regression solver RS (``docs/reference/learners.md``): per-arm ridge or NeuralUCB MLPs.
 
     ``neural`` holds :class:`NeuralUCB` arguments (``hidden``, ``lr``, ...); its ``lam`` is
     the ``lambda`` of ``Z_k`` (unused here, ``nu = 0``).
@@ -87,7 +87,7 @@ def check_oracle(problem: Problem, oracle: nn.Module | None, who: str) -> nn.Mod
 class CABSC(Learner):
     """CABS-C: SquareCB-G with oracle feedback graphs and surrogate rewards (CABS Alg. 1).
 
-    Per round (``ALGORITHMS.md`` section 4): ``A = Bernoulli(sigmoid((1 - AO(e)) / 2))``,
+    Per round (``docs/papers/cabs.md`` (CABS-C)): ``A = Bernoulli(sigmoid((1 - AO(e)) / 2))``,
     ``p = argmin V(p; 1 - r^, A, gamma)`` floored at ``eps_floor``, ``i ~ p``; after the
     played arm's reward ``r`` and score ``y`` are observed, surrogates
     ``s_j = RO(e, i, y)`` for ``j in N = {j : A[i, j]}``, ``j != i``, kept by the IQR rule

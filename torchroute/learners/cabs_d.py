@@ -1,4 +1,4 @@
-"""CABS-D (CABS Algorithm 2; ``ALGORITHMS.md`` section 5) and the neural SquareCB expert.
+"""CABS-D (CABS Algorithm 2; ``docs/papers/cabs.md`` (CABS-D)) and the neural SquareCB expert.
 
 CABS-D mixes two experts, SquareCB on bandit feedback and CABS-C, with exponential weights
 over meta-copies ``(m, g)`` on the geometric grid ``gamma^(g) = 2^(g-1) / T``,

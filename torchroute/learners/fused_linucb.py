@@ -4,7 +4,7 @@
 (:mod:`torchroute.functional.ridge_kernel`), arms still at their prior scored without
 reading ``A^{-1}``; the same decisions and state as the eager path up to rounding (the
 kernels sum in another order), and the tie-break draws the same random numbers. Untried
-arms tie exactly here and the tie-break picks one at random (``ALGORITHMS.md`` section 2);
+arms tie exactly here and the tie-break picks one at random (``docs/reference/learners.md``);
 the eager ``bmm`` may give some of them a width an ulp smaller (float32, ``d = 128``: the last
 3 of 11 arms), which then decides the first rounds instead.
 ``kernel="fused_fp16"`` also keeps a float16 copy of ``lambda A^{-1}`` for the widths (float32

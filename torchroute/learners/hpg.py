@@ -1,4 +1,4 @@
-"""Hypentropy Policy Gradient (HPG) and its parameter-free variant (ALGORITHMS.md section 6,
+"""Hypentropy Policy Gradient (HPG) and its parameter-free variant (docs/papers/hpg.md,
 paper 000 Algorithm 1 / Section 5.2): log-quadratic policies ``softmax_m(q^T W_m q)`` with
 ``W_m`` kept as a low-rank eigendecomposition in mirror space."""
 
@@ -70,7 +70,7 @@ class _LowRankQuadPolicy(SoftmaxPolicy):
 
 
 class HPG(_LowRankQuadPolicy):
-    """Hypentropy Policy Gradient (section 6): one mirror step per round for every model.
+    """Hypentropy Policy Gradient (docs/papers/hpg.md): one mirror step per round for every model.
 
     ``c_m = eta r (1[m = m_t] - pi_m)``; ``Theta_m <- Proj(Theta_m + c_m q q^T)`` with the
     hypentropy projection onto ``||W_m||_* <= tau``. Each round costs ``O(M (d k^2 + k^3))``.

@@ -84,7 +84,7 @@ class LinUCB(_PerTrialRidge):
     """LinUCB (Li et al. 2010) with one ridge model per arm.
 
     Score ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)``; argmax with random tie-break
-    (``ALGORITHMS.md`` section 2).
+    (``docs/reference/learners.md``).
 
     Args:
         num_trials: ``R``.
@@ -98,7 +98,7 @@ class LinUCB(_PerTrialRidge):
             ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative). See
             :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
 
-    Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
+    Defaults (``docs/reference/learners.md``, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
     ``A_k^{-1} = I / lam``, so its score is ``alpha ||x|| / sqrt(lam)``; for unit-norm
     features plus a bias (``||x|| = sqrt(2)``) that is ``sqrt(2) ~ 1.41``, above every
@@ -127,6 +127,15 @@ class LinUCB(_PerTrialRidge):
         self.kernel = check_kernel(type(self).__name__, kernel)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """The arm with the largest upper confidence bound per context.
+
+        Args:
+            context: ``x [R, B, d]``.
+            generator: draws for the random tie-breaks.
+
+        Returns:
+            One-hot ``probs [R, B, K]`` and ``action [R, B]``.
+        """
         if self.kernel != "torch":
             return fused_act(self, context, generator)
         self._check_context(context)
@@ -140,6 +149,17 @@ class LinUCB(_PerTrialRidge):
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
+        """Sherman–Morrison updates of the observed arms' ridge statistics.
+
+        Args:
+            context: ``x [R, B, d]``.
+            decision: the decision of ``act``.
+            feedback: ``reward [R, B, K]`` and ``observed [R, B, K]``.
+            generator: unused.
+
+        Returns:
+            ``{}``.
+        """
         if self.kernel != "torch":
             return fused_update(self, context, decision, feedback, generator)
         return super().update(context, decision, feedback, generator)
@@ -164,6 +184,7 @@ class FullFeedbackLinUCB(LinUCB):
         super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """LinUCB's greedy decision (``alpha = 0``), asking to observe every arm."""
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)
@@ -201,6 +222,7 @@ class LinTS(_PerTrialRidge):
         self._per_trial("v", v, ge=0)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """The argmax of one posterior draw per arm: ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         mean = ridge_predict(self.theta, x)  # [R, B, K]
@@ -252,6 +274,11 @@ class EpsilonGreedy(_PerTrialRidge):
         self.decay, self.eps_min, self.eps_floor = decay, eps_min, eps_floor
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """Greedy with probability ``1 - eps_t``, else uniform.
+
+        Returns:
+            ``probs [R, B, K]`` and ``action [R, B]``.
+        """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
@@ -299,6 +326,11 @@ class SquareCB(_PerTrialRidge):
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """Inverse-gap weighting of the ridge predictions, floored.
+
+        Returns:
+            ``probs [R, B, K]`` and ``action [R, B]``.
+        """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         probs = squarecb_probs(ridge_predict(self.theta, x), self.gamma, self.mu)

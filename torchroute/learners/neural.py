@@ -1,4 +1,6 @@
-"""NeuralUCB (Neural-LinUCB form) trained online, batched over trials (``ALGORITHMS.md`` §2).
+"""NeuralUCB (Neural-LinUCB form) trained online, batched over trials.
+
+Specification: ``docs/reference/learners.md``.
 
 Each trial owns an MLP ``f(x, k)`` (:mod:`torchroute.functional.mlp`); the weights of all
 ``R`` trials are stacked ``nn.Parameter`` s ``[R, ...]`` trained by a ``torch.optim``
@@ -28,7 +30,7 @@ class NeuralUCB(Learner):
     """NeuralUCB with last-layer uncertainty (Neural-LinUCB form), trained online.
 
     NeuralUCB (Zhou et al. 2020) in the last-layer form of Neural-LinUCB (Xu et al. 2020), the
-    neural reward model of the CABS paper (``ALGORITHMS.md`` section 2).
+    neural reward model of the CABS paper (``docs/reference/learners.md``).
     ``act`` plays the argmax of ``f(x, k) + nu sqrt(phi^T Z_k^{-1} phi)`` (random tie-break).
     ``update`` adds the observed arms' ``phi phi^T`` to ``Z_k`` (only when ``nu != 0``), stores
     the contexts with their observed rewards in a per-trial replay (``[R, capacity, ...]``,
@@ -201,6 +203,11 @@ class NeuralUCB(Learner):
 
     # ----------------------------------------------------------------- bandit interface
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """The arm with the largest ``f(x, k) + nu sqrt(phi^T Z_k^-1 phi)``.
+
+        Returns:
+            One-hot ``probs [R, B, K]`` and ``action [R, B]``.
+        """
         self._check_context(context)
         with torch.no_grad():
             f, bonus = self.predict(context.x)
@@ -215,6 +222,11 @@ class NeuralUCB(Learner):
         feedback: Feedback,
         generator: Source = None,
     ) -> dict[str, Tensor]:
+        """Store the observations, update ``Z_k^-1`` and take the SGD steps on the replay.
+
+        Returns:
+            ``{"loss": [R]}``, the training loss per trial.
+        """
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.w_out.dtype)  # [R, B, d]
@@ -284,6 +296,7 @@ class FullFeedbackNeuralUCB(NeuralUCB):
         super().__init__(num_trials, num_arms, dim, nu=nu, **kwargs)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """NeuralUCB's greedy decision (``nu = 0``), asking to observe every arm."""
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)

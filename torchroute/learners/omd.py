@@ -1,4 +1,4 @@
-"""OMD-Approachability (paper 002 Algorithms 1 and 2, ALGORITHMS.md section 7)."""
+"""OMD-Approachability (paper 002 Algorithms 1 and 2, docs/papers/subset.md)."""
 
 from __future__ import annotations
 
@@ -93,16 +93,24 @@ class OMDApproachability(_ApproachabilityBase):
         self._pending = 0  # rounds accumulated in grad_sum (saved as extra state)
 
     def get_extra_state(self) -> dict:
+        """The rounds accumulated towards the next QP (saved in checkpoints)."""
         return {"pending": self._pending}
 
     def set_extra_state(self, state: dict) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
         self._pending = int(state["pending"])
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """``M`` i.i.d. draws from ``q [R, K]``: the decision of every trial."""
         self._check_context(context)
         return self._decide(self.q, draw_multiset(self.q, self.draws, generator))
 
     def update(self, context, decision: Decision, feedback: Feedback, generator=None):
+        """Accumulate the gradient estimate and step the dual; the primal QP every ``update_every``.
+
+        Returns:
+            ``{}``.
+        """
         reward, counts, _ = self._feedback(context, decision, feedback)
         base = self.reward_mean if self.baseline else torch.zeros_like(reward)
         self.grad_sum += (reward - base)[:, None] / self.q * counts
@@ -157,6 +165,7 @@ class ContextualOMDApproachability(_ApproachabilityBase):
 
     @classmethod
     def from_problem(cls, problem, **hparams):
+        """Build from a :class:`~torchroute.types.Problem`, one context per feature (``X = d``)."""
         return super().from_problem(problem, num_contexts=problem.dim, **hparams)
 
     def _step(self, context: Context) -> tuple[Tensor, Tensor, Tensor]:
@@ -173,11 +182,13 @@ class ContextualOMDApproachability(_ApproachabilityBase):
         return ctx, q_new, w_new
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """``M`` draws from the iterate of each trial's context (one-hot ``x [R, 1, X]``)."""
         self._check_context(context)
         _, q_new, _ = self._step(context)
         return self._decide(q_new, draw_multiset(q_new, self.draws, generator))
 
     def update(self, context, decision: Decision, feedback: Feedback, generator=None):
+        """Step the visited context's iterate and the shared dual. Returns ``{}``."""
         reward, counts, _ = self._feedback(context, decision, feedback)
         ctx, q_new, w_new = self._step(context)
         rows = torch.arange(self.num_trials, device=ctx.device)

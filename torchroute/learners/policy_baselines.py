@@ -1,5 +1,5 @@
 """Softmax routing policies learned by policy gradient: the shared base and the baselines of
-HPG (ALGORITHMS.md section 6): EXP3 (constant class), log-linear REINFORCE and the flattened
+HPG (docs/papers/hpg.md): EXP3 (constant class), log-linear REINFORCE and the flattened
 Euclidean policy gradient on the log-quadratic class."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class LogLinearPG(SoftmaxPolicy):
     """Log-linear policy ``softmax_m(theta_m^T q)`` by REINFORCE with a natural-gradient step.
 
     The REINFORCE gradient of one context is ``g = r (e_{m_t} - pi) (x) q`` (``G = -g``).
-    ``step="npg"`` (default) is the KL / entropic step of section 6 (NPG, Kakade 2001; NPG is
+    ``step="npg"`` (default) is the KL / entropic step (docs/papers/hpg.md; NPG, Kakade 2001; NPG is
     mirror descent with a KL regulariser on the policy, Geist et al. 2019): precondition
     ``g`` by the pseudo-inverse of the policy's Fisher information at the query,
     ``F_q = (diag(pi) - pi pi^T) (x) q q^T``. Its minimum-norm solution is
@@ -225,7 +225,7 @@ class EuclideanQuadPG(SoftmaxPolicy):
     """Flattened Euclidean policy gradient on the log-quadratic class (dense ``W_m``).
 
     ``W_m <- Proj_{||.||_F <= tau}(W_m + eta sum_b r (1[m = m_t] - pi_m) q q^T)``: what
-    HPG's hypentropy buys is measured against this (section 6 baselines).
+    HPG's hypentropy buys is measured against this (docs/papers/hpg.md, baselines).
 
     Args:
         num_trials, num_arms, dim: ``R``, ``K``, ``d``.

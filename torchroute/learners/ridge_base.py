@@ -27,7 +27,7 @@ class RidgeLearner(Learner):
         lam: ridge regulariser ``lambda``. The default 1 (Li et al.'s ``A_k = I``) keeps an
             untried arm's uncertainty ``||x|| / sqrt(lam)`` above the reward range for
             unit-norm features plus a bias; the CABS experiments use 10, which their
-            presets set explicitly (``ALGORITHMS.md`` section 2).
+            presets set explicitly (``docs/reference/learners.md``).
     """
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0) -> None:

@@ -20,6 +20,7 @@ class RandomRouter(FixedPolicy):
     """
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """A uniformly random arm per context: ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
         r, b = context.x.shape[:2]
         probs = context.x.new_full((r, b, self.num_arms), 1.0 / self.num_arms)
@@ -55,6 +56,7 @@ class BestSingleArm(FixedPolicy):
         return cls(problem.num_trials, problem.num_arms, problem.train_mean_utility(cls.__name__))
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """Each trial's fixed arm: one-hot ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
         action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)

@@ -124,6 +124,7 @@ class RegressorRouter(_StaticRouter):
         return cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        """Predicted ``(scores, costs)``, each ``[R, B, K]``, from the oracle heads."""
         if self.oracle is None:
             if context.index is None:
                 raise ValueError(
@@ -228,5 +229,6 @@ class KNNRouter(_StaticRouter):
         return sim.topk(self.k, dim=-1).indices
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        """Mean ``(scores, costs)`` ``[R, B, K]`` of the ``k`` nearest train queries."""
         idx = self.neighbours(context)  # [R, B, k]
         return self.train_scores[idx].mean(-2), self.train_costs[idx].mean(-2)

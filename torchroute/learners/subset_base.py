@@ -1,4 +1,4 @@
-"""Shared pieces of the subset-routing learners (paper 002, ALGORITHMS.md section 7)."""
+"""Shared pieces of the subset-routing learners (paper 002, docs/papers/subset.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Baselines of multinomial subset routing (paper 002 Section 6.3, ALGORITHMS.md section 7).
+"""Baselines of multinomial subset routing (paper 002 Section 6.3, docs/papers/subset.md).
 
 UCB/TS baselines start with a 10-round round-robin warm-up over the ``K`` experts and
 attribute the whole set reward to every selected expert (the shared-reward heuristic).
@@ -28,12 +28,14 @@ class RandomSubset(SubsetLearner):
     """``M`` distinct experts uniformly at random (Gumbel-top-M of zero logits)."""
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """``M`` distinct experts uniformly at random per trial."""
         self._check_context(context)
         action = self._top_m(_gumbel((self.num_trials, self.num_arms), self.costs, generator))
         probs = torch.full_like(self.costs[:, 0], 1.0 / self.num_arms)
         return self._decide(probs, action)
 
     def update(self, context, decision: Decision, feedback: Feedback, generator=None):
+        """Validate the feedback and count the round. Returns ``{}``."""
         self._feedback(context, decision, feedback)
         self._tick(context)
         return {}
@@ -181,12 +183,18 @@ class MoEGating(_DualMixin, SubsetLearner):
         self.register_buffer("theta", torch.zeros_like(self.costs[:, 0]))
 
     def act(self, context: Context, generator: Source = None) -> Decision:
+        """Gumbel-top-``M`` of the gating logits ``theta [R, K]``."""
         self._check_context(context)
         noise = _gumbel(self.theta.shape, self.theta, generator)
         action = self._top_m(self.theta + noise)
         return self._decide(torch.softmax(self.theta, -1), action)
 
     def update(self, context, decision: Decision, feedback: Feedback, generator=None):
+        """REINFORCE step on the logits with the Lagrangian reward, then the dual step.
+
+        Returns:
+            ``{}``.
+        """
         reward, _, mask = self._feedback(context, decision, feedback)
         sign, _ = self._signed_box()
         cost = torch.einsum("rdk,rk->rd", self.costs, mask)

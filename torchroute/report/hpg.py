@@ -1,4 +1,4 @@
-"""Report section of the HPG presets (ALGORITHMS.md section 6; paper 000).
+"""Report section of the HPG presets (docs/papers/hpg.md; paper 000).
 
 For results with ``linearized_regret`` and ``dim`` columns (the low-rank experts
 simulator): per learner and dimension ``d``, the mean ± sd over trials of the final

@@ -1,0 +1,1 @@
+"""The YAML configs of ``torchroute``: ``simulate.yaml``, ``pretrain.yaml`` and the groups."""

@@ -1,0 +1,113 @@
+"""`torchroute --help` and `<command> --help` against the files in configs/; --cfg; hints."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from torchroute.cli import compose_config, config_dir, main
+
+COMMANDS = ["simulate", "sweep", "gap", "pretrain", "report", "data", "serve"]
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # whitespace-normalised
+
+
+def _first_comment(path) -> str:
+    """The first comment line of a YAML file that is not a ``# @package`` directive."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return " ".join(line.lstrip("#").split())
+    return ""
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def test_top_level_help_lists_every_subcommand(capsys) -> None:
+    text = _help(capsys)
+    for command in COMMANDS:
+        assert re.search(rf"\b{command}\b \w", text), command
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep", "gap"])
+def test_simulate_help_lists_groups_presets_learners_and_keys(capsys, command) -> None:
+    text = _help(capsys, command)
+    for group in ["data", "encoder", "env", "logger", "sweep", "learner"]:
+        assert f"{group}=" in text, group
+        for option in _options(group):
+            if (group, option) != ("sweep", "wandb_sweep"):  # not a Hydra option
+                assert re.search(rf"\b{option}\b", text), (group, option)
+    for group in ["experiment", "learner"]:
+        for path in sorted((config_dir() / group).glob("*.yaml")):
+            comment = _first_comment(path)
+            assert comment, f"{path} has no first-line description"
+            assert f"{path.stem} {comment[:30]}" in text or f"{path.stem}* {comment[:30]}" in text
+    raw = yaml.safe_load((config_dir() / "simulate.yaml").read_text())
+    for key, value in raw.items():
+        if key == "defaults":
+            continue
+        if isinstance(value, dict) and value:
+            for sub, sub_value in value.items():
+                assert f"{key}.{sub} = {yaml.safe_dump(sub_value).split()[0]}" in text
+        else:
+            assert re.search(rf"\b{key} = ", text), key
+    assert "+learner@learners.<name>=<option>" in text and "~logger" in text
+    assert "data=synthetic_text*" not in text  # the default is marked on the option list
+    assert "synthetic_text*" in text and "single_choice*" in text
+
+
+def test_pretrain_help_lists_its_keys_and_no_learners(capsys) -> None:
+    text = _help(capsys, "pretrain")
+    raw = yaml.safe_load((config_dir() / "pretrain.yaml").read_text())
+    for key in raw:
+        if key != "defaults":
+            assert re.search(rf"\b{key}[ .:=]", text), key
+    assert "module.lr = 1.0e-4" in text and "routerbench_oracles" in text
+    assert "learner=" not in text and "env=" not in text
+
+
+def test_cfg_prints_the_composed_config_and_runs_nothing(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    overrides = ["experiment=default", "rounds=7", "~logger"]
+    assert main(["simulate", *overrides, "--cfg"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["rounds"] == 7 and "logger" not in printed
+    assert set(printed["learners"]) == {
+        "random",
+        "best_single",
+        "linucb",
+        "linucb_full",
+        "lints",
+        "epsilon_greedy",
+        "squarecb",
+    }
+    composed = compose_config("simulate", overrides)
+    assert printed["rhos"] == list(composed.rhos) == [0.0, 250.0, 500.0, 750.0, 1000.0]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hint"),
+    [
+        (["data=synth"], "did you mean 'synthetic_text'?"),
+        (["experiment=cabs_tabel2"], "did you mean 'cabs_table2'?"),
+        (["roundz=3"], "did you mean 'rounds'?"),
+        (["features.pca_dimm=3"], "did you mean 'pca_dim'?"),
+        (["experiment=default", "learners.linucbb.alpha=2"], "did you mean 'linucb'?"),
+    ],
+)
+def test_unknown_names_get_the_closest_one(capsys, tmp_path, monkeypatch, overrides, hint) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torchroute simulate: error: unknown ") and hint in err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

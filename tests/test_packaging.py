@@ -1,0 +1,34 @@
+"""The wheel carries every config: each folder of configs/ is a package with its YAML files."""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_config_group_is_packaged() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    setuptools = project["tool"]["setuptools"]
+    groups = sorted(p.name for p in (ROOT / "configs").iterdir() if any(p.glob("*.yaml")))
+    assert groups, "no config groups found"
+    for group in groups:
+        package = f"torchroute.configs.{group}"
+        assert package in setuptools["packages"], package
+        assert setuptools["package-data"][package] == ["*.yaml"], package
+    assert setuptools["package-data"]["torchroute.configs"] == ["*.yaml"]
+    assert project["project"]["license"] == "Apache-2.0"
+    assert (ROOT / project["project"]["license-files"][0]).is_file()
+
+
+def test_configs_resolve_to_a_regular_package() -> None:
+    """``torchroute.configs`` has an ``__init__.py``, so ``importlib.resources`` gives one
+    folder (not a namespace ``MultiplexedPath``) in editable and regular installs."""
+    files = importlib.resources.files("torchroute.configs")
+    assert (Path(str(files)) / "simulate.yaml").is_file()
+    assert (Path(str(files)) / "__init__.py").is_file()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Build the wheel, install it into a fresh venv (torch first, as the Makefile does) and run
+# the first commands a user runs, from a temporary folder outside the checkout.
+# Usage: tools/wheel_smoke.sh [VENV]   (TORCH_SPEC picks the torch build; default torch==2.13.0)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${1:-$(mktemp -d)/venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+DIST=$(mktemp -d)
+WORK=$(mktemp -d)
+trap 'rm -rf "$DIST" "$WORK"' EXIT
+before=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
+
+test -x "$VENV/bin/python" || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
+# pip must build and install the checkout without a warning
+"$VENV/bin/python" -m pip wheel -q --no-deps -w "$DIST" "$ROOT" 2>"$DIST/build.log" || {
+  cat "$DIST/build.log"; exit 1; }
+if grep -i -E "warning|deprecat" "$DIST/build.log"; then
+  echo "wheel_smoke: the build printed warnings"; exit 1
+fi
+"$VENV/bin/python" -m pip install -q "$DIST"/torchroute-*.whl
+"$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$DIST"/torchroute-*.whl
+after=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
+if [ "$before" != "$after" ]; then
+  echo "wheel_smoke: the build left files in the checkout:"; diff <(echo "$before") <(echo "$after") || true
+  exit 1
+fi
+
+cd "$WORK"
+export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+TR="$VENV/bin/torchroute"
+"$TR" --help >/dev/null
+"$TR" simulate --help | grep -q "experiment presets"
+"$TR" simulate rounds=20 seeds=[0] rhos=[0,500] '~logger' out_dir=out
+test -s out/results.csv
+cat > table.csv <<'CSV'
+query_id,arm,score,cost,text,split
+q1,big,1.0,0.003,What is 2+2?,train
+q1,small,0.0,0.0001,What is 2+2?,train
+q2,big,1.0,0.003,Name a prime.,test
+q2,small,1.0,0.0001,Name a prime.,test
+CSV
+"$TR" data inspect table.csv
+"$TR" report out >/dev/null
+"$TR" sweep --help >/dev/null && "$TR" gap --help >/dev/null && "$TR" pretrain --help >/dev/null
+echo "wheel_smoke: ok ($("$VENV/bin/python" -c 'import torchroute, sys; print(torchroute.__file__)'))"
