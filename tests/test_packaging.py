@@ -32,3 +32,13 @@ def test_configs_resolve_to_a_regular_package() -> None:
     files = importlib.resources.files("torchroute.configs")
     assert (Path(str(files)) / "simulate.yaml").is_file()
     assert (Path(str(files)) / "__init__.py").is_file()
+
+
+def test_every_python_package_is_packaged() -> None:
+    """A folder of ``torchroute/``, ``models/`` or ``trainers/`` with an ``__init__.py`` is in
+    the wheel's package list (a missing one imports in a checkout and fails once installed)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = set(project["tool"]["setuptools"]["packages"])
+    for init in sorted((ROOT / "torchroute").rglob("__init__.py")):
+        name = ".".join(init.parent.relative_to(ROOT).parts)
+        assert name in packages, name

@@ -48,6 +48,7 @@ class DecisionRecorder:
         self._rounds: list[dict[str, Tensor]] = []
 
     def __call__(self, t: int, context: Context, decision: Decision, feedback: Feedback) -> None:
+        """Record round ``t``: the chosen arm, its probability and the feedback, ``[R, B]``."""
         if decision.is_subset:
             raise ValueError("decision logs hold one arm per decision, not subsets")
         action = decision.action[..., None]  # [R, B, 1]

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 import torchroute.serve
 from torchroute.cli import compose_config, main
-from torchroute.run import run_config
 from torchroute.learners import LinUCB
+from torchroute.run import run_config
 from torchroute.serve import Router
 from torchroute.serve.security import TOKEN_ENV
 

@@ -24,10 +24,12 @@ class CellChecker:
         self.ids: list[str] | None = None
 
     def fail(self, i: int, column: str, what: str) -> None:
+        """Raise :class:`DecisionLogError` naming the file, row ``i``, its id and ``column``."""
         rid = f" (request_id {self.ids[i]!r})" if self.ids is not None else ""
         raise DecisionLogError(f"{self.source}: row {i + 1}{rid}, column {column!r}: {what}")
 
     def strings(self, column: str) -> list[str]:
+        """The non-empty string cells of ``column`` (one per row)."""
         values = self.frame[column].tolist()
         for i, v in enumerate(values):
             if v is None or (isinstance(v, float) and np.isnan(v)) or str(v) == "":
@@ -35,6 +37,8 @@ class CellChecker:
         return [str(v) for v in values]
 
     def floats(self, column, lo, hi, open_lo=False, nullable=False) -> Tensor:
+        """The numbers of ``column`` as ``[n]`` float64, each in ``[lo, hi]`` (``(lo, hi]``
+        with ``open_lo``; NaN for empty cells when ``nullable``)."""
         values = pd.to_numeric(self.frame[column], errors="coerce").to_numpy(np.float64)
         raw = self.frame[column].tolist()
         for i, (v, r) in enumerate(zip(values, raw)):
@@ -53,6 +57,7 @@ class CellChecker:
         return torch.tensor(values, dtype=torch.float64)
 
     def lists(self, column: str, kind: type) -> list[list]:
+        """The list cells of ``column`` (native lists or JSON text), each element a ``kind``."""
         out = []
         for i, cell in enumerate(self.frame[column].tolist()):
             if isinstance(cell, str):
@@ -74,6 +79,7 @@ class CellChecker:
         return out
 
     def vectors(self, column: str) -> Tensor:
+        """The list cells of ``column`` as one ``[n, d]`` float64 tensor (equal lengths)."""
         rows = self.lists(column, float)
         d = len(rows[0])
         for i, row in enumerate(rows):

@@ -74,10 +74,12 @@ class DecisionLog:
 
     @property
     def num_decisions(self) -> int:
+        """``n``, the number of logged decisions."""
         return self.action.numel()
 
     @property
     def num_arms(self) -> int:
+        """``K``, the number of arms of the log."""
         return len(self.arm_names)
 
     @property

@@ -77,6 +77,7 @@ class FeatureOptions:
 
     @classmethod
     def from_config(cls, node: Mapping[str, Any] | None) -> FeatureOptions:
+        """Validate the ``features`` section (``None``: the defaults)."""
         node = dict(node or {})
         source = node.get("source", "pca")
         if source not in FEATURE_SOURCES:

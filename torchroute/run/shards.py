@@ -106,12 +106,15 @@ class LogRecorder:
         self.logs: list[tuple[int, dict[str, float]]] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        """Keep ``metrics`` of round ``step`` for rank 0 to log."""
         self.logs.append((step, dict(metrics)))
 
     def log_table(self, name: str, frame: pd.DataFrame) -> None:
+        """Tables are logged by rank 0 from the merged results; nothing to keep."""
         pass
 
     def finish(self) -> None:
+        """Nothing to close: the kept metrics are read by rank 0."""
         pass
 
 
