@@ -93,9 +93,12 @@ class LinUCB(_PerTrialRidge):
         alpha: width of the confidence bonus (a number, or ``R`` per-trial values).
         lam: ridge regulariser (a number, or ``R`` per-trial values).
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
-            the scores and one for a bandit update (CPU, built with ``g++`` at first use),
-            the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
-            ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative). See
+            the scores and one for a bandit update (CPU, a torch C++ extension built at
+            first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
+            ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative);
+            ``"auto"``: ``"fused"`` when the kernel builds (or is cached), else ``"torch"``
+            with one warning (``"fused"`` asked for explicitly is an error then), and eager
+            on a non-CPU device. See
             :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
 
     Defaults (``ALGORITHMS.md`` section 2, "Paper values vs library defaults"): ``alpha = 1``
@@ -124,10 +127,15 @@ class LinUCB(_PerTrialRidge):
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("alpha", alpha, ge=0)
+        self._auto = kernel == "auto"
         self.kernel = check_kernel(type(self).__name__, kernel)
 
+    def _fused(self) -> bool:
+        """Whether this call takes the fused kernel (``"auto"``: on the CPU only)."""
+        return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")
+
     def act(self, context: Context, generator: Source = None) -> Decision:
-        if self.kernel != "torch":
+        if self._fused():
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
@@ -140,7 +148,7 @@ class LinUCB(_PerTrialRidge):
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
-        if self.kernel != "torch":
+        if self._fused():
             return fused_update(self, context, decision, feedback, generator)
         return super().update(context, decision, feedback, generator)
 
