@@ -56,7 +56,9 @@ VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: fig
   trial-rounds/s on 2 threads against 28-34k on 1 (eager torch alike: 3-4k vs 14-15k).
   The kernels therefore use their own pool in which the caller never waits for a worker
   that has not started an item: 56k with 2 threads vs 54k on 1 in the same run (no
-  collapse; on this busy machine little gain either).
+  collapse; on this busy machine little gain either). The kernel is now a standard torch
+  C++ extension split over ``at::parallel_for`` (torch's threads, no pool of its own);
+  its quiet/loaded figures are in ``docs/performance.md``.
 - Chunks (``d = 128``, ``fused``; ranges over runs): ``C = 16`` 39-48k, 24: 43k, 32: 47-59k,
   48: 45k, 64: 37k; all 210 trials in one learner: 24k (150 MB of state streams from memory).
   ``d = 384``: ``C = 1`` 5.0k, 2: 5.6k, 4: 8.1k, all 32: 3.9k (numpy 3.5k).
@@ -79,7 +81,9 @@ VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: fig
   (23.5 s under a heavier load; 4.5 s from inductor's cache), still reading whole matrices
   (with an out-of-place ``index_put`` instead: 4.4k). Building the fused kernel takes 3.8-4.0
   s once (later processes load the cached library in 10-25 ms); a
-  ``torch.utils.cpp_extension.load_inline`` build of a one-line op took 48 s, hence ctypes.
+  ``torch.utils.cpp_extension.load_inline`` build of a one-line op took 48 s, hence ctypes
+  at first (the kernel is now built once with ``torch.utils.cpp_extension.load`` and cached
+  with a checksum).
   numba (a new dependency) was not tried.
 
 Choices in :mod:`torchroute.functional.ridge` and the eager bandit update of
