@@ -13,15 +13,23 @@ the same run so that their ratio shares the machine's load:
    call, median.
 
 It also reports the worst relative gap ``(V_ours - V_ref) / max(1, |V_ref|)`` against
-cvxpylayers (negative: ours is better). The last line is ``ratio_vs_cvxpylayers_K11: <x>``.
+cvxpylayers (negative: ours is better). Inputs are float32, as a learner passes them; torch
+runs with its default threads unless ``--threads`` is given.
 
-Usage: ``.venv/bin/python benchmarks/graph_program.py [--device cpu] [--repeats 15]
-[--threads 1]``.
+``--load`` also measures every figure with :func:`cpu_load.cpu_hog` running (one busy
+process per core, stopped after each measurement), the quiet and loaded measurements
+interleaved in ``--reps`` repetitions, and prints the median of each side by side with the
+machine's load averages. The last lines are ``ratio_vs_cvxpylayers_K11: <x>`` (quiet) and,
+with ``--load``, ``ratio_vs_cvxpylayers_K11_loaded: <x>``.
+
+Usage: ``.venv/bin/python benchmarks/graph_program.py [--device cpu] [--repeats 3]
+[--reps 5] [--threads 0] [--load]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -30,6 +38,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_load import cpu_hog, load_average
 
 from tests.functional.graph_reference import (
     TIGHT,
@@ -64,8 +75,10 @@ def timed(fn, repeats: int, sync) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=3, help="calls per measurement")
+    parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--load", action="store_true", help="also measure under a CPU hog")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,16 +86,15 @@ def main() -> None:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
     f, g, gamma = instances(210, gen)
-    fd, gd, gammad = f.to(dev), g.to(dev), gamma.to(dev)
+    # float32, as a learner passes them (the solver works in float64 inside)
+    fd, gd, gammad = f.float().to(dev), g.to(dev), gamma.float().to(dev)
     graph_squarecb_probs(fd, gd, gammad)  # warm-up
-    ours = timed(lambda: graph_squarecb_probs(fd, gd, gammad), args.repeats, sync) / 210
 
     layer = reference_layer(K)
     eye = torch.eye(K, dtype=torch.bool)
     gf = (g[:32] | eye).double()
     args32 = (f[:32], gf, 1.0 / gamma[:32])
     (p_ref,) = layer(*args32, solver_args=dict(TIGHT))
-    layers = timed(lambda: layer(*args32, solver_args=dict(TIGHT)), args.repeats, sync) / 32
 
     problem, (fp, gp, igp), _ = squarecb_g_problem(K)
     cvx_opts = {k: v for k, v in TIGHT.items() if k != "solve_method"}
@@ -92,20 +104,43 @@ def main() -> None:
         problem.solve(solver="CLARABEL", **cvx_opts)
 
     cvxpy_one()
-    plain = timed(cvxpy_one, max(args.repeats, 5), lambda: None)
 
-    p_ours = graph_squarecb_probs(f[:32], g[:32], gamma[:32])
+    def measure() -> dict[str, float]:
+        ours = timed(lambda: graph_squarecb_probs(fd, gd, gammad), args.repeats, sync) / 210
+        layers = timed(lambda: layer(*args32, solver_args=dict(TIGHT)), args.repeats, sync) / 32
+        plain = timed(cvxpy_one, max(args.repeats, 5), lambda: None)
+        return {"ours": ours, "layers": layers, "plain": plain}
+
+    modes = ("quiet", "loaded") if args.load else ("quiet",)
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    loads: dict[str, list[str]] = {m: [] for m in modes}
+    for _ in range(args.reps):
+        for mode in modes:
+            with cpu_hog() if mode == "loaded" else contextlib.nullcontext():
+                runs[mode].append(measure())
+                loads[mode].append(load_average())
+
+    p_ours = graph_squarecb_probs(fd[:32], gd[:32], gammad[:32])
     v_ours = graph_squarecb_value(p_ours, f[:32], g[:32], gamma[:32])
     p_ref = p_ref.clamp_min(0) / p_ref.clamp_min(0).sum(-1, keepdim=True)
     v_ref = graph_squarecb_value(p_ref, f[:32], g[:32], gamma[:32])
     gap = ((v_ours - v_ref) / v_ref.abs().clamp_min(1)).max().item()
-    print(f"threads: {torch.get_num_threads()}  device: {dev}")
-    print(f"ours (210 per call):        {ours * 1e3:9.4f} ms/instance")
-    print(f"cvxpylayers (32 per call):  {layers * 1e3:9.4f} ms/instance")
-    print(f"cvxpy re-solve (1 per call):{plain * 1e3:9.4f} ms/instance")
+    print(f"threads: {torch.get_num_threads()}  device: {dev}  reps: {args.reps} (median)")
+    for mode in modes:
+        med = {k: statistics.median(r[k] for r in runs[mode]) for k in ("ours", "layers", "plain")}
+        ratio = statistics.median(r["layers"] / r["ours"] for r in runs[mode])
+        ratio_plain = statistics.median(r["plain"] / r["ours"] for r in runs[mode])
+        print(f"[{mode}] {loads[mode][0]} (first rep), {loads[mode][-1]} (last rep)")
+        print(f"[{mode}] ours (210 per call):        {med['ours'] * 1e6:9.1f} us/instance")
+        print(f"[{mode}] cvxpylayers (32 per call):  {med['layers'] * 1e6:9.1f} us/instance")
+        print(f"[{mode}] cvxpy re-solve (1 per call):{med['plain'] * 1e6:9.1f} us/instance")
+        print(f"[{mode}] ratio vs cvxpylayers: {ratio:.2f}  vs cvxpy: {ratio_plain:.2f}")
+        runs[mode] = [{"ratio": ratio, "ratio_plain": ratio_plain}]
     print(f"worst relative V gap vs cvxpylayers: {gap:.3e}")
-    print(f"ratio_vs_cvxpy_K11: {plain / ours:.2f}")
-    print(f"ratio_vs_cvxpylayers_K11: {layers / ours:.2f}")
+    print(f"ratio_vs_cvxpy_K11: {runs['quiet'][0]['ratio_plain']:.2f}")
+    print(f"ratio_vs_cvxpylayers_K11: {runs['quiet'][0]['ratio']:.2f}")
+    if args.load:
+        print(f"ratio_vs_cvxpylayers_K11_loaded: {runs['loaded'][0]['ratio']:.2f}")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: fig
   trial-rounds/s on 2 threads against 28-34k on 1 (eager torch alike: 3-4k vs 14-15k).
   The kernels therefore use their own pool in which the caller never waits for a worker
   that has not started an item: 56k with 2 threads vs 54k on 1 in the same run (no
-  collapse; on this busy machine little gain either).
+  collapse; on this busy machine little gain either). The kernel is now a standard torch
+  C++ extension split over ``at::parallel_for`` (torch's threads, no pool of its own);
+  its quiet/loaded figures are in ``docs/performance.md``.
 - Chunks (``d = 128``, ``fused``; ranges over runs): ``C = 16`` 39-48k, 24: 43k, 32: 47-59k,
   48: 45k, 64: 37k; all 210 trials in one learner: 24k (150 MB of state streams from memory).
   ``d = 384``: ``C = 1`` 5.0k, 2: 5.6k, 4: 8.1k, all 32: 3.9k (numpy 3.5k).
@@ -79,7 +81,9 @@ VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: fig
   (23.5 s under a heavier load; 4.5 s from inductor's cache), still reading whole matrices
   (with an out-of-place ``index_put`` instead: 4.4k). Building the fused kernel takes 3.8-4.0
   s once (later processes load the cached library in 10-25 ms); a
-  ``torch.utils.cpp_extension.load_inline`` build of a one-line op took 48 s, hence ctypes.
+  ``torch.utils.cpp_extension.load_inline`` build of a one-line op took 48 s, hence ctypes
+  at first (the kernel is now built once with ``torch.utils.cpp_extension.load`` and cached
+  with a checksum).
   numba (a new dependency) was not tried.
 
 Choices in :mod:`torchroute.functional.ridge` and the eager bandit update of
@@ -96,19 +100,39 @@ B = 1, R = 210 / d = 128 and R = 32 / d = 384, 2 threads):
   (1.5 vs 3.0 ms at d = 128), and updating the gathered copy in place then writing it back
   with ``index_copy_`` takes 30-40% less time than an out-of-place update with ``index_put``.
 
-Usage: ``python benchmarks/linucb_throughput.py [--device cuda] [--seconds S] [--quick]``.
+``--load``: the goal figures at ``d = 128, R = 210`` (``fused C=32`` and ``eager`` over
+``numpy`` and ``np-vec``) in ``--reps`` repetitions (default 5), each a quiet turn and a
+turn with :func:`cpu_load.cpu_hog` running (one busy process per core, stopped after the
+turn), interleaved; prints the median ratios of each side with the load averages. Lines
+``ratio_vs_numpy_d128_quiet``/``_loaded`` and ``ratio_vs_numpy_vectorised_d128_quiet``/
+``_loaded``.
+
+``--latency``: serving-like use, ``R = 1, B = 1, d = 384, K = 11``: the wall time of one
+``act`` + ``update`` over ``--latency-rounds`` rounds (default 10,000), p50 and p99, for
+``kernel="fused"``, ``kernel="torch"`` and the numpy per-trial loop, taking turns in blocks
+of 500 rounds.
+
+Usage: ``python benchmarks/linucb_throughput.py [--device cuda] [--seconds S] [--quick]
+[--load] [--reps 5] [--latency]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cpu_load import cpu_hog, load_average
 
 from torchroute.learners import LinUCB
 from torchroute.types import Context, Feedback
@@ -287,6 +311,99 @@ def copy_bandwidth(device: torch.device, gib: float, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def loaded_ratios(seconds: float, reps: int) -> None:
+    """Quiet and loaded turns, interleaved: median ratios at ``d = 128, R = 210``."""
+    d, r, chunk = SETTINGS[0]
+    players = {
+        "eager": torch_player(d, r, torch.device("cpu")),
+        f"fused C={chunk}": torch_player(d, r, torch.device("cpu"), "fused", chunk),
+        "numpy": numpy_player(d, r),
+        "np-vec": numpy_player(d, r, vectorised=True),
+    }
+    ratios: dict[tuple[str, str, str], list[float]] = {}
+    loads: dict[str, list[str]] = {"quiet": [], "loaded": []}
+    for _ in range(reps):
+        for mode in ("quiet", "loaded"):
+            with cpu_hog() if mode == "loaded" else contextlib.nullcontext():
+                figures = interleaved(players, seconds, 1)
+                loads[mode].append(load_average())
+            for name in ("eager", f"fused C={chunk}"):
+                for ref in ("numpy", "np-vec"):
+                    ratio = figures[name][0].median / figures[ref][0].median
+                    ratios.setdefault((mode, name, ref), []).append(ratio)
+    print(f"\nd = {d}, R = {r}: {reps} repetitions, quiet and loaded interleaved (median)")
+    for mode in ("quiet", "loaded"):
+        print(f"[{mode}] {loads[mode][0]} (first rep), {loads[mode][-1]} (last rep)")
+        for (m, name, ref), values in ratios.items():
+            if m == mode:
+                runs = " ".join(f"{v:.2f}" for v in values)
+                print(f"[{mode}] {name:>10} / {ref:<6}: {statistics.median(values):.2f}  ({runs})")
+    best = f"fused C={chunk}"
+    for mode in ("quiet", "loaded"):
+        print(f"ratio_vs_numpy_d128_{mode}: {statistics.median(ratios[mode, best, 'numpy']):.3f}")
+        vec = statistics.median(ratios[mode, best, "np-vec"])
+        print(f"ratio_vs_numpy_vectorised_d128_{mode}: {vec:.3f}")
+
+
+def latency(rounds: int, d: int = 384, block: int = 500) -> None:
+    """p50/p99 of one ``act`` + ``update`` at ``R = 1, B = 1`` against the numpy loop."""
+    x_pool, reward_pool = make_pool(d, 1)
+    times: dict[str, list[float]] = {"fused": [], "torch": [], "numpy": []}
+    learners = {
+        k: LinUCB(1, NUM_ARMS, d, alpha=ALPHA, lam=LAM, kernel=k) for k in ("fused", "torch")
+    }
+    gen = torch.Generator().manual_seed(0)
+    xs = [Context(x_pool[i]) for i in range(POOL_ROUNDS)]
+    x_np = x_pool[:, 0, 0].numpy()
+    r_np = reward_pool[:, 0, 0].numpy()
+    a_inv = np.broadcast_to(np.eye(d, dtype=np.float32) / LAM, (NUM_ARMS, d, d)).copy()
+    theta = np.zeros((NUM_ARMS, d), dtype=np.float32)
+    clock = time.perf_counter
+
+    def torch_round(learner: LinUCB, t: int) -> float:
+        i = t % POOL_ROUNDS
+        t0 = clock()
+        decision = learner.act(xs[i], gen)
+        observed = torch.nn.functional.one_hot(decision.action, NUM_ARMS).bool()
+        feedback = Feedback(reward=reward_pool[i] * observed, observed=observed, only_played=True)
+        learner.update(xs[i], decision, feedback)
+        return clock() - t0
+
+    def numpy_round(t: int) -> float:
+        i = t % POOL_ROUNDS
+        t0 = clock()
+        xt = x_np[i]
+        scores = np.empty(NUM_ARMS, dtype=np.float32)
+        for arm in range(NUM_ARMS):
+            quad = float(xt @ (a_inv[arm] @ xt))
+            scores[arm] = theta[arm] @ xt + ALPHA * np.sqrt(max(quad, 0.0))
+        arm = int(np.argmax(scores))
+        ax = a_inv[arm] @ xt
+        denom = 1.0 + ax @ xt
+        residual = r_np[i, arm] - theta[arm] @ xt
+        a_inv[arm] -= np.outer(ax / denom, ax)
+        theta[arm] += (residual / denom) * ax
+        return clock() - t0
+
+    for t in range(20):  # warm-up
+        torch_round(learners["fused"], t), torch_round(learners["torch"], t), numpy_round(t)
+    for start in range(0, rounds, block):
+        n = min(block, rounds - start)
+        for name in ("fused", "torch", "numpy"):
+            for t in range(start, start + n):
+                dt = numpy_round(t) if name == "numpy" else torch_round(learners[name], t)
+                times[name].append(dt)
+    print(f"\nper-decision latency, R = 1, B = 1, d = {d}, K = {NUM_ARMS}, {rounds} rounds")
+    print(load_average())
+    p = {}
+    for name, values in times.items():
+        q = np.percentile(np.asarray(values) * 1e6, [50, 99])
+        p[name] = q
+        print(f"{name:>6}: p50 {q[0]:8.1f} us  p99 {q[1]:8.1f} us")
+    print(f"latency_p50_fused_over_numpy: {p['fused'][0] / p['numpy'][0]:.3f}")
+    print(f"latency_p99_fused_over_numpy: {p['fused'][1] / p['numpy'][1]:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -301,7 +418,18 @@ def main() -> None:
         action="store_true",
         help="short smoke run (0.6 s per figure, 256 MiB copy); figures are noisier",
     )
+    parser.add_argument("--load", action="store_true", help="quiet vs loaded ratios, d = 128")
+    parser.add_argument("--reps", type=int, default=5, help="--load repetitions")
+    parser.add_argument("--latency", action="store_true", help="R = 1 per-decision latency")
+    parser.add_argument("--latency-rounds", type=int, default=10_000)
     args = parser.parse_args()
+    if args.load or args.latency:
+        print(f"torch {torch.__version__}, torch.get_num_threads() = {torch.get_num_threads()}")
+        if args.load:
+            loaded_ratios(args.seconds or 2.0, args.reps)
+        if args.latency:
+            latency(args.latency_rounds)
+        return
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch.cuda.is_available() is False")

@@ -14,7 +14,7 @@ from torchroute.types import Context, Decision, Feedback
 
 try:
     rk.kernel_library()
-except RuntimeError as err:  # no C++ compiler on this machine
+except rk.KernelUnavailableError as err:  # no C++ compiler and no cached build
     pytest.skip(f"fused kernel unavailable: {err}", allow_module_level=True)
 
 R, K, D, T = 3, 4, 6, 40
@@ -134,3 +134,20 @@ def test_kernel_errors():
     learner = LinUCB(R, K, D, kernel="fused_fp16").double()
     with pytest.raises(ValueError, match="needs float32"):
         learner.act(Context(torch.zeros(R, 1, D, dtype=torch.float64)))
+
+
+def test_auto_kernel_is_fused_on_the_cpu_when_the_kernel_is_available():
+    # (the fallback without a compiler: tests/functional/test_ridge_kernel_cache.py)
+    gen = torch.Generator().manual_seed(3)
+    auto = LinUCB(R, K, D, lam=1.5, kernel="auto").double()
+    fused = LinUCB(R, K, D, lam=1.5, kernel="fused").double()
+    assert auto.kernel == "fused"
+    for _ in range(6):
+        x = torch.randn(R, 1, D, generator=gen, dtype=torch.float64)
+        reward = torch.rand(R, 1, K, generator=gen, dtype=torch.float64)
+        da = auto.act(Context(x), torch.Generator().manual_seed(1))
+        df = fused.act(Context(x), torch.Generator().manual_seed(1))
+        assert torch.equal(da.action, df.action)
+        auto.update(Context(x), da, bandit_feedback(da, reward))
+        fused.update(Context(x), df, bandit_feedback(df, reward))
+    assert torch.equal(auto.a_inv, fused.a_inv) and torch.equal(auto.theta, fused.theta)

@@ -37,7 +37,10 @@ with its own steps, from ``p = lambda = 1/K``, ``z`` one above the largest ``g_a
 On the CPU finished instances leave the batch (a host read is free there); on other devices
 the batch keeps its shape, finished instances are frozen and a batch-level flag is read
 every other iteration. The iterations run under ``torch.inference_mode`` (the solver is not
-differentiated; the result is an ordinary tensor without gradient).
+differentiated; the result is an ordinary tensor without gradient) and, on the CPU, on one
+intra-op thread (:func:`torchroute.functional.threads.single_threaded`): every operator
+here is small, and splitting each over threads costs a fork-join that a busy machine turns
+into a stall.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from torchroute.functional.threads import single_threaded
 
 #: centring: each Newton step targets ``sigma`` times the mean complementarity
 _SIGMA = 0.1
@@ -157,7 +162,9 @@ def graph_squarecb_probs(
         tensor(1.)
     """
     gamma_t, lead = _check(losses, graph, gamma)
-    with torch.inference_mode():  # no autograd bookkeeping on the many small ops
+    # No autograd bookkeeping on the many small ops, and on the CPU no fork-join per op (one
+    # intra-op thread, restored after: torchroute.functional.threads).
+    with torch.inference_mode(), single_threaded(losses.device):
         p = _solve(losses, graph, gamma_t, lead, max_iter, tol, compact)
     return p.clone()  # a normal tensor again
 

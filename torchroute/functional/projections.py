@@ -73,10 +73,21 @@ def project_capped_simplex_halfspace(
     Returns:
         ``[..., K]`` projections.
     """
-    a = a.to(y.dtype).expand_as(y)
-    b = torch.as_tensor(b, dtype=y.dtype, device=y.device).expand(y.shape[:-1])
+    lead, k = y.shape[:-1], y.shape[-1]
+    # One flat batch dim [N, K] inside (N = 1 for an unbatched [K] input), restored at the end.
+    a = a.to(y.dtype).expand_as(y).reshape(-1, k)
+    b = torch.as_tensor(b, dtype=y.dtype, device=y.device).expand(lead).reshape(-1)
+    g = torch.as_tensor(gamma, dtype=y.dtype, device=y.device).expand(lead).reshape(-1)  # [N]
+    y = y.reshape(-1, k)
+    return _halfspace_flat(y, g, a, b, iters, newton_iters).reshape(*lead, k)
+
+
+def _halfspace_flat(
+    y: Tensor, g: Tensor, a: Tensor, b: Tensor, iters: int, newton_iters: int
+) -> Tensor:
+    """:func:`project_capped_simplex_halfspace` on ``y, a [N, K]``, ``g, b [N]``."""
     k = y.shape[-1]
-    g = torch.as_tensor(gamma, dtype=y.dtype, device=y.device).expand(y.shape[:-1])  # [...]
+    gamma = g
     q0 = project_capped_simplex(y, gamma)
     active = ((a * q0).sum(-1) - b) > 0  # [...]
     z = y - g[..., None]

@@ -1,9 +1,13 @@
 // Fused LinUCB steps on the per-arm inverse Gram matrices, for float and double.
 //
-// Built and loaded by torchroute/functional/ridge_kernel.py (g++, ctypes); the math is
-// documented there. Every array is C-contiguous: a_inv [R, K, d, d] (symmetric),
-// theta [R, K, d], x [R, B, d]. Trials are items of a small thread pool and share nothing.
-#include <unistd.h>
+// A torch C++ extension (torch.utils.cpp_extension), built and loaded by
+// torchroute/functional/ridge_kernel.py, which documents the math and checks every argument
+// before the call. Every array is C-contiguous: a_inv [R, K, d, d] (symmetric),
+// theta [R, K, d], x [R, B, d]. Trials share nothing and are split over at::parallel_for,
+// which honours torch's thread settings (torch.set_num_threads, OMP_NUM_THREADS).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -12,106 +16,25 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <thread>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 namespace {
 
-// Runs item(0..n-1) on the calling thread and on up to threads - 1 pooled workers. Items are
-// claimed one at a time from a shared ticket (generation << 32 | next item), so the caller
-// never waits for a worker that has not started an item: on a busy machine, where a worker
-// may not be scheduled for milliseconds, the caller does the remaining items itself instead
-// of waiting at a barrier (OpenMP's static schedule loses whole time slices there).
-class Pool {
-  public:
-    template <typename F>
-    void run(int64_t n, int threads, const F &item) {
-        std::unique_lock<std::mutex> caller(run_mu_, std::try_to_lock);
-        if (threads <= 1 || n <= 1 || !caller.owns_lock() || getpid() != pid_) {
-            for (int64_t i = 0; i < n; ++i) item(i);  // one thread, a second caller, or a fork
-            return;
-        }
-        spawn(threads - 1);
-        Job job{[](const void *fn, int64_t i) { (*static_cast<const F *>(fn))(i); }, &item, n};
-        uint32_t gen;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            gen = ++generation_;
-            job_ = job;
-            done_.store(0, std::memory_order_relaxed);
-            ticket_.store(uint64_t(gen) << 32, std::memory_order_release);
-            posted_.store(gen, std::memory_order_release);
-        }
-        cv_.notify_all();
-        drain(gen, job);
-        while (done_.load(std::memory_order_acquire) < n) std::this_thread::yield();
+// item(0..n-1) on up to `threads` of torch's intra-op threads (the caller alone for 1).
+template <typename F>
+void run(int64_t n, int64_t threads, const F &item) {
+    if (threads <= 1 || n <= 1) {
+        for (int64_t i = 0; i < n; ++i) item(i);
+        return;
     }
-
-  private:
-    struct Job {
-        void (*call)(const void *, int64_t);
-        const void *fn;
-        int64_t n;
-    };
-
-    void drain(uint32_t gen, const Job &job) {
-        uint64_t t = ticket_.load(std::memory_order_acquire);
-        while (uint32_t(t >> 32) == gen && int64_t(t & 0xffffffffu) < job.n) {
-            if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) {
-                job.call(job.fn, int64_t(t & 0xffffffffu));
-                done_.fetch_add(1, std::memory_order_release);
-                t = ticket_.load(std::memory_order_acquire);
-            }
-        }
-    }
-
-    void spawn(int workers) {
-        while (int(workers_) < workers) {
-            std::thread(&Pool::work, this).detach();
-            ++workers_;
-        }
-    }
-
-    void work() {
-        uint32_t seen = posted_.load(std::memory_order_acquire);
-        for (;;) {
-            // Wait briefly for the next call (act and update follow each other), then sleep.
-            for (int spin = 0; spin < 4096 && posted_.load(std::memory_order_acquire) == seen;
-                 ++spin) {
-#if defined(__x86_64__) || defined(__i386__)
-                _mm_pause();
-#endif
-            }
-            Job job;
-            {
-                std::unique_lock<std::mutex> lock(mu_);
-                cv_.wait(lock, [&] { return generation_ != seen; });
-                seen = generation_;
-                job = job_;
-            }
-            drain(seen, job);
-        }
-    }
-
-    std::mutex run_mu_, mu_;
-    std::condition_variable cv_;
-    uint32_t generation_ = 0;  // guarded by mu_
-    Job job_{};                // guarded by mu_
-    std::atomic<uint32_t> posted_{0};
-    std::atomic<uint64_t> ticket_{0};
-    std::atomic<int64_t> done_{0};
-    int workers_ = 0;  // guarded by run_mu_
-    const pid_t pid_ = getpid();
-};
-
-Pool &pool() {
-    static Pool *instance = new Pool();  // never destroyed: detached workers may outlive exit
-    return *instance;
+    const int64_t grain = (n + threads - 1) / threads;  // at most `threads` chunks
+    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) item(i);
+    });
 }
 
 template <typename T>
@@ -264,8 +187,8 @@ struct Shortcuts {
 template <typename T>
 void scores(const T *a_inv, const T *theta, const T *x, double alpha, const T *alpha_r,
             Shortcuts<T> cut, T *out, int64_t r_total, int64_t k_total, int64_t b_total, int64_t d,
-            int threads) {
-    pool().run(r_total, threads, [&](int64_t r) {
+            int64_t threads) {
+    run(r_total, threads, [&](int64_t r) {
         T *work = scratch<T>(2 * d);
         const T scale = alpha_r ? alpha_r[r] : T(alpha);
         for (int64_t k = 0; k < k_total; ++k) {
@@ -306,9 +229,9 @@ void scores(const T *a_inv, const T *theta, const T *x, double alpha, const T *a
 template <typename T>
 int64_t sherman_morrison_played(T *a_inv, T *theta, const T *x, const int64_t *arm,
                                 const T *reward, const bool *observed, Shortcuts<T> cut,
-                                int64_t r_total, int64_t k_total, int64_t d, int threads) {
+                                int64_t r_total, int64_t k_total, int64_t d, int64_t threads) {
     std::atomic<int64_t> bad{0};
-    pool().run(r_total, threads, [&](int64_t r) {
+    run(r_total, threads, [&](int64_t r) {
         const int64_t k = arm[r];
         if (k < 0 || k >= k_total) {
             bad.fetch_add(1, std::memory_order_relaxed);
@@ -349,28 +272,69 @@ int64_t sherman_morrison_played(T *a_inv, T *theta, const T *x, const int64_t *a
     return bad.load();
 }
 
+// The torch operators: pointers come from tensors that ridge_kernel.py has checked
+// (dtype, device, contiguity, shape); optional shortcuts are None or such tensors.
+template <typename T>
+T *ptr(const std::optional<at::Tensor> &t) {
+    return t.has_value() ? t->data_ptr<T>() : nullptr;
+}
+
+template <typename T>
+Shortcuts<T> shortcuts(const std::optional<at::Tensor> &prior,
+                       const std::optional<at::Tensor> &half,
+                       const std::optional<at::Tensor> &half_scale) {
+    return Shortcuts<T>{ptr<T>(prior),
+                        half.has_value() ? static_cast<uint16_t *>(half->data_ptr()) : nullptr,
+                        ptr<T>(half_scale)};
+}
+
+void linucb_scores_op(const at::Tensor &a_inv, const at::Tensor &theta, const at::Tensor &x,
+                      double alpha, const std::optional<at::Tensor> &alpha_r,
+                      const std::optional<at::Tensor> &prior, const std::optional<at::Tensor> &half,
+                      const std::optional<at::Tensor> &half_scale, const at::Tensor &out,
+                      int64_t threads) {
+    const int64_t r = a_inv.size(0), k = a_inv.size(1), d = a_inv.size(3), b = x.size(1);
+    if (a_inv.scalar_type() == at::kFloat) {
+        scores(a_inv.data_ptr<float>(), theta.data_ptr<float>(), x.data_ptr<float>(), alpha,
+               ptr<float>(alpha_r), shortcuts<float>(prior, half, half_scale),
+               out.data_ptr<float>(), r, k, b, d, threads);
+    } else {
+        scores(a_inv.data_ptr<double>(), theta.data_ptr<double>(), x.data_ptr<double>(), alpha,
+               ptr<double>(alpha_r), shortcuts<double>(prior, half, half_scale),
+               out.data_ptr<double>(), r, k, b, d, threads);
+    }
+}
+
+int64_t sherman_morrison_played_op(const at::Tensor &a_inv, const at::Tensor &theta,
+                                   const at::Tensor &x, const at::Tensor &arm,
+                                   const at::Tensor &reward, const at::Tensor &observed,
+                                   const std::optional<at::Tensor> &prior,
+                                   const std::optional<at::Tensor> &half,
+                                   const std::optional<at::Tensor> &half_scale, int64_t threads) {
+    const int64_t r = a_inv.size(0), k = a_inv.size(1), d = a_inv.size(3);
+    const int64_t *arms = arm.data_ptr<int64_t>();
+    const bool *seen = observed.data_ptr<bool>();
+    if (a_inv.scalar_type() == at::kFloat) {
+        return sherman_morrison_played(a_inv.data_ptr<float>(), theta.data_ptr<float>(),
+                                       x.data_ptr<float>(), arms, reward.data_ptr<float>(), seen,
+                                       shortcuts<float>(prior, half, half_scale), r, k, d,
+                                       threads);
+    }
+    return sherman_morrison_played(a_inv.data_ptr<double>(), theta.data_ptr<double>(),
+                                   x.data_ptr<double>(), arms, reward.data_ptr<double>(), seen,
+                                   shortcuts<double>(prior, half, half_scale), r, k, d, threads);
+}
+
 }  // namespace
 
-extern "C" {
-
-#define TORCHROUTE_STEPS(T, SUFFIX)                                                            \
-    void linucb_scores_##SUFFIX(const T *a_inv, const T *theta, const T *x, double alpha,     \
-                                const T *alpha_r, T *prior, uint16_t *half,                  \
-                                const T *half_scale, T *out, int64_t r, int64_t k, int64_t b,  \
-                                int64_t d, int threads) {                                    \
-        scores(a_inv, theta, x, alpha, alpha_r, Shortcuts<T>{prior, half, half_scale}, out, r,  \
-               k, b, d, threads);                                                            \
-    }                                                                                        \
-    int64_t sherman_morrison_played_##SUFFIX(T *a_inv, T *theta, const T *x,                   \
-                                             const int64_t *arm, const T *reward,              \
-                                             const bool *observed, T *prior, uint16_t *half,   \
-                                             const T *half_scale, int64_t r, int64_t k,       \
-                                             int64_t d, int threads) {                        \
-        return sherman_morrison_played(a_inv, theta, x, arm, reward, observed,                 \
-                                       Shortcuts<T>{prior, half, half_scale}, r, k, d, threads); \
-    }
-
-TORCHROUTE_STEPS(float, f32)
-TORCHROUTE_STEPS(double, f64)
-
-}  // extern "C"
+TORCH_LIBRARY(torchroute_ridge, m) {
+    m.def(
+        "linucb_scores(Tensor a_inv, Tensor theta, Tensor x, float alpha, Tensor? alpha_r, "
+        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor(a!) out, int threads) -> ()",
+        &linucb_scores_op);
+    m.def(
+        "sherman_morrison_played(Tensor(a!) a_inv, Tensor(b!) theta, Tensor x, Tensor arm, "
+        "Tensor reward, Tensor observed, Tensor(c!)? prior, Tensor(d!)? half, "
+        "Tensor? half_scale, int threads) -> int",
+        &sherman_morrison_played_op);
+}

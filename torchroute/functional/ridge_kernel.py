@@ -24,75 +24,184 @@ Two optional shortcuts, kept current by the update:
   updated in float32. Each entry carries a relative error up to ``2^-11``, so
   ``|quad_half - quad| <= 2^-11 |x|^T |A^{-1}| |x|`` (tested).
 
-The source is compiled with ``g++ -O3 -march=native`` at first use (about a second) into
-``$XDG_CACHE_HOME/torchroute`` (default ``~/.cache/torchroute``), named by a hash of the
-source, the flags, the compiler's version and the host's target options, and loaded with
-:mod:`ctypes`; later processes reuse the file. ``$CXX`` names another compiler. CPU tensors,
-float32 or float64. The summation order differs from the eager path: results agree to
-rounding (tested against a float64 numpy Sherman–Morrison loop).
+The source is a standard torch C++ extension: at first use it is built with
+:func:`torch.utils.cpp_extension.load` (``-O3 -march=native``; ``$CXX`` names the compiler,
+``c++`` by default; ninja drives the build, about half a minute) into
+``$TORCHROUTE_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/torchroute``, i.e.
+``~/.cache/torchroute``) as ``ridge_kernel_<hash>.so``, the hash covering the source, the
+flags, the torch version and the host's CPU features. Beside it, ``ridge_kernel_<hash>.so.sha256``
+records its size and checksum once the build succeeded; a later process checks both before
+loading the file (a truncated or damaged file is rebuilt, never loaded) and loads it without
+running the compiler. Trials are split over ``at::parallel_for`` (torch's intra-op threads,
+:func:`torch.set_num_threads`), only when the call has at least :data:`GRAIN` elements of work
+per thread. When the kernel cannot be had (no compiler, a failed build, a read-only or full
+cache folder), :func:`kernel_library` raises :class:`KernelUnavailableError` with one line
+saying why. CPU tensors, float32 or float64. The summation order differs from the eager path:
+results agree to rounding (tested against a float64 numpy Sherman–Morrison loop).
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
-import subprocess
+import platform
+import shutil
 import tempfile
+import warnings
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 _SOURCE = Path(__file__).with_name("ridge_kernel.cpp")
-_FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-pthread", "-shared", "-fPIC", "-std=c++20")
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++20")
+_NAMESPACE = "torchroute_ridge"  # the TORCH_LIBRARY namespace of ridge_kernel.cpp
 #: Elements of work below which a call stays on the calling thread (torch's ``GRAIN_SIZE``).
 GRAIN = 32768
 
-_P, _I, _C, _D = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
-_SIGNATURES = {
-    "linucb_scores": ([_P, _P, _P, _D, _P, _P, _P, _P, _P, _I, _I, _I, _I, _C], None),
-    "sherman_morrison_played": ([_P, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _C], _I),
-}
+
+class KernelUnavailableError(ValueError):
+    """The fused kernel could not be built or loaded (the message says why, in one line)."""
 
 
-def _run(args: list[str]) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} ... failed: {done.stderr.strip()[-500:]}")
-    return done.stdout
+def cache_dir() -> Path:
+    """Built kernels: ``$TORCHROUTE_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/torchroute``."""
+    env = os.environ.get("TORCHROUTE_KERNEL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "torchroute"
+
+
+def _cpu_features() -> str:
+    """The host's CPU flags (``-march=native`` builds for them), without running a compiler."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def library_path() -> Path:
+    """``<cache>/ridge_kernel_<hash>.so`` for this source, flags, torch and CPU."""
+    key = hashlib.sha256(
+        _SOURCE.read_bytes()
+        + repr(_FLAGS).encode()
+        + f"{torch.__version__} {torch.version.git_version} {platform.machine()}".encode()
+        + _cpu_features().encode()
+    ).hexdigest()[:16]
+    return cache_dir() / f"ridge_kernel_{key}.so"
+
+
+def _digest(path: Path) -> str:
+    """``"<size> <sha256>"`` of a file."""
+    data = path.read_bytes()
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def _manifest(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def cached_library_ok(path: Path) -> bool:
+    """Whether ``path`` exists and matches the size and checksum recorded after its build."""
+    try:
+        return _manifest(path).read_text().strip() == _digest(path)
+    except OSError:
+        return False
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _build(target: Path) -> None:
+    """Compile the extension in a fresh temporary folder, load it, then publish it in the cache.
+
+    The built library is copied next to ``target`` and renamed onto it (a reader never sees a
+    partial file), then its manifest is written (a reader checks it before loading).
+    """
+    from torch.utils import cpp_extension
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix="ridge_kernel_build_", dir=target.parent))
+    try:
+        name = target.stem  # ridge_kernel_<hash>
+        cpp_extension.load(
+            name=name,
+            sources=[str(_SOURCE)],
+            extra_cflags=list(_FLAGS),
+            build_directory=str(build),
+            is_python_module=False,
+            verbose=False,
+        )  # also loads the library into this process
+        _write_atomic(target, (build / f"{name}.so").read_bytes())
+        _write_atomic(_manifest(target), _digest(target).encode())
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[-300:] if len(text) > 300 else text or type(err).__name__
 
 
 @cache
-def kernel_library() -> ctypes.CDLL:
-    """The compiled kernels: built on first use, then cached on disk and in the process."""
-    cxx = os.environ.get("CXX", "g++")
+def kernel_library() -> Any:
+    """The kernels' operators (``torch.ops.torchroute_ridge``): loaded from the cache, else built.
+
+    A cached library is loaded only when its size and checksum match its manifest, and then
+    without running the compiler; a missing, truncated or damaged one is rebuilt.
+
+    Raises:
+        KernelUnavailableError: no compiler, a failed build, or a cache folder that cannot
+            be written; one line naming the cause.
+    """
+    target = library_path()
     try:
-        identity = _run([cxx, "--version"]) + _run([cxx, "-march=native", "-Q", "--help=target"])
-    except (OSError, RuntimeError) as err:
-        raise RuntimeError(f"the fused LinUCB kernel needs a C++ compiler ({cxx}): {err}") from err
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + repr(_FLAGS).encode() + identity.encode()).hexdigest()[:16]
-    cache_dir = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "torchroute"
-    target = cache_dir / f"ridge_kernel_{key}.so"
-    if not target.exists():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache_dir)
-        os.close(fd)
-        try:
-            _run([cxx, *_FLAGS, str(_SOURCE), "-o", tmp])
-            os.replace(tmp, target)  # atomic: concurrent builds leave one whole file
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-    lib = ctypes.CDLL(str(target))
-    for name, (args, result) in _SIGNATURES.items():
-        for suffix in _SUFFIX.values():
-            fn = getattr(lib, f"{name}_{suffix}")
-            fn.argtypes, fn.restype = args, result
-    return lib
+        if cached_library_ok(target):
+            torch.ops.load_library(str(target))
+        else:
+            _build(target)
+    except KernelUnavailableError:
+        raise
+    except Exception as err:  # compiler, ninja, OSError, dlopen: one cause
+        cxx = os.environ.get("CXX", "c++")
+        raise KernelUnavailableError(
+            f"the fused LinUCB kernel could not be built or loaded (compiler {cxx!r}, cache "
+            f"{target.parent}): {_one_line(err)}"
+        ) from err
+    return getattr(torch.ops, _NAMESPACE)
+
+
+_warned = False
+
+
+def kernel_available() -> bool:
+    """Whether the fused kernel can be used; warns once (per process) when it cannot."""
+    global _warned
+    try:
+        kernel_library()
+    except KernelUnavailableError as err:
+        if not _warned:
+            warnings.warn(f"{err}; using the eager torch path", RuntimeWarning, stacklevel=2)
+            _warned = True
+        return False
+    return True
 
 
 def _threads(work: int, rows: int) -> int:
@@ -178,18 +287,28 @@ def linucb_scores(
     r, k, d, _ = a_inv.shape
     b = x.shape[1]
     dtype = a_inv.dtype
-    pointers = [
-        _check("a_inv", a_inv, dtype, (r, k, d, d)),
-        _check("theta", theta, dtype, (r, k, d)),
-        _check("x", x, dtype, (r, b, d)),
-    ]
+    _check("a_inv", a_inv, dtype, (r, k, d, d))
+    _check("theta", theta, dtype, (r, k, d))
+    _check("x", x, dtype, (r, b, d))
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
     alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
     alpha_value = 0.0 if alpha_r is not None else float(alpha)
-    pointers += [alpha_value, _check("alpha", alpha_r, dtype, (r,))]
+    _check("alpha", alpha_r, dtype, (r,))
     out = torch.empty(r, b, k, dtype=dtype)
-    pointers += [*_shortcuts(a_inv, prior, half, half_scale), out.data_ptr()]
-    fn = getattr(kernel_library(), f"linucb_scores_{_SUFFIX[dtype]}")
-    fn(*pointers, r, k, b, d, _threads(r * k * b * d * d // 2, r))
+    _shortcuts(a_inv, prior, half, half_scale)
+    kernel_library().linucb_scores(
+        a_inv,
+        theta,
+        x,
+        alpha_value,
+        alpha_r,
+        prior,
+        half,
+        half_scale if half is not None else None,
+        out,
+        _threads(r * k * b * d * d // 2, r),
+    )
     return out
 
 
@@ -223,16 +342,26 @@ def sherman_morrison_played_(
     """
     r, k, d, _ = a_inv.shape
     dtype = a_inv.dtype
-    pointers = [
-        _check("a_inv", a_inv, dtype, (r, k, d, d)),
-        _check("theta", theta, dtype, (r, k, d)),
-        _check("x", x, dtype, (r, d)),
-        _check("arm", arm, torch.long, (r,)),
-        _check("reward", reward, dtype, (r, k)),
-        _check("observed", observed, torch.bool, (r, k)),
-        *_shortcuts(a_inv, prior, half, half_scale),
-    ]
-    fn = getattr(kernel_library(), f"sherman_morrison_played_{_SUFFIX[dtype]}")
-    bad = fn(*pointers, r, k, d, _threads(3 * r * d * d, r))
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
+    _check("a_inv", a_inv, dtype, (r, k, d, d))
+    _check("theta", theta, dtype, (r, k, d))
+    _check("x", x, dtype, (r, d))
+    _check("arm", arm, torch.long, (r,))
+    _check("reward", reward, dtype, (r, k))
+    _check("observed", observed, torch.bool, (r, k))
+    _shortcuts(a_inv, prior, half, half_scale)
+    bad = kernel_library().sherman_morrison_played(
+        a_inv,
+        theta,
+        x,
+        arm,
+        reward,
+        observed,
+        prior,
+        half,
+        half_scale if half is not None else None,
+        _threads(3 * r * d * d, r),
+    )
     if bad:
         raise ValueError(f"fused ridge kernel: {bad} played arms out of range [0, {k})")

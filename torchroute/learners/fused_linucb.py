@@ -30,6 +30,7 @@ from torch import Tensor
 from torchroute.functional.random import Source
 from torchroute.functional.ridge_kernel import (
     half_copy,
+    kernel_available,
     kernel_library,
     linucb_scores,
     prior_scales,
@@ -42,14 +43,22 @@ from torchroute.types import Context, Decision, Feedback
 if TYPE_CHECKING:
     from torchroute.learners.linear import LinUCB
 
-Kernel = Literal["torch", "fused", "fused_fp16"]
-KERNELS = ("torch", "fused", "fused_fp16")
+Kernel = Literal["torch", "fused", "fused_fp16", "auto"]
+KERNELS = ("torch", "fused", "fused_fp16", "auto")
 
 
 def check_kernel(owner: str, kernel: str) -> Kernel:
-    """``kernel`` if known; the fused ones also build (or load) the kernels now."""
+    """The kernel to run: ``kernel`` if known, the fused ones built (or loaded) now.
+
+    ``"fused"``/``"fused_fp16"`` asked for explicitly raise
+    :class:`~torchroute.functional.ridge_kernel.KernelUnavailableError` (one line) when the
+    kernel cannot be had; ``"auto"`` is ``"fused"`` when it can and ``"torch"`` (with one
+    warning per process) when it cannot.
+    """
     if kernel not in KERNELS:
         raise ValueError(f"{owner}: kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        return "fused" if kernel_available() else "torch"
     if kernel != "torch":
         kernel_library()
     return kernel  # type: ignore[return-value]

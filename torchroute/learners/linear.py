@@ -93,9 +93,12 @@ class LinUCB(_PerTrialRidge):
         alpha: width of the confidence bonus (a number, or ``R`` per-trial values).
         lam: ridge regulariser (a number, or ``R`` per-trial values).
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
-            the scores and one for a bandit update (CPU, built with ``g++`` at first use),
-            the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
-            ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative). See
+            the scores and one for a bandit update (CPU, a torch C++ extension built at
+            first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
+            ``A^{-1}`` for the widths (float32; widths to about ``1e-3`` relative);
+            ``"auto"``: ``"fused"`` when the kernel builds (or is cached), else ``"torch"``
+            with one warning (``"fused"`` asked for explicitly is an error then), and eager
+            on a non-CPU device. See
             :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
 
     Defaults (``docs/reference/learners.md``, "Paper values vs library defaults"): ``alpha = 1``
@@ -124,7 +127,12 @@ class LinUCB(_PerTrialRidge):
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("alpha", alpha, ge=0)
+        self._auto = kernel == "auto"
         self.kernel = check_kernel(type(self).__name__, kernel)
+
+    def _fused(self) -> bool:
+        """Whether this call takes the fused kernel (``"auto"``: on the CPU only)."""
+        return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The arm with the largest upper confidence bound per context.
@@ -136,7 +144,7 @@ class LinUCB(_PerTrialRidge):
         Returns:
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
-        if self.kernel != "torch":
+        if self._fused():
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
@@ -160,7 +168,7 @@ class LinUCB(_PerTrialRidge):
         Returns:
             ``{}``.
         """
-        if self.kernel != "torch":
+        if self._fused():
             return fused_update(self, context, decision, feedback, generator)
         return super().update(context, decision, feedback, generator)
 

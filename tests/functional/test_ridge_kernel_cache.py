@@ -1,0 +1,183 @@
+"""Building, caching and falling back from the fused kernel, each case in a fresh process.
+
+The compiler is taken away by pointing ``CXX`` at a binary that does not exist; the kernel
+cache is a temporary folder (``TORCHROUTE_KERNEL_CACHE``), planted with a whole, a truncated
+or no library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchroute.functional import ridge_kernel as rk
+
+MISSING_CXX = "/nonexistent/bin/c++"
+
+# Prints a JSON line: the learner's kernel, the warnings, and one round's scores of the
+# fused kernel against a float64 numpy LinUCB score (or the one-line error).
+PROBE = r"""
+import json, sys, warnings
+import numpy as np
+import torch
+from torchroute.functional import ridge_kernel as rk
+from torchroute.learners import LinUCB
+
+kernel = sys.argv[1]
+out = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        learners = [LinUCB(2, 3, 5, kernel=kernel).double() for _ in range(2)]
+    except rk.KernelUnavailableError as err:
+        out["error"] = str(err)
+        learners = []
+out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+if learners:
+    out["kernel"] = learners[0].kernel
+    if learners[0].kernel != "torch":
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)
+        a_inv = torch.linalg.inv(a @ a.transpose(-1, -2) + torch.eye(5, dtype=torch.float64))
+        theta = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)
+        x = torch.randn(2, 1, 5, generator=g, dtype=torch.float64)
+        got = rk.linucb_scores(a_inv.contiguous(), theta, x, 0.7).numpy()
+        A, T, X = a_inv.numpy(), theta.numpy(), x.numpy()
+        want = np.einsum("rkd,rbd->rbk", T, X) + 0.7 * np.sqrt(
+            np.einsum("rbd,rkde,rbe->rbk", X, A, X)
+        )
+        out["max_err"] = float(np.abs(got - want).max())
+print(json.dumps(out))
+"""
+
+
+def _probe(cache: Path, kernel: str, cxx: str | None = None) -> dict:
+    env = {**os.environ, "TORCHROUTE_KERNEL_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+    if cxx is not None:
+        env["CXX"] = cxx
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, kernel], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -7 would be SIGBUS
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    """A whole library built in this process (the user's cache), to plant elsewhere."""
+    try:
+        rk.kernel_library()
+    except rk.KernelUnavailableError as err:
+        pytest.skip(f"no C++ compiler to build the kernel: {err}")
+    path = rk.library_path()
+    assert rk.cached_library_ok(path)
+    return path
+
+
+def _plant(built: Path, cache: Path, keep: int | None = None) -> Path:
+    """Copy the built library (its first ``keep`` bytes) and its manifest into ``cache``."""
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / built.name
+    data = built.read_bytes()
+    target.write_bytes(data if keep is None else data[:keep])
+    shutil.copy(built.with_name(built.name + ".sha256"), target.with_name(target.name + ".sha256"))
+    return target
+
+
+def test_no_compiler_explicit_fused_is_a_one_line_error(tmp_path):
+    out = _probe(tmp_path / "cache", "fused", MISSING_CXX)
+    assert "kernel" not in out
+    assert "\n" not in out["error"] and "could not be built or loaded" in out["error"]
+    assert MISSING_CXX in out["error"]
+
+
+def test_no_compiler_auto_falls_back_to_eager_with_one_warning(tmp_path):
+    out = _probe(tmp_path / "cache", "auto", MISSING_CXX)
+    assert out["kernel"] == "torch"
+    assert len(out["warnings"]) == 1  # two learners built, one warning
+    assert "using the eager torch path" in out["warnings"][0]
+
+
+def test_cached_library_is_loaded_without_a_compiler(built, tmp_path):
+    cache = tmp_path / "cache"
+    _plant(built, cache)
+    out = _probe(cache, "fused", MISSING_CXX)
+    assert out["kernel"] == "fused" and out["warnings"] == []
+    assert out["max_err"] < 1e-12
+
+
+def test_truncated_cache_entry_is_never_loaded(built, tmp_path):
+    cache = tmp_path / "cache"
+    target = _plant(built, cache, keep=built.stat().st_size // 3)
+    assert not rk.cached_library_ok(target)
+    out = _probe(cache, "fused", MISSING_CXX)  # cannot rebuild: an error, not a SIGBUS
+    assert "could not be built or loaded" in out["error"]
+
+
+@pytest.mark.slow
+def test_truncated_cache_entry_without_compiler_auto_is_eager(built, tmp_path):
+    cache = tmp_path / "cache"
+    _plant(built, cache, keep=built.stat().st_size // 3)
+    out = _probe(cache, "auto", MISSING_CXX)
+    assert out["kernel"] == "torch" and len(out["warnings"]) == 1
+
+
+def test_unwritable_cache_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = _probe(blocker / "cache", "fused")  # the compiler is there; the cache cannot be made
+    assert "\n" not in out["error"] and str(blocker) in out["error"]
+
+
+@pytest.mark.slow
+def test_truncated_cache_entry_is_rebuilt(built, tmp_path):
+    cache = tmp_path / "cache"
+    target = _plant(built, cache, keep=4096)
+    out = _probe(cache, "fused")  # a real build (tens of seconds)
+    assert out["kernel"] == "fused" and out["max_err"] < 1e-12
+    assert rk.cached_library_ok(target)
+    assert target.stat().st_size > 4096
+
+
+@pytest.mark.slow
+def test_cli_kernel_fused_without_compiler_exits_2_with_one_line(tmp_path):
+    env = {
+        **os.environ,
+        "TORCHROUTE_KERNEL_CACHE": str(tmp_path / "kernels"),
+        "CXX": MISSING_CXX,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    args = [
+        "simulate",
+        "experiment=default",
+        f"out_dir={tmp_path / 'out'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "data.num_queries=60",
+        "seeds=[0]",
+        "rhos=[0]",
+        "run_learners=[linucb]",
+        "+learners.linucb.kernel=fused",
+        "progress=false",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "torchroute", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("torchroute simulate: error")]
+    assert len(lines) == 1 and "could not be built or loaded" in lines[0]
+    assert not (tmp_path / "out" / "results.csv").exists()
+    np.testing.assert_equal(len(list((tmp_path / "kernels").glob("*.so"))), 0)
