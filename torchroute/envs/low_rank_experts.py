@@ -172,6 +172,7 @@ class LowRankExperts(Env):
             raise ValueError(f"{name}: generator must be one of {GENERATORS}, got {generator!r}")
         if generator == "well_specified":
             check_number(name, "latent_dim", latent_dim, ge=2 * rank, integer=True)
+            item_dim = latent_dim  # items unused; keeps the shared draws well formed
         for key, value in (("num_experts", num_experts), ("rank", rank), ("horizon", horizon)):
             check_number(name, key, value, ge=1, integer=True)
         check_number(name, "latent_dim", latent_dim, ge=rank, integer=True)
