@@ -38,7 +38,13 @@ def _decision(probs):
 
 def test_trials_padding_and_labels():
     env = _env()
-    assert env.trials().to_dict("list") == {"dim": [6, 6, 10, 10], "seed": [0, 1, 0, 1]}
+    assert env.trials().to_dict("list") == {
+        "dim": [6, 6, 10, 10],
+        "seed": [0, 1, 0, 1],
+        "s": [2] * 4,
+        "L": [4] * 4,
+        "M": [3] * 4,
+    }
     x = torch.cat([env.context(t).x for t in range(env.horizon)], 1)  # [R, T, 10]
     torch.testing.assert_close(x.norm(dim=-1), torch.ones(4, 20, dtype=F64))
     assert (x[:2, :, 6:] == 0).all() and (x[2:, :, 6:] != 0).any()

@@ -280,7 +280,18 @@ class LowRankExperts(Env):
         return self._device
 
     def trials(self) -> pd.DataFrame:
-        return pd.DataFrame({"dim": self.dims.numpy(), "seed": self.seeds.numpy()})
+        """Labels ``dim, seed`` (what varies) and ``s, L, M`` (rank, latent dimension and
+        experts, the same for every trial; they let several runs' results be put side by side)."""
+        n = self.num_trials
+        return pd.DataFrame(
+            {
+                "dim": self.dims.numpy(),
+                "seed": self.seeds.numpy(),
+                "s": [self.rank] * n,
+                "L": [self._cfg["latent_dim"]] * n,
+                "M": [self.num_arms] * n,
+            }
+        )
 
     def select_trials(self, index: Sequence[int] | Tensor) -> LowRankExperts:
         """The trials ``index`` (their worlds and query streams) as a new env."""
