@@ -98,6 +98,10 @@ def test_claims_pass_and_fail():
     assert "- PASS: `hpg` sup_regret against d grows slower than any power: slope <= 0.25" in text
     assert "- PASS: `hpg` sup_regret against s grows at most linearly" in text
     assert "- PASS: `flattened_npg` (Table 1's" in text
+    # largest ratio (s cancels): d = 64, seeds' mean c = 2.5: 2.5 * 64**0.1 / sqrt(400 log 64)
+    worst = 2.5 * 64**0.1 / math.sqrt(400 * math.log(64))
+    want = "- PASS: `hpg` sup_regret <= s sqrt(M T log d) (the bound with constant 1)"
+    assert f"{want} in every (s, d) cell (largest ratio {worst:.3f})" in text
     assert "- PASS: `hpg` sup_regret < `flattened_npg`'s at d = 256, s = 1" in text
     assert "2x" not in text and "2 x" not in text  # the old ad hoc check is gone
     steep = _sweep()

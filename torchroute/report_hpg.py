@@ -135,6 +135,15 @@ def hpg_claims(results: pd.DataFrame) -> list[str]:
     else:
         verdict = "PASS" if mean <= S_SLOPE_MAX else "FAIL"
         lines.append(f"- {verdict}: {what} (slope {_slope_text(mean, sd, n)})")
+    if {"s", "M", "rounds"} <= set(results.columns):
+        bound = theorem3_rows(results)
+        if not bound.empty:
+            worst = float(bound["ratio"].max())
+            verdict = "PASS" if worst <= 1 else "FAIL"
+            lines.append(
+                f"- {verdict}: `{HPG_NAME}` {value} <= s sqrt(M T log d) (the bound with constant "
+                f"1) in every (s, d) cell (largest ratio {worst:.3f})"
+            )
     lines += ["", "Our hypotheses (the paper reports no online experiment):", ""]
     for name, pairs in (("d", [("flattened_npg", "dim")]),):
         for base, x in pairs:
