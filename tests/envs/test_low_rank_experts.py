@@ -11,7 +11,14 @@ import torch
 
 from torchroute.envs import LowRankExperts
 from torchroute.envs.low_rank_experts import low_rank_experts_table
-from torchroute.learners import EXP3, HPG, EuclideanQuadPG, LogLinearPG, ParameterFreeHPG
+from torchroute.learners import (
+    EXP3,
+    HPG,
+    EuclideanQuadPG,
+    FlattenedNPG,
+    LogLinearPG,
+    ParameterFreeHPG,
+)
 from torchroute.loop import simulate
 from torchroute.tracking import NullTracker
 from torchroute.types import Decision
@@ -31,7 +38,13 @@ def _decision(probs):
 
 def test_trials_padding_and_labels():
     env = _env()
-    assert env.trials().to_dict("list") == {"dim": [6, 6, 10, 10], "seed": [0, 1, 0, 1]}
+    assert env.trials().to_dict("list") == {
+        "dim": [6, 6, 10, 10],
+        "seed": [0, 1, 0, 1],
+        "s": [2] * 4,
+        "L": [4] * 4,
+        "M": [3] * 4,
+    }
     x = torch.cat([env.context(t).x for t in range(env.horizon)], 1)  # [R, T, 10]
     torch.testing.assert_close(x.norm(dim=-1), torch.ones(4, 20, dtype=F64))
     assert (x[:2, :, 6:] == 0).all() and (x[2:, :, 6:] != 0).any()
@@ -172,7 +185,9 @@ FACTORIES = {
     "ParameterFreeHPG": lambda p: ParameterFreeHPG.from_problem(p, capacity=4),
     "EXP3": EXP3.from_problem,
     "LogLinearPG": lambda p: LogLinearPG.from_problem(p, rank=2),
-    "EuclideanQuadPG": lambda p: EuclideanQuadPG.from_problem(p, rank=2),
+    "EuclideanQuadPG": lambda p: EuclideanQuadPG.from_problem(p, rank=2, capacity=4),
+    "FlattenedNPG": lambda p: FlattenedNPG.from_problem(p, rank=2, capacity=4),
+    "HPG-well-specified": lambda p: HPG.from_problem(p, rank=2, capacity=4),
 }
 
 
@@ -188,17 +203,21 @@ class _CopyCheckpoint(NullTracker):
 @pytest.mark.parametrize("name", sorted(FACTORIES))
 def test_learners_run_and_resume_bit_exact(name, tmp_path):
     make = FACTORIES[name]
-    env = _env()
+    kw = {"generator": "well_specified"} if name.endswith("well-specified") else {}
+    env = _env(**kw)
     full = simulate(make(env.problem()).to(F64), env, seed=4, progress=False, log_every=5)
     cols = set(full.summary.columns)
     assert {"dim", "seed", "linearized_regret", "avg_regret", "const_regret"} <= cols
+    assert {"sup_regret", "avg_sup_regret", "avg_linearized_regret"} <= cols
+    # the supremum over the nuclear ball is at least the fixed comparator's (inside the ball)
+    assert (full.summary["sup_regret"] >= full.summary["linearized_regret"] - 1e-9).all()
     path, mid = tmp_path / "ck.pt", tmp_path / "mid.pt"
-    env2 = _env()
+    env2 = _env(**kw)
     simulate(
         make(env2.problem()).to(F64), env2, seed=4, progress=False, log_every=5,
         ckpt_every=10, ckpt_path=path, tracker=_CopyCheckpoint(path, mid),
     )  # fmt: skip
-    env3 = _env()
+    env3 = _env(**kw)
     resumed = simulate(
         make(env3.problem()).to(F64), env3, seed=4, progress=False, log_every=5,
         resume_from=mid,

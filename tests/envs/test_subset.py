@@ -155,3 +155,32 @@ def test_subset_env_resume_is_bit_exact(tmp_path):
     resumed = run(resume_from=tmp_path / "mid.pt")
     pd.testing.assert_frame_equal(resumed.summary, full.summary)
     pd.testing.assert_frame_equal(resumed.curve, full.curve)
+
+
+def test_feasibility_at_both_tolerances_on_a_hand_made_trajectory():
+    """Costs (0.5, 1, 2), one arm per round, upper bound 1, T = 2000: trial 0 plays arm 1
+    always but once arm 2 (average 1 + 1/2000: R2 = 5e-4, feasible at 1e-3 only), trial 1
+    five times arm 2 (R2 = 2.5e-3: neither), trial 2 arm 0 once and arm 1 otherwise (inside)."""
+    t_max = 2000
+    env, _ = _env(
+        k=3, d=1, draws=1, horizon=t_max,
+        costs=torch.tensor([[[0.5, 1.0, 2.0]]] * 3, dtype=F64),
+        lower=torch.full((3, 1), -torch.inf, dtype=F64),
+        upper=torch.full((3, 1), 1.0, dtype=F64),
+    )  # fmt: skip
+    sums = {}
+    probs = torch.full((3, 1, 3), 1 / 3, dtype=F64)
+    for t in range(t_max):
+        arms = [2 if t == 7 else 1, 2 if t < 5 else 1, 0 if t == 3 else 1]
+        action = torch.tensor(arms).view(3, 1, 1)
+        _, outcome = env.step(env.context(t), Decision(probs, action))
+        for key, value in outcome.items():
+            sums[key] = sums.get(key, 0) + value.sum(1)
+    out = env.summarize(sums, t_max)
+    torch.testing.assert_close(out["r2"], torch.tensor([5e-4, 2.5e-3, 0.0], dtype=F64))
+    torch.testing.assert_close(out["feasible"], torch.tensor([0.0, 0.0, 1.0], dtype=F64))
+    torch.testing.assert_close(out["feasible_1e3"], torch.tensor([1.0, 0.0, 1.0], dtype=F64))
+    # the final policy's value per block (one block): E max over one draw from q = 1/3 each
+    means = env.means[:, 0]  # [R, N, K]
+    want = means.mean(-1).sum(-1)  # sum_n mean_i V[n, i] for one uniform draw
+    torch.testing.assert_close(out["qT_value_0"], want)

@@ -20,6 +20,7 @@ from torchroute.learners import (
     BestSingleArm,
     EpsilonGreedy,
     EuclideanQuadPG,
+    FlattenedNPG,
     FullFeedbackLinUCB,
     FullFeedbackNeuralUCB,
     KNNRouter,
@@ -187,6 +188,15 @@ LEARNERS: dict[str, Spec] = {
     ),
     "EuclideanQuadPG": Spec(
         lambda r, k, d, s: EuclideanQuadPG(r, k, d, tau=2.0, eta=0.3), True, False, True
+    ),
+    "EuclideanQuadPG-frobenius": Spec(
+        lambda r, k, d, s: EuclideanQuadPG(r, k, d, tau=2.0, eta=0.3, ball="frobenius"),
+        True,
+        False,
+        True,
+    ),
+    "FlattenedNPG": Spec(
+        lambda r, k, d, s: FlattenedNPG(r, k, d, tau=2.0, eta=0.3), True, False, True
     ),
 }
 

@@ -161,7 +161,7 @@ def test_baselines_one_step_by_hand():
             want = 0.5 * float(reward[r, 0, a]) * (float(m == a) - 1 / K) * x[r, 0]
             torch.testing.assert_close(loglin.theta[r, m], want)
     # Euclidean quadratic: same with q q^T, then the Frobenius ball of radius 0.01
-    quad = EuclideanQuadPG(R, K, D, tau=0.01, eta=0.5).to(F64)
+    quad = EuclideanQuadPG(R, K, D, tau=0.01, eta=0.5, ball="frobenius").to(F64)
     quad.update(Context(x), decision, feedback_for(quad, decision, reward))
     for r in range(R):
         a = int(action[r, 0])

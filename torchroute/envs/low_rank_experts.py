@@ -11,6 +11,20 @@ the reward is ``a^T Psi* q + N(0, noise^2)``.
 first-order expansion around the uniform item draw, ``W*_m = sym(Psi*^T Cov(a) Psi_m)``
 (rank ``<= 2 s``), scaled by ``c`` so that ``max_m ||c W*_m||_* = comparator_tau``.
 
+``generator="well_specified"`` is the instance on which the paper's low-rank claims can show:
+no items, ``R_m(q) = q^T W*_m q`` with ``W*_m = P D_m P^T``, ``D_m`` diagonal with ``2 s``
+entries ``+-1`` on a random support ``S_m`` of the ``L`` latent axes (rank ``2 s``, nuclear
+norm ``2 s``, spectral norm 1, so ``|R_m(q)| <= 1``); queries from ``num_clusters`` clusters
+in the ``L``-dimensional latent space (``L > 2 s``: each expert sees only part of where the
+queries live) plus ambient noise; reward ``R_m(q) + N(0, noise^2)``. The comparator is
+``W*`` itself (scaled like the other to ``max_m ||c W*_m||_* = comparator_tau``).
+
+Regret against the whole comparator class: the loop's sums give eq. 9 against the fixed
+``W*``; ``sup_regret`` is its supremum over ``||W_m||_* <= comparator_tau`` (exact: eq. 9
+is linear in ``W``, so the supremum is ``sum_t <g_t, W_t> + tau sum_m ||C_m||_2`` with
+``C_m = sum_t pi_m (R_m - rbar) q_t q_t^T``). The env keeps the per-round coefficients
+``pi_m (R_m - rbar)`` of the current run (its restorable state) to form ``C_m`` at the end.
+
 Several dimensions run in one env: trials are ``dims x seeds`` (dim-major); queries of a
 trial with ``d < max(dims)`` are zero-padded, and ``Problem.labels['dim']`` holds each
 trial's true ``d``. The latent world (clusters, items, kernels) depends on the seed only,
@@ -25,7 +39,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 import torch
@@ -46,6 +60,39 @@ def _unit(x: Tensor) -> Tensor:
 
 def _spectral_scale(x: Tensor, scale: float) -> Tensor:
     return x * (scale / torch.linalg.matrix_norm(x, ord=2)[..., None, None])
+
+
+GENERATORS = ("shared_subspace", "well_specified")
+
+
+def _quadratic_rewards(latent: Tensor, reward_matrix: Tensor) -> Tensor:
+    """``R_m(q) = z^T A_m z`` ``[..., B, M]`` from latent queries ``z [..., B, L]`` and
+    ``reward_matrix [..., M, L, L]``."""
+    return torch.einsum("...bl,...mlk,...bk->...bm", latent, reward_matrix, latent)
+
+
+def sup_linearized_regret(
+    queries: Tensor, coef: Tensor, policy_term: Tensor, tau: float | Tensor
+) -> Tensor:
+    """The supremum of eq. 9 over the comparators ``||W_m||_* <= tau`` (symmetric), ``[R]``.
+
+    ``sup_W sum_t <g_t, W_t - W> = policy_term + tau sum_m ||sum_t coef[t, m] q_t q_t^T||_2``
+    with ``g_{t,m} = -coef[t, m] q_t q_t^T`` and ``policy_term = sum_t <g_t, W_t>``.
+
+    Args:
+        queries: ``[R, T, D]``.
+        coef: ``[R, T, M]``, ``pi_m (R_m - rbar)`` per round.
+        policy_term: ``[R]``.
+        tau: radius (float or ``[R]``).
+    """
+    out = []
+    for r in range(queries.shape[0]):  # once per run, one trial at a time to bound memory
+        q = queries[r].to(torch.float64)
+        c = coef[r].to(torch.float64)
+        mats = torch.einsum("td,tm,te->mde", q, c, q)  # [M, D, D]
+        out.append(torch.linalg.eigvalsh(mats).abs().amax(-1).sum())
+    spectral = torch.stack(out).to(policy_term.device)
+    return policy_term.to(torch.float64) + torch.as_tensor(tau, dtype=torch.float64) * spectral
 
 
 def _mixture_rewards(
@@ -76,14 +123,19 @@ class LowRankExperts(Env):
             ``block_length`` rounds of one cluster, cycling).
         kernel_scale: ``||Psi_m||_2`` (the experts' sharpness).
         noise: Gaussian reward noise sigma.
-        comparator_tau: nuclear norm of the scaled comparator (default ``2 s``).
+        comparator_tau: nuclear norm of the scaled comparator and radius of the class of
+            ``sup_regret`` (default ``2 s``).
+        generator: ``"shared_subspace"`` (items and expert kernels in one latent space) or
+            ``"well_specified"`` (``R_m(q) = q^T W*_m q``, ``W*_m`` of rank ``2 s``; needs
+            ``latent_dim >= 2 s``; items and ``kernel_scale`` unused).
+        rounds: the run's ``rounds=`` key; when set it replaces ``horizon``.
         device, dtype: where and in which precision contexts and rewards live.
 
     Shapes:
         ``context(t).x [R, 1, D]`` (``D = max(dims)``); the outcome has ``reward``,
         ``expected_reward``, ``regret`` (vs the per-query best expert), ``comparator_regret``
-        (vs the policy ``softmax(q^T c W* q)``), ``linearized_regret`` (eq. 9, per round)
-        ``[R, 1]`` and ``expert_reward [R, 1, M]``.
+        (vs the policy ``softmax(q^T c W* q)``), ``linearized_regret`` (eq. 9, per round),
+        ``policy_term`` (``<g_t, W_t>``) ``[R, 1]`` and ``expert_reward [R, 1, M]``.
     """
 
     curve_keys = ("regret", "linearized_regret")
@@ -106,10 +158,21 @@ class LowRankExperts(Env):
         kernel_scale: float = 16.0,
         noise: float = 0.1,
         comparator_tau: float | None = None,
+        generator: str = "shared_subspace",
+        rounds: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         name = "LowRankExperts"
+        if rounds is not None:
+            if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+                raise ValueError(f"{name}: rounds must be an integer >= 1 or null, got {rounds!r}")
+            horizon = rounds
+        if generator not in GENERATORS:
+            raise ValueError(f"{name}: generator must be one of {GENERATORS}, got {generator!r}")
+        if generator == "well_specified":
+            check_number(name, "latent_dim", latent_dim, ge=2 * rank, integer=True)
+            item_dim = latent_dim  # items unused; keeps the shared draws well formed
         for key, value in (("num_experts", num_experts), ("rank", rank), ("horizon", horizon)):
             check_number(name, key, value, ge=1, integer=True)
         check_number(name, "latent_dim", latent_dim, ge=rank, integer=True)
@@ -143,7 +206,9 @@ class LowRankExperts(Env):
             "block_length": block_length,
             "kernel_scale": kernel_scale,
             "tau_star": tau_star,
+            "generator": generator,
         }
+        self.generator = generator
         self._cfg = cfg
         worlds = [self._world(int(s), int(d), d_max, cfg) for s, d in zip(self.seeds, self.dims)]
         stack = {k: torch.stack([w[k] for w in worlds]) for k in worlds[0]}
@@ -154,7 +219,12 @@ class LowRankExperts(Env):
         self.item_rewards = items @ stack["reward_kernel"].to(self._device, big)  # [R, n, L]
         self.item_logits = items[:, None] @ stack["expert_kernels"].to(self._device, big)
         self.comparator = stack["comparator"].to(self._device, big)  # [R, M, L, L]
+        self.reward_matrix = stack["reward_matrix"].to(self._device, big)  # [R, M, L, L]
         self.queries = stack["queries"].to(self._device, dtype)  # [R, T, D]
+        self.round = 0  # the round of the last context(t)
+        self.coef = torch.zeros(
+            self.num_trials, horizon, num_experts, device=self._device, dtype=big
+        )
 
     @staticmethod
     def _world(seed: int, d: int, d_max: int, cfg: dict) -> dict[str, Tensor]:
@@ -175,9 +245,18 @@ class LowRankExperts(Env):
             cluster = (torch.arange(t) // cfg["block_length"] + seed) % k
         z = centers[cluster] + cfg["latent_noise"] * torch.randn(t, lat, generator=g, dtype=f64)
         z = _unit(z)
-        cov = torch.cov(items.T, correction=0)  # [da, da]
-        w = star.T @ cov @ experts  # [M, L, L]
-        w = 0.5 * (w + w.transpose(-1, -2))
+        if cfg.get("generator", "shared_subspace") == "well_specified":
+            # W*_m = diag of 2 s signs on a random support of the L latent axes
+            support = torch.rand(m, lat, generator=g, dtype=f64).argsort(-1)[:, : 2 * s]
+            signs = torch.randint(0, 2, (m, 2 * s), generator=g).to(f64) * 2 - 1
+            diag = torch.zeros(m, lat, dtype=f64).scatter_(1, support, signs)
+            w = torch.diag_embed(diag)  # [M, L, L]
+            reward_matrix = w
+        else:
+            cov = torch.cov(items.T, correction=0)  # [da, da]
+            w = star.T @ cov @ experts  # [M, L, L]
+            w = 0.5 * (w + w.transpose(-1, -2))
+            reward_matrix = torch.zeros(m, lat, lat, dtype=f64)  # unused
         nuc = torch.linalg.matrix_norm(w, ord="nuc").amax()
         comparator = w * (cfg["tau_star"] / nuc)
         g_d = torch.Generator().manual_seed(seed * 100_003 + d)
@@ -192,6 +271,7 @@ class LowRankExperts(Env):
             "reward_kernel": star,
             "expert_kernels": experts,
             "comparator": comparator,
+            "reward_matrix": reward_matrix,
             "queries": torch.nn.functional.pad(queries, (0, pad)),
         }
 
@@ -200,7 +280,18 @@ class LowRankExperts(Env):
         return self._device
 
     def trials(self) -> pd.DataFrame:
-        return pd.DataFrame({"dim": self.dims.numpy(), "seed": self.seeds.numpy()})
+        """Labels ``dim, seed`` (what varies) and ``s, L, M`` (rank, latent dimension and
+        experts, the same for every trial; they let several runs' results be put side by side)."""
+        n = self.num_trials
+        return pd.DataFrame(
+            {
+                "dim": self.dims.numpy(),
+                "seed": self.seeds.numpy(),
+                "s": [self.rank] * n,
+                "L": [self._cfg["latent_dim"]] * n,
+                "M": [self.num_arms] * n,
+            }
+        )
 
     def select_trials(self, index: Sequence[int] | Tensor) -> LowRankExperts:
         """The trials ``index`` (their worlds and query streams) as a new env."""
@@ -209,7 +300,8 @@ class LowRankExperts(Env):
         env.num_trials = idx.numel()
         env.dims, env.seeds = self.dims[idx], self.seeds[idx]
         on = idx.to(self._device)
-        for name in ("embed", "item_rewards", "item_logits", "comparator", "queries"):
+        names = ("embed", "item_rewards", "item_logits", "comparator", "reward_matrix", "queries")
+        for name in (*names, "coef"):
             setattr(env, name, getattr(self, name)[on])
         return env
 
@@ -228,13 +320,22 @@ class LowRankExperts(Env):
         )
 
     def context(self, t: int) -> Context:
+        self.round = t
         return Context(x=self.queries[:, t : t + 1])
 
     def expected_rewards(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``R_m(q) [R, B, M]``, the item distributions ``[R, B, M, n]`` and item rewards
-        ``a^T Psi* q [R, B, n]`` for queries ``x [R, B, D]`` (float64)."""
+        ``a^T Psi* q [R, B, n]`` for queries ``x [R, B, D]`` (float64; for the
+        well-specified generator the last two are empty, ``n = 0``)."""
         latent = x.to(torch.float64) @ self.embed  # [R, B, L]
-        return _mixture_rewards(latent, self.item_rewards, self.item_logits)
+        return self._means(latent, self.item_rewards, self.item_logits, self.reward_matrix)
+
+    def _means(self, latent, item_rewards, item_logits, reward_matrix):
+        if self.generator == "well_specified":
+            means = _quadratic_rewards(latent, reward_matrix)
+            empty = means.new_zeros(*means.shape, 0)
+            return means, empty, empty[..., 0, :]
+        return _mixture_rewards(latent, item_rewards, item_logits)
 
     def to_table(
         self,
@@ -264,7 +365,9 @@ class LowRankExperts(Env):
         world = self._world(seed, d, d, {**self._cfg, "horizon": int(n)})
         queries = world["queries"].float()  # [n, d], what the table stores
         latent = queries.to(self._device, torch.float64) @ self.embed[trial, :d]
-        means, _, _ = _mixture_rewards(latent, self.item_rewards[trial], self.item_logits[trial])
+        means, _, _ = self._means(
+            latent, self.item_rewards[trial], self.item_logits[trial], self.reward_matrix[trial]
+        )
         scores = ((means + 1) / 2).clamp(0.0, 1.0).cpu()  # clamp: rounding at +-1 only
         return RoutingTable(
             scores=scores,
@@ -289,9 +392,12 @@ class LowRankExperts(Env):
         means, xi, item_reward = self.expected_rewards(context.x)  # [R, B, M]
         action = decision.action
         r, b = action.shape
-        xi_played = xi.gather(2, action[..., None, None].expand(r, b, 1, xi.shape[-1]))[:, :, 0]
-        item = sample_multinomial(xi_played, generator)  # [R, B]
-        clean = item_reward.gather(-1, item.reshape(r, b, 1))[..., 0]
+        if self.generator == "well_specified":
+            clean = means.gather(-1, action[..., None])[..., 0]
+        else:
+            xi_played = xi.gather(2, action[..., None, None].expand(r, b, 1, xi.shape[-1]))
+            item = sample_multinomial(xi_played[:, :, 0], generator)  # [R, B]
+            clean = item_reward.gather(-1, item.reshape(r, b, 1))[..., 0]
         eps = normal(generator, (r, b), dtype=torch.float64, device=self.device)
         reward = clean + self.noise * eps
         observed = torch.nn.functional.one_hot(action, self.num_arms).bool()
@@ -301,7 +407,10 @@ class LowRankExperts(Env):
         rbar = (probs * means).sum(-1, keepdim=True)
         log_pi = probs.clamp_min(1e-300).log()
         comparator = self.comparator_scores(context.x)
-        lin = (probs * (means - rbar) * (comparator - log_pi)).sum(-1)
+        coef = probs * (means - rbar)  # pi_m (R_m - rbar): -g_t / (q q^T)
+        lin = (coef * (comparator - log_pi)).sum(-1)
+        if b == 1 and 0 <= self.round < self.coef.shape[1]:
+            self.coef[:, self.round] = coef[:, 0]
         star = torch.softmax(comparator, -1)
         outcome = {
             "reward": reward,
@@ -309,24 +418,41 @@ class LowRankExperts(Env):
             "regret": means.amax(-1) - chosen,
             "comparator_regret": (star * means).sum(-1) - chosen,
             "linearized_regret": lin,
+            "policy_term": -(coef * log_pi).sum(-1),
             "expert_reward": means,
         }
         return Feedback(reward_k, observed, only_played=True), outcome
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
         best_const = sums["expert_reward"].amax(-1)
-        return {
+        out = {
             "avg_reward": sums["reward"] / rounds,
             "avg_expected_reward": sums["expected_reward"] / rounds,
             "avg_regret": sums["regret"] / rounds,
             "const_regret": (best_const - sums["expected_reward"]) / rounds,
             "comparator_regret": sums["comparator_regret"] / rounds,
             "linearized_regret": sums["linearized_regret"],
+            "avg_linearized_regret": sums["linearized_regret"] / rounds,
         }
+        if rounds >= self.horizon and "policy_term" in sums:
+            sup = sup_linearized_regret(
+                self.queries, self.coef, sums["policy_term"], self.comparator_tau
+            )
+            out["sup_regret"] = sup.to(out["avg_regret"])
+            out["avg_sup_regret"] = out["sup_regret"] / rounds
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The current run's per-round coefficients ``pi_m (R_m - rbar)`` (for ``sup_regret``)."""
+        return {"coef": self.coef.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.coef = state["coef"].to(self.coef)
 
     def fingerprint(self) -> dict:
         return {
             "env": "LowRankExperts",
+            "generator": self.generator,
             "trials": self.trials().to_dict("list"),
             "horizon": self.horizon,
             "shape": list(self.queries.shape),

@@ -88,6 +88,7 @@ def trec_subset_env(
     num_workers: int = 50,
     draws: int = 5,
     horizon: int = 10_000,
+    rounds: int | None = None,
     kinds: list[str] = ("stochastic", "regime"),
     constraints: list[str] = ("tight", "medium", "loose", "none"),
     kappa: float = 20.0,
@@ -104,7 +105,12 @@ def trec_subset_env(
     a fresh random ``slow_share`` of the workers has its mean multiplied by ``slow_factor``
     (drawn at set-up from the trial's seed, held as the env's restorable state). Targets:
     workload <= ``M * mean workload + margin``, experts per round <= cap (Table 1).
+    ``rounds`` (the run's ``rounds=`` key), when set, replaces ``horizon``.
     """
+    if rounds is not None:
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"rounds must be an integer >= 1 or null, got {rounds!r}")
+        horizon = rounds
     bad = sorted(set(kinds) - set(ENV_KINDS))
     if bad:
         raise ValueError(f"kinds must be among {list(ENV_KINDS)}, got {bad}")

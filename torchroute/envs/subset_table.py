@@ -30,6 +30,8 @@ class TableSubsetEnv(SubsetEnv):
     absent), the finite context set of :class:`ContextualOMDApproachability`.
     """
 
+    stationary_blocks = False  # every round replays its own query
+
     _trial_tensors = (*SubsetEnv._trial_tensors, "stream")
 
     def __init__(self, facets: Tensor, stream: Tensor, groups: Tensor, **kwargs) -> None:

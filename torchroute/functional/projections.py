@@ -225,3 +225,20 @@ def box_distance(x: Tensor, lower: Tensor, upper: Tensor) -> Tensor:
 def project_unit_ball(w: Tensor) -> Tensor:
     """Euclidean projection of ``w [..., d]`` onto the unit ball."""
     return w / w.norm(dim=-1, keepdim=True).clamp_min(1.0)
+
+
+def project_l1_ball(v: Tensor, radius: Tensor | float) -> Tensor:
+    """Euclidean projection of ``v [..., k]`` onto ``{x : ||x||_1 <= radius}`` (Duchi et al.
+    2008): ``sign(v) max(|v| - nu, 0)`` with ``nu = 0`` inside the ball, else the ``nu > 0``
+    with ``sum max(|v| - nu, 0) = radius``. On the eigenvalues of a symmetric matrix it is
+    the Euclidean (Frobenius) projection onto the nuclear ball. ``radius``: float or ``[...]``."""
+    a = v.abs()
+    radius = torch.as_tensor(radius, dtype=v.dtype, device=v.device)
+    radius = radius[..., None] if radius.ndim else radius
+    sorted_a, _ = a.sort(dim=-1, descending=True)
+    cum = sorted_a.cumsum(-1)
+    idx = torch.arange(1, a.shape[-1] + 1, device=a.device, dtype=v.dtype)
+    nu_j = (cum - radius) / idx
+    j = ((sorted_a > nu_j) * idx).amax(-1, keepdim=True).clamp_min(1)
+    nu = nu_j.gather(-1, j.long() - 1).clamp_min(0.0)
+    return v.sign() * (a - nu).clamp_min(0.0)

@@ -7,7 +7,12 @@ from torchroute.learners.hpg import HPG, ParameterFreeHPG
 from torchroute.learners.linear import EpsilonGreedy, FullFeedbackLinUCB, LinTS, LinUCB, SquareCB
 from torchroute.learners.neural import FullFeedbackNeuralUCB, NeuralUCB
 from torchroute.learners.omd import ContextualOMDApproachability, OMDApproachability
-from torchroute.learners.policy_baselines import EXP3, EuclideanQuadPG, LogLinearPG
+from torchroute.learners.policy_baselines import (
+    EXP3,
+    EuclideanQuadPG,
+    FlattenedNPG,
+    LogLinearPG,
+)
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.learners.simple import BestSingleArm, RandomRouter
 from torchroute.learners.static import KNNRouter, RegressorRouter
@@ -33,6 +38,7 @@ __all__ = [
     "ContextualOMDApproachability",
     "EpsilonGreedy",
     "EuclideanQuadPG",
+    "FlattenedNPG",
     "FullFeedbackLinUCB",
     "FullFeedbackNeuralUCB",
     "GreedySubset",

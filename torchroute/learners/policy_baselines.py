@@ -1,6 +1,8 @@
 """Softmax routing policies learned by policy gradient: the shared base and the baselines of
-HPG (docs/papers/hpg.md): EXP3 (constant class), log-linear REINFORCE and the flattened
-Euclidean policy gradient on the log-quadratic class."""
+HPG (docs/papers/hpg.md): EXP3 (constant class), log-linear REINFORCE, and on the
+log-quadratic class projected Euclidean policy gradient and flattened natural policy gradient
+(the paper's Table-1 baseline). Every ``from_problem`` takes ``eta_scale``, which multiplies
+the step whether it is the default or given as ``eta``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.functional.hypentropy import compact, low_rank_eig_update
+from torchroute.functional.projections import project_l1_ball
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical
 from torchroute.learners.base import Learner
@@ -94,13 +98,20 @@ class EXP3(SoftmaxPolicy):
 
     @classmethod
     def from_problem(
-        cls, problem: Problem, eta: float | None = None, horizon: int | None = None, **kw
+        cls,
+        problem: Problem,
+        eta: float | None = None,
+        horizon: int | None = None,
+        eta_scale: float = 1.0,
+        **kw,
     ) -> EXP3:
-        """Default ``eta = sqrt(2 log K / (T K))`` (Auer et al. 2002)."""
+        """Default ``eta = sqrt(2 log K / (T K))`` (Auer et al. 2002), times ``eta_scale``."""
+        check_number("EXP3", "eta_scale", eta_scale, gt=0)
         k = problem.num_arms
         if eta is None:
-            eta = math.sqrt(2 * math.log(k) / (require_horizon(problem, horizon, "EXP3") * k))
-        return cls(problem.num_trials, k, eta, **kw)
+            t = require_horizon(problem, horizon, "EXP3")
+            eta = math.sqrt(2 * math.log(max(k, 2)) / (t * k))
+        return cls(problem.num_trials, k, eta * eta_scale, **kw)
 
     def policy(self, x: Tensor) -> Tensor:
         probs = torch.softmax(self.log_weights, -1).to(x.dtype)
@@ -179,7 +190,9 @@ class LogLinearPG(SoftmaxPolicy):
         """Defaults ``radius = 2 s`` and the step's theory rate, times ``eta_scale`` (an
         ablation knob): ``npg``: ``eta = sqrt(2 log K / (K T))`` (at the query the step is
         an EXP3 step with gains ``r / pi``, Auer et al. 2002); ``euclidean``: the OGD rate
-        ``eta = radius / sqrt(2 T)`` (``1 / sqrt(2 T)`` without a radius)."""
+        ``eta = radius / sqrt(2 T)`` (``1 / sqrt(2 T)`` without a radius). ``eta_scale``
+        also multiplies a given ``eta``."""
+        check_number("LogLinearPG", "eta_scale", eta_scale, gt=0)
         kw.setdefault("radius", 2.0 * rank)
         if eta is None:
             t = require_horizon(problem, horizon, "LogLinearPG")
@@ -189,7 +202,7 @@ class LogLinearPG(SoftmaxPolicy):
             else:
                 scale = kw["radius"] if kw["radius"] is not None else 1.0
                 eta = scale / math.sqrt(2 * t)
-            eta = eta * eta_scale
+        eta = eta * eta_scale
         return cls(problem.num_trials, problem.num_arms, problem.dim, eta, **kw)
 
     def scores(self, x: Tensor) -> Tensor:
@@ -222,24 +235,61 @@ class LogLinearPG(SoftmaxPolicy):
 
 
 class EuclideanQuadPG(SoftmaxPolicy):
-    """Flattened Euclidean policy gradient on the log-quadratic class (dense ``W_m``).
+    """Projected Euclidean policy gradient on the log-quadratic class ``softmax_m(q^T W_m q)``.
 
-    ``W_m <- Proj_{||.||_F <= tau}(W_m + eta sum_b r (1[m = m_t] - pi_m) q q^T)``: what
-    HPG's hypentropy buys is measured against this (docs/papers/hpg.md, baselines).
+    ``W_m <- Proj(W_m + eta sum_b w[b, m] q_b q_b^T)`` with the REINFORCE weights
+    ``w = r (1[m = m_t] - pi_m)`` and ``Proj`` the Euclidean projection onto
+    ``||W_m||_* <= tau`` (``ball="nuclear"``, HPG's set: the eigenvalues projected on the
+    l1 ball, a soft-threshold that drops zeros) or ``||W_m||_F <= tau``
+    (``ball="frobenius"``, a rescaling). The nuclear ball keeps ``W_m = U diag(lam) U^T``
+    with ``capacity`` slots and the rank-one eigen-update of HPG (``O(d k^2 + k^3)`` per
+    model and round; smallest ``|lam|`` dropped beyond ``capacity``, counted in
+    ``dropped``); the Frobenius ball keeps dense ``W_m [d, d]`` (docs/papers/hpg.md,
+    baselines).
 
     Args:
         num_trials, num_arms, dim: ``R``, ``K``, ``d``.
-        tau: Frobenius radius ``> 0``.
+        tau: radius ``> 0``.
         eta: step size ``> 0``.
+        ball: ``"nuclear"`` (default) or ``"frobenius"``.
+        capacity: eigen slots per model for the nuclear ball (default ``min(d, 32)``).
     """
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, tau: float, eta: float) -> None:
+    BALLS = ("nuclear", "frobenius")
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        tau: float,
+        eta: float,
+        ball: str = "nuclear",
+        capacity: int | None = None,
+    ) -> None:
         super().__init__(num_trials, num_arms)
-        check_number("EuclideanQuadPG", "dim", dim, ge=1, integer=True)
-        check_number("EuclideanQuadPG", "tau", tau, gt=0)
-        check_number("EuclideanQuadPG", "eta", eta, gt=0)
-        self.dim, self.tau, self.eta = int(dim), float(tau), float(eta)
-        self.register_buffer("weights", torch.zeros(num_trials, num_arms, dim, dim))
+        name = type(self).__name__
+        check_number(name, "dim", dim, ge=1, integer=True)
+        check_number(name, "tau", tau, gt=0)
+        check_number(name, "eta", eta, gt=0)
+        if ball not in self.BALLS:
+            raise ValueError(f"{name}: ball must be one of {self.BALLS}, got {ball!r}")
+        self.dim, self.tau, self.eta, self.ball = int(dim), float(tau), float(eta), ball
+        r, m = num_trials, num_arms
+        if ball == "frobenius":
+            self.register_buffer("weights", torch.zeros(r, m, dim, dim))
+        else:
+            capacity = min(int(dim), 32) if capacity is None else capacity
+            check_number(name, "capacity", capacity, ge=1, integer=True)
+            self.capacity = min(int(capacity), int(dim))
+            self.register_buffer("basis", torch.zeros(r, m, dim, self.capacity))
+            self.register_buffer("lam", torch.zeros(r, m, self.capacity))
+
+    @staticmethod
+    def default_eta(problem: Problem, tau: float, horizon: int | None) -> float:
+        """The block-OGD step ``tau sqrt(M / (2 T))`` (``M`` blocks of radius ``tau``)."""
+        t = require_horizon(problem, horizon, "EuclideanQuadPG")
+        return tau * math.sqrt(problem.num_arms / (2 * t))
 
     @classmethod
     def from_problem(
@@ -250,26 +300,87 @@ class EuclideanQuadPG(SoftmaxPolicy):
         eta: float | None = None,
         horizon: int | None = None,
         eta_scale: float = 1.0,
+        ball: str = "nuclear",
+        capacity: int | None = None,
     ) -> EuclideanQuadPG:
-        """Defaults ``tau = 2 s`` and the OGD step ``eta = tau / sqrt(2 T)``, times
-        ``eta_scale`` (an ablation knob)."""
+        """Defaults ``tau = 2 s`` (HPG's) and :meth:`default_eta`; ``eta_scale`` multiplies
+        the step, default or given."""
+        name = cls.__name__
+        check_number(name, "eta_scale", eta_scale, gt=0)
+        check_number(name, "rank", rank, ge=1, integer=True)
         tau = 2.0 * rank if tau is None else tau
-        if eta is None:
-            eta = tau / math.sqrt(2 * require_horizon(problem, horizon, "EuclideanQuadPG"))
-            eta = eta * eta_scale
-        return cls(problem.num_trials, problem.num_arms, problem.dim, tau, eta)
+        eta = cls.default_eta(problem, tau, horizon) if eta is None else eta
+        return cls(
+            problem.num_trials, problem.num_arms, problem.dim, tau, eta * eta_scale, ball, capacity
+        )
 
     def scores(self, x: Tensor) -> Tensor:
-        return torch.einsum("rbd,rkde,rbe->rbk", x, self.weights.to(x.dtype), x)
+        if self.ball == "frobenius":
+            return torch.einsum("rbd,rkde,rbe->rbk", x, self.weights.to(x.dtype), x)
+        proj = torch.einsum("rkdc,rbd->rbkc", self.basis.to(x.dtype), x)
+        return (proj.square() * self.lam.to(x.dtype)[:, None]).sum(-1)
+
+    def _step_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
+        """The per-context coefficients of ``q q^T`` in the step, ``[R, B, K]``."""
+        return self._advantage_weights(context, decision, reward)
 
     def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
-        weights = self._advantage_weights(
-            context, decision, self._played_reward(context, decision, feedback)
-        )
+        reward = self._played_reward(context, decision, feedback)
+        weights = self._step_weights(context, decision, reward)
         x = context.x.to(weights.dtype)
-        step = torch.einsum("rbk,rbd,rbe->rkde", weights, x, x)
-        w = self.weights + self.eta * step.to(self.weights)
-        norm = w.flatten(-2).norm(dim=-1)[..., None, None]
-        self.weights.copy_(w * (self.tau / norm.clamp_min(self.tau)))
+        if self.ball == "frobenius":
+            step = torch.einsum("rbk,rbd,rbe->rkde", weights, x, x)
+            w = self.weights + self.eta * step.to(self.weights)
+            norm = w.flatten(-2).norm(dim=-1)[..., None, None]
+            self.weights.copy_(w * (self.tau / norm.clamp_min(self.tau)))
+            self._tick(context)
+            return {}
+        r, b, d = x.shape
+        q = x.to(self.lam.dtype)[:, None].expand(r, self.num_arms, b, d)
+        coef = (self.eta * weights).transpose(1, 2).to(self.lam.dtype)  # [R, K, B]
+        u, lam, mask = low_rank_eig_update(self.basis, self.lam, self.lam != 0, q, coef)
+        lam = project_l1_ball(lam, self.tau)
+        u, lam, mask, dropped = compact(u, lam, mask & (lam != 0), self.capacity)
+        self.basis.copy_(u)
+        self.lam.copy_(torch.where(mask, lam, torch.zeros_like(lam)))
         self._tick(context)
-        return {}
+        rank = mask.sum(-1).to(self.lam.dtype).mean(-1)
+        return {"rank": rank, "dropped": dropped.to(self.lam.dtype).sum(-1)}
+
+    def dense_weights(self) -> Tensor:
+        """``W_m``, ``[R, K, d, d]`` (a copy)."""
+        if self.ball == "frobenius":
+            return self.weights.clone()
+        return torch.einsum("rkdc,rkc,rkec->rkde", self.basis, self.lam, self.basis)
+
+
+class FlattenedNPG(EuclideanQuadPG):
+    """Flattened natural policy gradient on the log-quadratic class (Agarwal et al.; the
+    ``d_q sqrt(M T log T)`` baseline of the HPG paper's Table 1).
+
+    The class is log-linear in the flattened ``d^2``-dimensional features ``vec(q q^T)``,
+    so the natural step of :class:`LogLinearPG` applies with ``q`` replaced by
+    ``vec(q q^T)`` (``||vec(q q^T)||^2 = ||q||^4``): the minimum-norm
+    ``F_q^+ g = r (e_{m_t} - 1/K) / pi_{m_t} (x) q q^T / ||q||^4``, so
+
+        ``W_m <- Proj(W_m + eta r (1[m = m_t] - 1/K) / pi_{m_t} q q^T / ||q||^4)``,
+
+    which moves the logits at ``q`` by the exponential-weights step with gains
+    ``r / pi_{m_t}``; a zero query makes no step. ``Proj`` and the arguments are those of
+    :class:`EuclideanQuadPG` (the same nuclear ball as HPG by default).
+    """
+
+    @staticmethod
+    def default_eta(problem: Problem, tau: float, horizon: int | None) -> float:
+        """``sqrt(2 log K / (K T))``: the EXP3 rate of the step at the query."""
+        t = require_horizon(problem, horizon, "FlattenedNPG")
+        k = problem.num_arms
+        return math.sqrt(2 * math.log(max(k, 2)) / (k * t))
+
+    def _step_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
+        x = context.x.to(reward.dtype)
+        played = self.policy(x).gather(-1, decision.action[..., None])[..., 0]  # [R, B]
+        sq = x.square().sum(-1).square()  # ||q||^4
+        inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
+        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
+        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)

@@ -50,9 +50,9 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
 
 #: result columns that label trials rather than measure them
 LABELS = ("learner", "trial", "seed", "rounds")
-#: per-arm result columns (``share_k``, ...): kept in results.csv, left out of the overall
-#: means table (one column per arm); the routing-metrics section reads them
-PER_ARM = ("share_", "arm_accuracy_", "arm_cost_")
+#: per-arm (and per-block) result columns (``share_k``, ``qT_value_p``, ...): kept in
+#: results.csv, left out of the overall means table; the sections that need them read them
+PER_ARM = ("share_", "arm_accuracy_", "arm_cost_", "qT_value_")
 
 #: A report section: ``(results, curves, out_dir) -> markdown lines``; it returns ``[]``
 #: for results that are not its own (it looks at their columns) and may write plots into
