@@ -127,7 +127,7 @@ def test_convert_refuses_an_unwritable_or_misnamed_output(tmp_path, capsys, out)
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("trainer.bogus=1", "Could not override 'trainer.bogus'. To append"),
+        ("trainer.bogus=1", "unknown key 'trainer.bogus'"),
         ("+trainer.bogus=1", "unknown option trainer.bogus"),
         ("trainer.max_epochs=0", "cfg.trainer.max_epochs must be an integer >= 1, got 0"),
         ("trainer.max_epochs=-5", "cfg.trainer.max_epochs must be an integer >= 1"),
@@ -340,3 +340,31 @@ def test_a_full_disk_is_a_one_line_error_and_leaves_no_temp_file(tmp_path, capsy
     code, err = _run(capsys, ["data", "convert", str(table), str(out), *WIDE.split()])
     assert code == 2 and "No space left on device" in err
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("gap.steps=0", "gap.steps must be an integer >= 1, got 0"),
+        ("gap.rank=0", "gap.rank must be an integer >= 1, got 0"),
+        ("+gap.bogus=1", "unknown gap option(s) ['bogus']"),
+        ("gap.rhos=[]", "gap.rhos must be a non-empty list"),
+        ("gap.lr=nan", "gap.lr must be a finite number > 0, got nan"),
+    ],
+)
+def test_gap_refuses_bad_options_before_writing(tmp_path, capsys, override, expected):
+    out = tmp_path / "gap"
+    argv = ["gap", "experiment=hpg_gap_simulator", f"out_dir={out}", override]
+    code, err = _run(capsys, argv)
+    assert code == 2 and expected in err
+    assert not out.exists()
+
+
+def test_gap_names_its_presets_and_refuses_a_simulate_folder(tmp_path, capsys):
+    code, err = _run(capsys, ["gap", "experiment=default", f"out_dir={tmp_path / 'g'}"])
+    assert code == 2 and "experiment=hpg_gap_simulator" in err
+    run = _run_dir(tmp_path / "run")
+    (run / "fingerprint.json").write_text('{"config": "x"}')
+    code, err = _run(capsys, ["gap", "experiment=hpg_gap_simulator", f"out_dir={run}"])
+    assert code == 2 and "holds a simulate run" in err
+    assert not (run / "gap.csv").exists()

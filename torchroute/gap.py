@@ -26,8 +26,10 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
+from torchroute.configs_path import config_dir
 from torchroute.features import FeatureMap
-from torchroute.io import write_csv_atomic
+from torchroute.gap_options import GapOptions, gap_presets
+from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.run.build import load_table
 from torchroute.run.options import ConfigError, RunOptions
 
@@ -118,16 +120,22 @@ def run_gap(cfg: DictConfig | RunOptions) -> pd.DataFrame:
     """The gap table of ``cfg`` (a ``simulate`` config with a ``gap`` section); writes
     ``<out_dir>/gap.csv`` and returns it."""
     opts = cfg if isinstance(cfg, RunOptions) else RunOptions.from_config(cfg, need_learners=False)
-    g = opts.config.get("gap")
-    if g is None:
-        raise ConfigError("gap is not set: choose a gap preset (experiment=hpg_gap_simulator)")
-    held_out = str(g.get("held_out", "test"))
+    node = opts.config.get("gap")
+    g = GapOptions.from_config(
+        None if node is None else dict(node), gap_presets(config_dir())
+    )  # every gap key checked before the table is read or a file written
+    held_out = g.held_out
+    check_writable_folder(opts.out_dir, "out_dir")
+    if any((opts.out_dir / name).exists() for name in ("results.csv", "fingerprint.json")):
+        raise ConfigError(
+            f"out_dir={str(opts.out_dir)!r} holds a simulate run; gap writes gap.csv into a "
+            "folder of its own"
+        )
 
     def keep_rows(table):
         # table order kept: the embedding cache is keyed by the texts in order
-        seed = int(g.get("seed", 0))
-        train = _subset(table.rows("train"), g.get("max_train"), seed)
-        test = _subset(table.rows(held_out), g.get("max_held_out"), seed)
+        train = _subset(table.rows("train"), g.max_train, g.seed)
+        test = _subset(table.rows(held_out), g.max_held_out, g.seed)
         return table.select(np.sort(np.concatenate([train, test])))
 
     table = load_table(opts, select=keep_rows)
@@ -136,18 +144,18 @@ def run_gap(cfg: DictConfig | RunOptions) -> pd.DataFrame:
         table.embeddings, table.rows("train"), f.pca_dim, True, f.normalize
     )
     feats = feature_map(table.embeddings).double()
-    name = str(g.get("table_name", opts.name))
+    name = g.table_name or opts.name
     rows = []
-    for rho in [float(r) for r in g.rhos]:
+    for rho in g.rhos:
         utility = table.utility(rho).double()
         train = torch.as_tensor(table.rows("train"))
         policies = fit_policies(
             feats[train],
             utility[train],
-            steps=int(g.get("steps", 300)),
-            lr=float(g.get("lr", 0.05)),
-            rank=int(g.get("rank", 8)),
-            seed=int(g.get("seed", 0)),
+            steps=g.steps,
+            lr=g.lr,
+            rank=g.rank,
+            seed=g.seed,
         )
         for split in ("train", held_out):
             idx = torch.as_tensor(table.rows(split))
