@@ -142,6 +142,7 @@ CASES: dict[str, Case] = {
     "ts_subset": Case("ts_subset", "subset", EXACT),
     "tsbwk_subset": Case("tsbwk_subset", "subset", EXACT),
     "euclidean_quad_pg": Case("euclidean_quad_pg", "low_rank", EXACT),
+    "flattened_npg": Case("flattened_npg", "low_rank", EXACT),
     "exp3": Case("exp3", "low_rank", EXACT),
     "hpg": Case("hpg", "low_rank", SOLVER),
     "loglinear_pg": Case("loglinear_pg", "low_rank", EXACT),

@@ -16,7 +16,7 @@ TABLE = ["data=low_rank_experts", "data.num_queries=200", "~encoder"]
 def _overrides(env: str, shared_data) -> list[str]:
     base = [f"env={env}", "out_dir=x", "seeds=[0]", "rhos=[0.0]", "features.pca_dim=null"]
     if env == "low_rank_experts":
-        return [*base, "~data", "env.dims=[8]"]
+        return [*base, "~data", "env.dims=[16]"]
     if env == "trec_subset":
         path = shared_data / "trec_crowd"
         return [*base, "~data", f"env.path={path}", "env.constraints=[tight]"]
