@@ -368,3 +368,87 @@ def test_gap_names_its_presets_and_refuses_a_simulate_folder(tmp_path, capsys):
     code, err = _run(capsys, ["gap", "experiment=hpg_gap_simulator", f"out_dir={run}"])
     assert code == 2 and "holds a simulate run" in err
     assert not (run / "gap.csv").exists()
+
+
+# ---------------------------------------------------------------- simulate and sweep folders
+def _simulate_args(out: Path, cache: Path, *extra: str) -> list[str]:
+    return [
+        "simulate",
+        "experiment=default",
+        f"out_dir={out}",
+        f"cache_dir={cache}",
+        "data.num_queries=60",
+        "rhos=[0]",
+        "seeds=[0]",
+        "run_learners=[random]",
+        "progress=false",
+        "report=false",
+        "~logger",
+        *extra,
+    ]
+
+
+def test_simulate_refuses_an_out_dir_or_cache_dir_inside_its_data_folder(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    table = _table_csv(data / "t.csv", text=("a b", "c d", "e f"))
+    table_args = [
+        "data=table",
+        f"data.path={table}",
+        "data.score_pattern='{arm}'",
+        "data.cost_pattern='{arm}_cost'",
+        "data.default_split=test",
+        "~encoder",
+    ]
+    base = ["simulate", f"cache_dir={tmp_path / 'cache'}", "rhos=[0]", "seeds=[0]"]
+    base += ["run_learners=[random]", "progress=false", "report=false", "~logger"]
+    for key, folder in (("out_dir", data / "run"), ("cache_dir", data / "cache")):
+        argv = [*base, f"{key}={folder}", *table_args]
+        if key == "cache_dir":
+            argv.append(f"out_dir={tmp_path / 'out'}")
+        else:
+            argv[1] = f"cache_dir={tmp_path / 'cache'}"
+        code, err = _run(capsys, argv)
+        assert code == 2, err
+        assert f"{key}=" in err and "lies inside the data folder" in err and "(data.path)" in err
+    assert sorted(p.name for p in data.iterdir()) == ["t.csv"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_simulate_refuses_an_unwritable_out_dir_before_building(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    argv = _simulate_args(tmp_path / "file" / "run", tmp_path / "cache")
+    code, err = _run(capsys, argv)
+    assert code == 2 and "out_dir=" in err and "is a file, not a folder" in err
+    assert not (tmp_path / "cache").exists()  # nothing embedded or written
+
+
+def test_resume_of_a_run_removes_the_temp_files_an_interrupted_write_left(tmp_path, capsys):
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    assert _run(capsys, _simulate_args(out, cache))[0] == 0
+    stale = [out / "checkpoints" / ".random.pt.abc123.tmp", out / ".results.csv.x1.tmp"]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    assert _run(capsys, _simulate_args(out, cache))[0] == 0  # same configuration: reused
+    assert not any(p.exists() for p in stale)
+    assert (out / "checkpoints" / "random.pt").is_file()
+
+
+def test_sweep_refuses_an_out_dir_holding_a_simulate_run(tmp_path, capsys):
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    assert _run(capsys, _simulate_args(out, cache))[0] == 0
+    before = sorted(p.name for p in out.iterdir())
+    argv = ["sweep", "experiment=default", "sweep=linucb_alpha", f"out_dir={out}"]
+    code, err = _run(capsys, [*argv, f"cache_dir={cache}", "~logger"])
+    assert code == 2 and "holds a simulate run" in err
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_missing_value_key_is_not_reported_as_unknown(tmp_path, capsys):
+    """``data.path`` is ``???`` in configs/data/table.yaml: a key all the same. A grammar error
+    elsewhere must be reported as itself, and a real unknown key still by name."""
+    argv = ["simulate", "data=table", "data.path=x.csv", "data.score_pattern={arm}", "--cfg"]
+    code, err = _run(capsys, argv)
+    assert code == 2 and "data.path" not in err and "{arm}" in err
+    code, err = _run(capsys, ["simulate", "data=table", "data.path=x.csv", "data.bogus=1"])
+    assert code == 2 and "unknown key 'data.bogus'" in err

@@ -266,14 +266,16 @@ def diagnose(command: str, overrides: Sequence[str], directory: Path, compose) -
         for depth, part in enumerate(parts):
             if not isinstance(node, DictConfig):
                 break
-            if part not in node:
+            if part not in node.keys():  # keys(): a ``???`` (missing) value is a key too
                 where = ".".join(parts[:depth]) or f"{primary_config(command)}.yaml"
-                known = [str(k) for k in node]
+                known = [str(k) for k in node.keys()]
                 if not depth:
                     known += list(all_groups)
                 return (
                     f"unknown key '{key}' (no '{part}' in {where}){closest(part, known)} "
                     f"(use +{key}=... to add a key the config does not have)"
                 )
+            if OmegaConf.is_missing(node, part):
+                break
             node = node.get(part)
     return None

@@ -29,9 +29,10 @@ from torch import Tensor
 from torchroute.configs_path import config_dir
 from torchroute.features import FeatureMap
 from torchroute.gap_options import GapOptions, gap_presets
-from torchroute.io import check_writable_folder, write_csv_atomic
+from torchroute.io import write_csv_atomic
 from torchroute.run.build import load_table
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
+from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,7 @@ def run_gap(cfg: DictConfig | RunOptions) -> pd.DataFrame:
         None if node is None else dict(node), gap_presets(config_dir())
     )  # every gap key checked before the table is read or a file written
     held_out = g.held_out
-    check_writable_folder(opts.out_dir, "out_dir")
-    if any((opts.out_dir / name).exists() for name in ("results.csv", "fingerprint.json")):
-        raise ConfigError(
-            f"out_dir={str(opts.out_dir)!r} holds a simulate run; gap writes gap.csv into a "
-            "folder of its own"
-        )
+    check_run_folders(opts, gap_or_sweep=True)
 
     def keep_rows(table):
         # table order kept: the embedding cache is keyed by the texts in order

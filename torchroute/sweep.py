@@ -54,6 +54,7 @@ from torchroute.data.table import RoutingTable
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.report import REGIMES, cost_regime
 from torchroute.run import ConfigError, RunOptions, build_env, load_table, run
+from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     frame. The table is loaded and embedded once; every run is built from it.
     """
     opts = RunOptions.from_config(cfg)
+    check_run_folders(opts, gap_or_sweep=True)
     sw = _Sweep(cfg, opts)
     grid = _grid(sw)
     sw.table = load_table(opts)

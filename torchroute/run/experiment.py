@@ -30,7 +30,9 @@ from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import (
     check_out_dir,
     check_resume,
+    check_run_folders,
     layout_mismatch,
+    remove_stale_temp_files,
     reusable,
     write_inputs,
 )
@@ -99,7 +101,9 @@ def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
 
 def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None) -> pd.DataFrame:
     def guard():
+        check_run_folders(opts)
         check_out_dir(opts.out_dir, opts.digest(), opts.overwrite)
+        remove_stale_temp_files(opts.out_dir)  # a folder of this configuration (or overwrite)
         return check_resume(opts)
 
     resume_name, resume_layout = ranks.on_rank0(guard)

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.features import FeatureMap
-from torchroute.io import write_text_atomic
+from torchroute.io import NotWritableError, check_writable_folder, write_text_atomic
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.saved import problem_state
 from torchroute.types import Problem
@@ -128,3 +128,71 @@ __all__ = [
     "reusable",
     "write_inputs",
 ]
+
+
+#: config keys (at any depth of ``data`` and ``env``) that name files or folders a run reads
+_DATA_KEYS = ("path", "pickle_path", "costs_csv", "costs", "prices")
+
+
+def data_folders(opts: RunOptions) -> list[tuple[str, Path]]:
+    """``(key, folder)`` of every existing file or folder the ``data`` / ``env`` nodes read
+    (a file's folder, or the folder itself)."""
+    found: list[tuple[str, Path]] = []
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for sub, value in node.items():
+                walk(value, f"{key}.{sub}")
+        elif isinstance(node, str) and key.rsplit(".", 1)[-1] in _DATA_KEYS:
+            path = Path(node).expanduser()
+            if path.exists():
+                found.append((key, (path if path.is_dir() else path.parent).resolve()))
+
+    walk(opts.data or {}, "data")
+    walk(opts.env or {}, "env")
+    return found
+
+
+def check_run_folders(opts: RunOptions, *, gap_or_sweep: bool = False) -> None:
+    """Before anything is built or written: ``out_dir`` and ``cache_dir`` are writable
+    folders that lie outside every data folder the run reads (a run never writes into its
+    data). ``gap_or_sweep``: also refuse an ``out_dir`` holding a simulate run.
+
+    Raises:
+        ConfigError: naming the key, the folder and what was expected.
+    """
+    folders = [("out_dir", opts.out_dir)]
+    if opts.config.get("cache_dir"):
+        folders.append(("cache_dir", Path(str(opts.config["cache_dir"])).expanduser()))
+    for key, folder in folders:
+        try:
+            check_writable_folder(folder, key)
+        except NotWritableError as exc:
+            raise ConfigError(str(exc)) from exc
+        resolved = folder.resolve()
+        for data_key, data in data_folders(opts):
+            if resolved == data or resolved.is_relative_to(data):
+                raise ConfigError(
+                    f"{key}={str(folder)!r} lies inside the data folder {str(data)!r} "
+                    f"({data_key}); a run never writes into its data: choose another {key}"
+                )
+    if gap_or_sweep and any(
+        (opts.out_dir / name).exists() for name in ("results.csv", "fingerprint.json")
+    ):
+        raise ConfigError(
+            f"out_dir={str(opts.out_dir)!r} holds a simulate run; give this command a folder "
+            "of its own"
+        )
+
+
+def remove_stale_temp_files(out_dir: Path) -> list[Path]:
+    """Delete the temporary files an interrupted atomic write left (``.<name>.*.tmp`` in
+    ``out_dir``, ``checkpoints/`` and ``runs/<learner>/``); returns them."""
+    if not out_dir.is_dir():
+        return []
+    folders = [out_dir, out_dir / "checkpoints", *(out_dir / "runs").glob("*")]
+    stale = [p for f in folders if f.is_dir() for p in f.glob(".*.tmp") if p.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+        log.info("removed %s, left by an interrupted write", path)
+    return stale
