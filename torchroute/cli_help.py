@@ -266,9 +266,10 @@ def diagnose(command: str, overrides: Sequence[str], directory: Path, compose) -
         for depth, part in enumerate(parts):
             if not isinstance(node, DictConfig):
                 break
-            if part not in node.keys():  # keys(): a ``???`` (missing) value is a key too
+            keys = list(node.keys())  # with ``???`` (missing) values, which ``in`` skips
+            if part not in keys:
                 where = ".".join(parts[:depth]) or f"{primary_config(command)}.yaml"
-                known = [str(k) for k in node.keys()]
+                known = [str(k) for k in keys]
                 if not depth:
                     known += list(all_groups)
                 return (
