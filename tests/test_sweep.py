@@ -227,3 +227,13 @@ def test_wandb_sweep_config_runs_torchroute_simulate_per_grid_point(monkeypatch)
             got = got[part]
         expected = yaml.safe_load(str(value["value"]))
         assert (list(got) if isinstance(expected, list) else got) == expected
+
+
+def test_a_bad_grid_value_is_refused_before_any_point_runs(tmp_path, capsys):
+    """alpha = -1 is the third of three grid points: nothing of the first two is written."""
+    out = tmp_path / "sweep"
+    argv = ["sweep", *_overrides(out, "sweep=linucb_alpha", "sweep.grid.linucb.alpha=[0.1,1,-1]")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sweep.grid.linucb, point 2 {'alpha': -1}" in err and "alpha" in err
+    assert not out.exists() or not any(out.rglob("*.csv"))

@@ -40,7 +40,7 @@ import copy
 import itertools
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from omegaconf import DictConfig, open_dict
 from torchroute.data.table import RoutingTable
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.report import REGIMES, cost_regime
-from torchroute.run import ConfigError, RunOptions, build_env, load_table, run
+from torchroute.run import ConfigError, RunOptions, build_env, build_learner, load_table, run
 from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     out_dir = opts.out_dir
     rhos, seeds = list(opts.rhos), list(opts.seeds)
     points = grid_points(grid)
+    _check_points(sw, points)  # every grid point builds before the first run writes a file
     batched = {name: _batchable(sw, name, grid[name]) for name in grid}
     for name in grid:
         how = "as more trials of one run" if batched[name] else "one run each"
@@ -232,6 +233,43 @@ def _present(value: Any) -> bool:
     return not (isinstance(value, float) and math.isnan(value))
 
 
+def _check_points(sw: _Sweep, points: dict[str, list[dict[str, Any]]]) -> None:
+    """Build each grid point's learner on the validation problem (one trial), so a bad value
+    is refused by name (``sweep.grid.<learner>``, the point) before anything runs."""
+    sub = _sub_config(sw, next(iter(points)), VAL, sw.opts.out_dir, sw.opts.rhos[:1],
+                      sw.opts.seeds[:1], {})  # fmt: skip
+    problem = build_env(RunOptions.from_config(sub), table=sw.table).env.problem()
+    for name, values in points.items():
+        for g, point in enumerate(values):
+            node = {**sw.opts.learners[name], **point}
+            try:
+                build_learner(node, problem, name)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"sweep.grid.{name}, point {g} {point}: {exc}") from exc
+
+
+def _sub_config(
+    sw: _Sweep,
+    name: str,
+    split: str,
+    out_dir: Path,
+    rhos: Sequence[float],
+    seeds: Sequence[int],
+    params: dict[str, Any],
+) -> DictConfig:
+    """The config of one run of learner ``name`` with ``params`` set on its node."""
+    sub = copy.deepcopy(sw.cfg)
+    with open_dict(sub):
+        sub.pop("sweep", None)
+        sub.learners = {name: sub.learners[name]}
+        sub.run_learners = None
+        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), list(rhos), list(seeds)
+        sub.rng = "per_trial"
+        for param, value in params.items():
+            sub.learners[name][param] = value
+    return sub
+
+
 def _run(
     sw: _Sweep,
     name: str,
@@ -243,16 +281,7 @@ def _run(
 ) -> pd.DataFrame:
     """One run of learner ``name`` with ``params`` set on its config node (per-trial
     random streams, see the module docstring), on the sweep's table."""
-    sub = copy.deepcopy(sw.cfg)
-    with open_dict(sub):
-        sub.pop("sweep", None)
-        sub.learners = {name: sub.learners[name]}
-        sub.run_learners = None
-        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), rhos, seeds
-        sub.rng = "per_trial"
-        for param, value in params.items():
-            sub.learners[name][param] = value
-    opts = RunOptions.from_config(sub)
+    opts = RunOptions.from_config(_sub_config(sw, name, split, out_dir, rhos, seeds, params))
     return run(opts, build_env(opts, table=sw.table))
 
 
