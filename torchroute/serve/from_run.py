@@ -145,7 +145,10 @@ def _learner_name(opts: RunOptions, learner: str | None) -> str:
     names = list(opts.run_learners)
     if learner is None:
         if len(names) != 1:
-            raise ConfigError(f"the run has learners {names}; choose one with learner=")
+            raise ConfigError(
+                f"the run has learners {names}; choose one with --learner "
+                "(learner=... of load_router in Python)"
+            )
         return names[0]
     if learner not in opts.learners:
         raise ConfigError(f"learner {learner!r} is not in the run; its learners: {names}")
