@@ -21,7 +21,9 @@ from typing import Any
 import pandas as pd
 
 from torchroute.checkpoint import CheckpointError
+from torchroute.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.envs.base import Env
+from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
@@ -110,6 +112,11 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
     if built is None:
         built = ranks.rank0_first(lambda: build_env(opts, device))
     env = built.env
+    if opts.log_decisions and not isinstance(env, SingleChoiceEnv):
+        raise ConfigError(
+            "log_decisions=true needs a single-choice env on a routing table "
+            f"(env=single_choice), got {type(env).__name__}"
+        )
     try:
         pieces = plan(env.num_trials, opts.trial_chunk, ranks.world_size, ranks.rank)
     except ValueError as exc:
@@ -199,6 +206,7 @@ def _run_piece(
     env = job.piece_env(piece)
     learner = learner if learner is not None else learner_for(opts, name, env)
     recorder = tracker or LogRecorder()
+    decisions = DecisionRecorder(env, name) if opts.log_decisions else None
     result = simulate(
         learner,
         env,
@@ -212,7 +220,11 @@ def _run_piece(
         config=job.config(name),
         progress=opts.progress,
         desc=piece.label(name),
+        on_round=decisions,
     )
+    if decisions is not None:  # one file per trial: decisions/<learner>/trial<global index>
+        folder = opts.out_dir / "decisions" / name
+        write_decision_logs(decisions.logs(), folder, start=piece.start)
     logs = recorder.logs if isinstance(recorder, LogRecorder) else []
     return piece, result.summary, result.curve, (len(piece.index), logs)
 

@@ -127,6 +127,7 @@ class RunOptions:
     log_every: int
     ckpt_every: int | None
     resume: str | None
+    log_decisions: bool
     progress: bool
     report: bool
     overwrite: bool
@@ -174,6 +175,14 @@ class RunOptions:
         ckpt_every = _positive_int(c, "ckpt_every", optional=True)
         device = str(c.get("device", "cpu"))
         check_device_name(device)
+        log_decisions = c.get("log_decisions", False)
+        if not isinstance(log_decisions, bool):
+            raise ConfigError(f"log_decisions must be true or false, got {log_decisions!r}")
+        if log_decisions and c.get("resume"):
+            raise ConfigError(
+                "log_decisions=true cannot go with resume: the rounds before the checkpoint "
+                "were not recorded; run from the start"
+            )
         return cls(
             config=c,
             name=str(c.get("name", "simulate")),
@@ -197,6 +206,7 @@ class RunOptions:
             log_every=log_every,  # type: ignore[arg-type]
             ckpt_every=ckpt_every,
             resume=None if not c.get("resume") else str(c["resume"]),
+            log_decisions=log_decisions,
             progress=bool(c.get("progress", True)),
             report=bool(c.get("report", True)),
             overwrite=bool(c.get("overwrite", False)),

@@ -1,0 +1,93 @@
+"""``torchroute simulate ... log_decisions=true``: each learner's decisions as logs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests.conftest import make_table
+from torchroute.cli import compose_config
+from torchroute.data.decisions import load_decisions
+from torchroute.loop import simulate
+from torchroute.run import ConfigError, RunOptions, run_config
+from torchroute.run.build import build_env, learner_for
+
+LEARNER = {"_target_": "torchroute.learners.SquareCB.from_problem", "_partial_": True}
+
+
+def _config(out, *extra):
+    cfg = compose_config(
+        "simulate",
+        [
+            f"out_dir={out}",
+            "rhos=[0,100]",
+            "seeds=[0]",
+            "features.pca_dim=3",
+            "rng=per_trial",
+            "trial_chunk=1",
+            "progress=false",
+            "report=false",
+            "~logger",
+            *extra,
+        ],
+    )
+    OmegaConf.set_struct(cfg, False)
+    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
+    cfg.encoder = None
+    cfg.learners = OmegaConf.create({"squarecb": LEARNER})
+    return cfg
+
+
+def test_logged_decisions_are_the_learners_and_leave_results_alone(tmp_path):
+    plain, logged = tmp_path / "plain", tmp_path / "logged"
+    run_config(_config(plain))
+    cfg = _config(logged, "log_decisions=true")
+    run_config(cfg)
+    assert (plain / "results.csv").read_bytes() == (logged / "results.csv").read_bytes()
+    assert not (plain / "decisions").exists()
+
+    # the same learner on the same trials, its probabilities captured by hand
+    opts = RunOptions.from_config(cfg)
+    env = build_env(opts, torch.device("cpu")).env
+    seen = {r: ([], []) for r in range(env.num_trials)}
+    for r in range(env.num_trials):
+        piece_env = env.select_trials([r])
+
+        def capture(t, context, decision, feedback, r=r):
+            chosen = decision.action[0, 0]
+            seen[r][0].append(float(decision.probs[0, 0, chosen]))
+            seen[r][1].append(int(context.index[0, 0]))
+
+        learner = learner_for(opts, "squarecb", piece_env)
+        simulate(learner, piece_env, seed=0, rng="per_trial", on_round=capture, progress=False)
+
+    table = make_table()
+    test_rows = [i for i, s in enumerate(table.split) if s == "test"]
+    for r, rho in enumerate((0.0, 100.0)):
+        log = load_decisions(logged / "decisions" / "squarecb" / f"trial{r}.parquet")
+        assert len(log.request_ids) == len(test_rows) == len(seen[r][0])
+        assert log.arm_names == tuple(table.arm_names)
+        assert log.propensity.tolist() == pytest.approx(seen[r][0], abs=1e-7)
+        rows = [table.query_ids.index(q) for q in log.query_ids]
+        assert rows == seen[r][1] and sorted(rows) == test_rows
+        want = table.scores[rows, log.action].double()
+        torch.testing.assert_close(log.score, want)
+        assert log.rho.tolist() == [rho] * len(rows)
+        assert set(log.learner) == {"squarecb"}
+
+
+def test_log_decisions_with_resume_is_refused(tmp_path):
+    cfg = _config(tmp_path / "x", "log_decisions=true", f"resume={tmp_path / 'c.pt'}")
+    with pytest.raises(ConfigError, match="log_decisions=true cannot go with resume"):
+        RunOptions.from_config(cfg)
+    with pytest.raises(ConfigError, match="log_decisions must be true or false"):
+        RunOptions.from_config(_config(tmp_path / "x", "log_decisions=yes"))
+
+
+def test_log_decisions_needs_a_single_choice_env(tmp_path):
+    cfg = _config(tmp_path / "lre", "log_decisions=true", "env=low_rank_experts", "rounds=5")
+    cfg.data = None
+    with pytest.raises(ConfigError, match=r"needs a single-choice env .*got LowRankExperts"):
+        run_config(cfg)
+    assert not (tmp_path / "lre" / "decisions").exists()
