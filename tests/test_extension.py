@@ -173,3 +173,42 @@ def test_graph_env_state_is_restored_on_resume(extension_cfg, tmp_path):
     extension_cfg.resume = ckpt
     resumed = run_config(extension_cfg)
     pd.testing.assert_frame_equal(resumed, full)
+
+
+def graph_section(results, curves, out_dir):
+    """A report section defined only here: named by ``_target_`` in ``report_sections``."""
+    if "observed_per_round" not in results:
+        return []
+    mean = results["observed_per_round"].mean()
+    return ["## Side observations", "", f"arms observed per round: {mean:.2f}", ""]
+
+
+def test_a_report_section_named_in_the_config_joins_the_report(extension_cfg):
+    from torchroute.report.sections import DEFAULT_SECTIONS
+    from torchroute.run import RunOptions
+
+    extension_cfg.report_sections = [*DEFAULT_SECTIONS, "tests.test_extension.graph_section"]
+    run_config(extension_cfg)
+    opts = RunOptions.from_config(extension_cfg)
+    text = write_report([opts.out_dir], reference="observer", sections=opts.report_sections)
+    assert "## Side observations\n\narms observed per round: 2.00" in text
+    # without the key the report has the built-in sections only
+    assert "Side observations" not in write_report([opts.out_dir], reference="observer")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tests.test_extension.graph_section", "must be a list"),
+        (["graph_section"], "dotted module.function"),
+        (["tests.no_such_module.section"], "cannot import 'tests.no_such_module'"),
+        (["tests.test_extension.MEANS_MISSING"], "is not a function"),
+    ],
+)
+def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
+    from torchroute.report.sections import SectionError, load_sections
+    from torchroute.run import ConfigError, RunOptions
+
+    extension_cfg.report_sections = value
+    with pytest.raises((ConfigError, SectionError), match=message):
+        load_sections(RunOptions.from_config(extension_cfg).report_sections)
