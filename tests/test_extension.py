@@ -212,3 +212,25 @@ def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
     extension_cfg.report_sections = value
     with pytest.raises((ConfigError, SectionError), match=message):
         load_sections(RunOptions.from_config(extension_cfg).report_sections)
+
+
+def test_a_learner_config_in_another_folder_is_a_gpu_check_case(tmp_path, capsys):
+    """The GPU dry run (``--device cpu``) checks a learner config it finds in
+    ``--learner-dir``, on the tiny env of its protocol with the default tolerance."""
+    from benchmarks import gpu_check
+
+    learners = tmp_path / "learner"
+    learners.mkdir()
+    (learners / "observer.yaml").write_text(
+        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
+    )
+    cases = gpu_check.find_cases(learners)
+    assert cases == {
+        "observer": gpu_check.Case("observer", "single_choice", gpu_check.DEFAULT_TOL, learners)
+    }
+    argv = ["--device", "cpu", "--learner-dir", str(learners), "--only", "observer"]
+    status = gpu_check.main([*argv, "--rounds", "6", "--workers", "0", "--no-throughput"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("observer "))
+    assert line.split()[1] == "single_choice" and line.endswith("ok")
