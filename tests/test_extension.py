@@ -234,3 +234,19 @@ def test_a_learner_config_in_another_folder_is_a_gpu_check_case(tmp_path, capsys
     assert status == 0, out
     line = next(x for x in out.splitlines() if x.startswith("observer "))
     assert line.split()[1] == "single_choice" and line.endswith("ok")
+
+
+def test_a_learner_config_is_a_learner_contract_case(tmp_path):
+    """The learner contract tests make a case of a config whose class no hand-written
+    entry covers: built from the config alone on a tiny problem of the test's sizes."""
+    from tests.learners.helpers import config_specs
+
+    (tmp_path / "observer.yaml").write_text(
+        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
+    )
+    specs = config_specs(tmp_path)
+    assert list(specs) == ["config:observer"]
+    learner = specs["config:observer"].build(4, 3, 5, 0)
+    assert isinstance(learner, NeighbourLearner) and learner.sums.shape == (4, 3)
+    decision = learner.act(Context(x=torch.ones(4, 1, 5)))
+    assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
