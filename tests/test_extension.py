@@ -250,3 +250,15 @@ def test_a_learner_config_is_a_learner_contract_case(tmp_path):
     assert isinstance(learner, NeighbourLearner) and learner.sums.shape == (4, 3)
     decision = learner.act(Context(x=torch.ones(4, 1, 5)))
     assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
+
+
+def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
+    from torchroute.cli import main
+
+    run_config(extension_cfg)
+    out = str(extension_cfg.out_dir)
+    section = "tests.test_extension.graph_section"
+    assert main(["report", out, "--reference", "observer", "--section", section]) == 0
+    assert "## Side observations" in capsys.readouterr().out
+    assert main(["report", out, "--section", "tests.test_extension.nothing_here"]) == 2
+    assert "is not a function" in capsys.readouterr().err
