@@ -7,10 +7,13 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    for a pre-trained oracle) on a small float64 problem of its protocol
    (:mod:`benchmarks.gpu_problems`: single-choice learners on a ``SingleChoiceEnv``, subset
    learners on a ``SubsetEnv``, the HPG family on ``LowRankExperts``; the rest of the envs
-   through the extra cases of :data:`CASES`), and :func:`torchroute.loop.simulate` runs
+   through the extra cases of :data:`OVERRIDES`; ``--learner-dir`` adds the configs of
+   another folder), and :func:`torchroute.loop.simulate` runs
    ``--rounds`` rounds once on the CPU and once on ``--device`` with the same seed. The
    summaries, the curves and the final learner states must agree within the tolerance of
-   :data:`CASES`.
+   the case: :data:`DEFAULT_TOL` unless :data:`OVERRIDES` names another. The cases
+   (:data:`CASES`) are found from the configs (:func:`find_cases`): a new learner config is
+   checked without editing this file.
 
    *Randomness.* CPU and CUDA generators give different streams, so instead of comparing
    statistically the device run is fed the CPU run's random numbers: inside
@@ -37,9 +40,9 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    matrix ``U diag(theta) U^T`` they represent, since eigenvector signs and the order of
    equal eigenvalues are the solver's choice.
 
-   *Coverage.* A config of ``configs/learner/``, a learner class or an env exported by
-   ``torchroute.learners`` / ``torchroute.envs`` that is neither in :data:`CASES` nor in a
-   ``SKIPPED_*`` table with its reason is a failure, so a new one cannot be skipped silently.
+   *Coverage.* A learner class or an env exported by ``torchroute.learners`` /
+   ``torchroute.envs`` that no case checks and no ``SKIPPED_*`` table names with its reason
+   is a failure, so a new one cannot be skipped silently.
 2. **Device discipline.** Every tensor of the device learner's ``state_dict()`` (extra
    state such as optimizer moments included) must be on the device after ``.to(device)``
    and after the rounds; only 0-d ``step`` counters of an optimizer state may stay on the
@@ -111,43 +114,61 @@ class Case:
     config: str
     env: str
     tol: Tol
+    directory: Path | None = None  # where <config>.yaml is; None: configs/learner/
 
 
-#: case name -> (config of configs/learner/, env of gpu_problems.ENVS, tolerance)
-CASES: dict[str, Case] = {
-    "best_single": Case("best_single", "single_choice", EXACT),
+#: the tolerance of a config without an override
+DEFAULT_TOL = EXACT
+#: per-case overrides: case name -> (config of configs/learner/, env of gpu_problems.ENVS,
+#: tolerance). Every config of configs/learner/ is a case on the tiny env of its protocol
+#: (:func:`protocol_env`) with :data:`DEFAULT_TOL` unless named here; extra cases (a config
+#: on a second env) are named ``<config>@<env>``.
+OVERRIDES: dict[str, Case] = {
     "cabs_c": Case("cabs_c", "single_choice", IPS),
     "cabs_c_neural": Case("cabs_c_neural", "single_choice", IPS),
     "cabs_d": Case("cabs_d", "single_choice", IPS),
     "cabs_d_neural": Case("cabs_d_neural", "single_choice", IPS),
-    "epsilon_greedy": Case("epsilon_greedy", "single_choice", EXACT),
-    "knn": Case("knn", "single_choice", EXACT),
-    "lints": Case("lints", "single_choice", EXACT),
-    "linucb": Case("linucb", "single_choice", EXACT),
     "linucb_full": Case("linucb_full", "single_choice_full", EXACT),
     "neural_ucb": Case("neural_ucb", "single_choice", NEURAL),
     "neural_ucb_full": Case("neural_ucb_full", "single_choice", NEURAL),
-    "random": Case("random", "single_choice", EXACT),
-    "regressor": Case("regressor", "single_choice", EXACT),
-    "squarecb": Case("squarecb", "single_choice", EXACT),
     "squarecb_neural": Case("squarecb_neural", "single_choice", NEURAL),
-    "cbwk_subset": Case("cbwk_subset", "subset", EXACT),
     "contextual_omd": Case("contextual_omd", "subset", SOLVER),
     "contextual_omd@table_subset": Case("contextual_omd", "table_subset", SOLVER),
-    "cucb_subset": Case("cucb_subset", "subset", EXACT),
-    "greedy_subset": Case("greedy_subset", "subset", EXACT),
-    "moe_gating": Case("moe_gating", "subset", EXACT),
     "omd_approachability": Case("omd_approachability", "subset", SOLVER),
-    "random_subset": Case("random_subset", "subset", EXACT),
-    "ts_subset": Case("ts_subset", "subset", EXACT),
-    "tsbwk_subset": Case("tsbwk_subset", "subset", EXACT),
-    "euclidean_quad_pg": Case("euclidean_quad_pg", "low_rank", EXACT),
-    "flattened_npg": Case("flattened_npg", "low_rank", EXACT),
-    "exp3": Case("exp3", "low_rank", EXACT),
     "hpg": Case("hpg", "low_rank", SOLVER),
-    "loglinear_pg": Case("loglinear_pg", "low_rank", EXACT),
     "pf_hpg": Case("pf_hpg", "low_rank", SOLVER),
 }
+
+
+def protocol_env(learner: type) -> str:
+    """The gpu_problems env of a learner class's protocol (subset, policy, single choice)."""
+    from torchroute.learners.policy_baselines import SoftmaxPolicy
+    from torchroute.learners.subset_base import SubsetLearner
+
+    if issubclass(learner, SubsetLearner):
+        return "subset"
+    if issubclass(learner, SoftmaxPolicy):
+        return "low_rank"
+    return "single_choice"
+
+
+def find_cases(config_dir: Path | None = None) -> dict[str, Case]:
+    """Every config of ``config_dir`` (default configs/learner/) plus :data:`OVERRIDES`."""
+    directory = CONFIG_DIR if config_dir is None else Path(config_dir)
+    where = None if config_dir is None else directory
+    found = {
+        stem: Case(stem, protocol_env(_target_class(stem, where)), DEFAULT_TOL, where)
+        for stem in sorted(p.stem for p in directory.glob("*.yaml"))
+        if stem not in SKIPPED_CONFIGS
+    }
+    overrides = {
+        n: Case(c.config, c.env, c.tol, where)
+        for n, c in OVERRIDES.items()
+        if (directory / f"{c.config}.yaml").is_file()
+    }
+    return {**found, **overrides}
+
+
 #: configs of configs/learner/ not checked, with the reason (none at present)
 SKIPPED_CONFIGS: dict[str, str] = {}
 #: names of torchroute.learners.__all__ that no config targets, with the reason
@@ -198,19 +219,23 @@ def _config_stems() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def _target_class(stem: str) -> type:
-    target = str(OmegaConf.load(CONFIG_DIR / f"{stem}.yaml")["_target_"])
+def _target_class(stem: str, directory: Path | None = None) -> type:
+    target = str(OmegaConf.load((directory or CONFIG_DIR) / f"{stem}.yaml")["_target_"])
     return get_class(target.rsplit(".", 1)[0] if target.endswith(".from_problem") else target)
 
 
+#: every case: each config of configs/learner/ and the overrides
+CASES: dict[str, Case] = find_cases()
+
+
 # --------------------------------------------------------------------- one case
-def build_learner(config: str, env: Env) -> Learner:
+def build_learner(config: str, env: Env, directory: Path | None = None) -> Learner:
     """The learner of ``configs/learner/<config>.yaml`` for ``env`` (on its device, float64).
 
     A config's ``oracle`` node (a pre-trained checkpoint) is replaced by
     :func:`gpu_problems.tiny_oracle`.
     """
-    node = OmegaConf.load(CONFIG_DIR / f"{config}.yaml")
+    node = OmegaConf.load((directory or CONFIG_DIR) / f"{config}.yaml")
     extra: dict[str, Any] = {}
     problem = env.problem()
     if "oracle" in node:
@@ -351,29 +376,34 @@ class Reference:
     state: dict[str, Any]
 
 
-def reference(name: str, rounds: int, seed: int) -> Reference:
-    """Run case ``name`` on the CPU (plain :func:`simulate`, no redirection)."""
-    case = CASES[name]
+def reference(name: str, rounds: int, seed: int, case: Case | None = None) -> Reference:
+    """Run case ``name`` (``case``, default ``CASES[name]``) on the CPU (plain simulate)."""
+    case = CASES[name] if case is None else case
     env = fresh_env(case.env, "cpu", rounds)
     torch.manual_seed(seed)
-    learner = build_learner(case.config, env)
+    learner = build_learner(case.config, env, case.directory)
     result = _run(learner, env, seed, rounds)
     return Reference(result.summary, result.curve, comparable_state(learner))
 
 
 def check_case(
-    name: str, device: torch.device, rounds: int, seed: int, ref: Reference | None = None
+    name: str,
+    device: torch.device,
+    rounds: int,
+    seed: int,
+    ref: Reference | None = None,
+    case: Case | None = None,
 ) -> CaseResult:
     """Run case ``name`` on ``device`` and compare it with its CPU run ``ref`` (run here
     when ``None``): results, final states, placement of the state."""
     t0 = time.perf_counter()
-    case = CASES[name]
-    ref = reference(name, rounds, seed) if ref is None else ref
+    case = CASES[name] if case is None else case
+    ref = reference(name, rounds, seed, case) if ref is None else ref
     failures: list[str] = []
     dev_env = fresh_env(case.env, device, rounds)
     with CpuRandomness(device) as mode:
         torch.manual_seed(seed)
-        dev = build_learner(case.config, dev_env)
+        dev = build_learner(case.config, dev_env, case.directory)
         failures += placement_failures(dev, device, "after .to(device)")
         dev_result = _run(dev, dev_env, seed, rounds)
     failures += placement_failures(dev, device, f"after {rounds} rounds")
@@ -403,6 +433,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rounds", type=int, default=300, help="rounds per case")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--learner-dir",
+        default=None,
+        help="a folder of extra learner configs, each a case on the env of its protocol",
+    )
     parser.add_argument("--only", nargs="*", default=None, help="case names (default: all)")
     parser.add_argument("--linucb-trials", type=int, default=4096)
     parser.add_argument("--linucb-dim", type=int, default=128)
@@ -437,9 +472,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace, device: torch.device) -> int:
     start = time.perf_counter()
-    names = list(CASES) if args.only is None else args.only
-    failures = [f"unknown case {n!r}" for n in names if n not in CASES]
-    names = [n for n in names if n in CASES]
+    cases = {**CASES, **(find_cases(Path(args.learner_dir)) if args.learner_dir else {})}
+    names = list(cases) if args.only is None else args.only
+    failures = [f"unknown case {n!r}" for n in names if n not in cases]
+    names = [n for n in names if n in cases]
     if args.only is None:
         failures += coverage_failures()
     workers = args.workers if args.workers is not None else min(8, (os.cpu_count() or 2) - 1)
@@ -447,7 +483,8 @@ def _main(args: argparse.Namespace, device: torch.device) -> int:
     print(f"CPU runs in {workers or 'no'} worker processes")
     pool = None
     refs: dict[str, Callable[[], Reference]] = {
-        name: functools.partial(reference, name, args.rounds, args.seed) for name in names
+        name: functools.partial(reference, name, args.rounds, args.seed, cases[name])
+        for name in names
     }
     if workers > 0:  # the CPU runs go ahead in other processes while the device runs here
         spawn = multiprocessing.get_context("spawn")
@@ -456,9 +493,9 @@ def _main(args: argparse.Namespace, device: torch.device) -> int:
     head = f"{'case':28s} {'env':18s} {'rtol':>7s} {'atol':>7s} {'rel err':>9s} {'draws':>6s}"
     print(f"{head} {'s':>6s}")
     for name in names:
-        case = CASES[name]
+        case = cases[name]
         try:
-            result = check_case(name, device, args.rounds, args.seed, refs[name]())
+            result = check_case(name, device, args.rounds, args.seed, refs[name](), case)
         except Exception as exc:  # one broken case must not hide the others
             result = CaseResult([f"raised {type(exc).__name__}: {exc}"], float("nan"), 0, 0.0)
         status = "ok" if not result.failures else "FAIL"

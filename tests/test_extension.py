@@ -173,3 +173,92 @@ def test_graph_env_state_is_restored_on_resume(extension_cfg, tmp_path):
     extension_cfg.resume = ckpt
     resumed = run_config(extension_cfg)
     pd.testing.assert_frame_equal(resumed, full)
+
+
+def graph_section(results, curves, out_dir):
+    """A report section defined only here: named by ``_target_`` in ``report_sections``."""
+    if "observed_per_round" not in results:
+        return []
+    mean = results["observed_per_round"].mean()
+    return ["## Side observations", "", f"arms observed per round: {mean:.2f}", ""]
+
+
+def test_a_report_section_named_in_the_config_joins_the_report(extension_cfg):
+    from torchroute.report.sections import DEFAULT_SECTIONS
+    from torchroute.run import RunOptions
+
+    extension_cfg.report_sections = [*DEFAULT_SECTIONS, "tests.test_extension.graph_section"]
+    run_config(extension_cfg)
+    opts = RunOptions.from_config(extension_cfg)
+    text = write_report([opts.out_dir], reference="observer", sections=opts.report_sections)
+    assert "## Side observations\n\narms observed per round: 2.00" in text
+    # without the key the report has the built-in sections only
+    assert "Side observations" not in write_report([opts.out_dir], reference="observer")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tests.test_extension.graph_section", "must be a list"),
+        (["graph_section"], "dotted module.function"),
+        (["tests.no_such_module.section"], "cannot import 'tests.no_such_module'"),
+        (["tests.test_extension.MEANS_MISSING"], "is not a function"),
+    ],
+)
+def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
+    from torchroute.report.sections import SectionError, load_sections
+    from torchroute.run import ConfigError, RunOptions
+
+    extension_cfg.report_sections = value
+    with pytest.raises((ConfigError, SectionError), match=message):
+        load_sections(RunOptions.from_config(extension_cfg).report_sections)
+
+
+def test_a_learner_config_in_another_folder_is_a_gpu_check_case(tmp_path, capsys):
+    """The GPU dry run (``--device cpu``) checks a learner config it finds in
+    ``--learner-dir``, on the tiny env of its protocol with the default tolerance."""
+    from benchmarks import gpu_check
+
+    learners = tmp_path / "learner"
+    learners.mkdir()
+    (learners / "observer.yaml").write_text(
+        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
+    )
+    cases = gpu_check.find_cases(learners)
+    assert cases == {
+        "observer": gpu_check.Case("observer", "single_choice", gpu_check.DEFAULT_TOL, learners)
+    }
+    argv = ["--device", "cpu", "--learner-dir", str(learners), "--only", "observer"]
+    status = gpu_check.main([*argv, "--rounds", "6", "--workers", "0", "--no-throughput"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("observer "))
+    assert line.split()[1] == "single_choice" and line.endswith("ok")
+
+
+def test_a_learner_config_is_a_learner_contract_case(tmp_path):
+    """The learner contract tests make a case of a config whose class no hand-written
+    entry covers: built from the config alone on a tiny problem of the test's sizes."""
+    from tests.learners.helpers import config_specs
+
+    (tmp_path / "observer.yaml").write_text(
+        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
+    )
+    specs = config_specs(tmp_path)
+    assert list(specs) == ["config:observer"]
+    learner = specs["config:observer"].build(4, 3, 5, 0)
+    assert isinstance(learner, NeighbourLearner) and learner.sums.shape == (4, 3)
+    decision = learner.act(Context(x=torch.ones(4, 1, 5)))
+    assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
+
+
+def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
+    from torchroute.cli import main
+
+    run_config(extension_cfg)
+    out = str(extension_cfg.out_dir)
+    section = "tests.test_extension.graph_section"
+    assert main(["report", out, "--reference", "observer", "--section", section]) == 0
+    assert "## Side observations" in capsys.readouterr().out
+    assert main(["report", out, "--section", "tests.test_extension.nothing_here"]) == 2
+    assert "is not a function" in capsys.readouterr().err

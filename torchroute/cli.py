@@ -79,7 +79,7 @@ def _simulate(args: argparse.Namespace) -> None:
         if reference is not None and reference not in set(results["learner"]):
             log.warning("reference=%s did not run; the report has no relative regret", reference)
             reference = None
-        print(write_report([opts.out_dir], reference=reference))
+        print(write_report([opts.out_dir], reference=reference, sections=opts.report_sections))
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -107,7 +107,8 @@ def _sweep(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
 
-    print(write_report(args.dirs, out_dir=args.out, reference=args.reference))
+    sections = args.section or None
+    print(write_report(args.dirs, out_dir=args.out, reference=args.reference, sections=sections))
 
 
 #: overrides that turn pretrain's tracking off (``logger`` is also a config group name, so
@@ -291,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="where to write (default: the first folder)")
     p.add_argument(
         "--reference", default=None, help="learner for relative regret (default: linucb)"
+    )
+    p.add_argument(
+        "--section",
+        action="append",
+        default=None,
+        metavar="MODULE.FUNCTION",
+        help="a report section by dotted path, repeatable (default: the built-in four)",
     )
     p.set_defaults(func=_report)
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")

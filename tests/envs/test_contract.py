@@ -1,17 +1,22 @@
-"""The environment contract (torchroute.envs.base.Env), parametrised over every env.
+"""The environment contract (torchroute.envs.base.Env), parametrised over every env config.
 
-To cover a new environment, add one entry to :data:`ENVS`: a builder that takes the trial
-order (a permutation of the base trials) and a dtype, and a function that makes a valid
-decision for a context.
+Every ``configs/env/*.yaml`` is a case, built on a tiny problem of its protocol: a table env
+(its factory takes ``table``) on a small random table with the ``rho`` x ``seed`` grid taken
+in the trial order; a self-contained env with the seeds in that order. A new env is covered
+by adding its config; :data:`SIZES` may shrink a self-contained env's defaults (optional).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+from hydra.utils import get_method
+from omegaconf import OmegaConf
 
 from tests.conftest import make_table
 from torchroute.envs import Env, SingleChoiceEnv
@@ -40,23 +45,88 @@ def _single_choice(order, dtype, feedback="bandit"):
 
 
 def _random_arm(env: Env, gen: torch.Generator) -> Decision:
-    probs = torch.full((env.num_trials, 1, env.num_arms), 1.0 / env.num_arms)
-    action = sample_categorical(probs, gen)
-    return Decision(one_hot_probs(action, env.num_arms, probs.dtype), action)
+    """A uniform random arm per query (``draws`` arms for a subset env)."""
+    batch = env.context(0).x.shape[1]
+    probs = torch.full((env.num_trials, batch, env.num_arms), 1.0 / env.num_arms)
+    draws = getattr(env, "draws", None)
+    if draws is None:
+        action = sample_categorical(probs, gen)
+        return Decision(one_hot_probs(action, env.num_arms, probs.dtype), action)
+    flat = probs.reshape(-1, env.num_arms)
+    picks = torch.multinomial(flat, draws, replacement=True, generator=gen)
+    return Decision(probs, picks.reshape(env.num_trials, batch, draws))
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "env"
+#: optional smaller sizes for a self-contained env's defaults (keys of its config)
+SIZES: dict[str, dict] = {
+    "low_rank_experts": {"dims": [4], "num_experts": 3, "rank": 1, "latent_dim": 3,
+                         "num_clusters": 4, "horizon": 20},
+    "trec_subset": {"num_workers": 6, "draws": 2, "horizon": 20, "kinds": ["stochastic"],
+                    "constraints": ["tight"]},
+}  # fmt: skip
+#: values the configs interpolate from the simulate config
+RUN_KEYS = {"split": "test", "rounds": None, "feedback": "bandit"}
+
+
+def _from_config(name: str) -> Callable[[list[int], torch.dtype], Env]:
+    node = OmegaConf.merge(OmegaConf.load(CONFIGS / f"{name}.yaml"), SIZES.get(name, {}))
+    resolved = OmegaConf.to_container(OmegaConf.merge(RUN_KEYS, {"env": node}), resolve=True)
+    kwargs = dict(resolved["env"])
+    factory = get_method(kwargs.pop("_target_"))
+    table_env = "table" in inspect.signature(factory).parameters
+
+    def build(order: list[int], dtype: torch.dtype) -> Env:
+        seeds = [[0, 1, 2, 3][i] for i in order]
+        if not table_env:
+            return factory(seeds=seeds, dtype=dtype, **kwargs)
+        rho = [[0.0, 200.0, 700.0, 0.0][i] for i in order]
+        return factory(make_table(), rho=rho, seeds=seeds, dtype=dtype, **kwargs)
+
+    return build
 
 
 ENVS: dict[str, EnvSpec] = {
-    "SingleChoiceEnv": EnvSpec(_single_choice, _random_arm),
+    **{p.stem: EnvSpec(_from_config(p.stem), _random_arm) for p in sorted(CONFIGS.glob("*.yaml"))},
     "SingleChoiceEnv(full)": EnvSpec(
         lambda order, dtype: _single_choice(order, dtype, feedback="full"), _random_arm
     ),
 }
 NAMES = sorted(ENVS)
+_BOX = "no tiny table found on which the default budget box is reachable"
+_SHARED = "the step noise is drawn from one shared generator, not per trial"
+_F64 = "returns float64 outcomes from a float32 env"
+#: contract breaches the configs show today: ``(test, case) -> reason`` (strict xfail, so a
+#: fix makes the test fail until its entry is removed)
+KNOWN: dict[tuple[str, str], str] = {
+    ("describe", "table_subset"): _BOX,
+    ("equivariance", "table_subset"): _BOX,
+    ("state", "table_subset"): _BOX,
+    ("dtype-float32", "table_subset"): _BOX,
+    ("dtype-float64", "table_subset"): _BOX,
+    ("equivariance", "low_rank_experts"): _SHARED,
+    ("equivariance", "trec_subset"): _SHARED,
+    ("dtype-float32", "low_rank_experts"): _F64,
+    ("dtype-float32", "trec_subset"): _F64,
+}
+
+
+def _case(test: str, name: str, *more) -> object:
+    reason = KNOWN.get((test, name))
+    if reason is None:
+        return pytest.param(name, *more)
+    return pytest.param(name, *more, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
+def _cases(test: str) -> list:
+    return [_case(test, n) for n in NAMES]
+
+
 BASE = [0, 1, 2, 3]
 PERM = [2, 0, 3, 1]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _cases("describe"))
 def test_problem_and_trials_describe_the_env(name):
     env = ENVS[name].build(BASE, torch.float64)
     problem, trials = env.problem(), env.trials()
@@ -66,7 +136,7 @@ def test_problem_and_trials_describe_the_env(name):
     assert context.x.shape[:2] == (env.num_trials, 1) and context.x.shape[2] == problem.dim
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _cases("equivariance"))
 def test_trial_equivariance(name):
     """Permuting the trials (their labels) permutes every context, feedback and outcome."""
     spec = ENVS[name]
@@ -92,7 +162,7 @@ def test_trial_equivariance(name):
             torch.testing.assert_close(out_p[key], out[key][perm], rtol=0, atol=0, msg=key)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _cases("state"))
 def test_state_dict_round_trip_and_fingerprint(name):
     """A fresh env loaded with the state after some rounds continues identically."""
     spec = ENVS[name]
@@ -113,8 +183,14 @@ def test_state_dict_round_trip_and_fingerprint(name):
             assert torch.equal(a[1][key], b[1][key]), key
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        _case(f"dtype-{str(d).removeprefix('torch.')}", n, d)
+        for d in (torch.float32, torch.float64)
+        for n in NAMES
+    ],
+)
 def test_outputs_follow_the_env_device_and_dtype(name, dtype):
     spec = ENVS[name]
     env = spec.build(BASE, dtype)

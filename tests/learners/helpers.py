@@ -1,12 +1,16 @@
 """Shared pieces of the learner tests: a factory per learner and a synthetic linear problem.
 
-To cover a new learner in the contract tests, add one entry to :data:`LEARNERS`.
+A learner of ``configs/learner/*.yaml`` whose class no hand-written entry of
+:data:`LEARNERS` covers is a case of its own (:func:`config_specs`: built from its config on
+a tiny problem, with the weakest promises unless :data:`CONFIG_OVERRIDES` says more), so a
+new single-choice learner is covered by adding its config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -201,6 +205,60 @@ LEARNERS: dict[str, Spec] = {
 }
 
 
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "learner"
+#: per-config overrides of a config case's promises: ``stem -> {Spec field: value}``
+CONFIG_OVERRIDES: dict[str, dict] = {}
+#: configs that are no contract case, with the reason
+CONFIG_SKIPPED: dict[str, str] = {
+    "regressor": "reads Context.embedding (the encoder output); the contract problem gives "
+    "features only (its own tests build it on a table)",
+}
+
+
+def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from torchroute.types import Problem
+
+    def make(r: int, k: int, d: int, s: int) -> Learner:
+        node = OmegaConf.load(path)
+        extra = {}
+        if "oracle" in node:
+            del node["oracle"]
+            extra["oracle"] = _tiny_oracle(k, d)
+        problem = Problem(r, k, d, rho=torch.zeros(r), arm_names=tuple(f"m{i}" for i in range(k)))
+        return instantiate(node, **extra)(problem)
+
+    return make
+
+
+def _config_class(path: Path) -> type:
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    target = str(OmegaConf.load(path)["_target_"])
+    return get_class(target.removesuffix(".from_problem"))
+
+
+def config_specs(directory: Path = CONFIG_DIR) -> dict[str, Spec]:
+    """A case per single-choice learner config of ``directory`` whose class no entry of
+    :data:`LEARNERS` covers (``config:<stem>``)."""
+    from torchroute.learners import SubsetLearner
+
+    covered = {type(spec.build(2, 3, 4, 0)) for spec in LEARNERS.values()}
+    specs = {}
+    for path in sorted(directory.glob("*.yaml")):
+        if path.stem in CONFIG_SKIPPED:
+            continue
+        cls = _config_class(path)
+        if issubclass(cls, SubsetLearner) or any(issubclass(c, cls) for c in covered):
+            continue
+        spec = Spec(_from_config(path), False, False, False)
+        specs[f"config:{path.stem}"] = replace(spec, **CONFIG_OVERRIDES.get(path.stem, {}))
+    return specs
+
+
 def build(name: str, r: int, k: int, d: int, seed: int = 0, dtype: torch.dtype = F64) -> Learner:
     return LEARNERS[name].build(r, k, d, seed).to(dtype)
 
@@ -268,3 +326,6 @@ def run(
         actions.append(decision.action)
         regrets.append(mean.amax(-1) - chosen)
     return torch.stack(actions), torch.stack(regrets)
+
+
+LEARNERS.update(config_specs())

@@ -13,7 +13,7 @@ curves gets a plot (``cum_regret`` also the regret relative to a reference learn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -23,12 +23,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
-from torchroute.report.cabs import cabs_section
 from torchroute.report.figures import save_figure
-from torchroute.report.hpg import hpg_section
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
-from torchroute.report.routing import routing_section
-from torchroute.report.subset import subset_section
+from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
 
 
@@ -54,16 +51,18 @@ LABELS = ("learner", "trial", "seed", "rounds")
 #: results.csv, left out of the overall means table; the sections that need them read them
 PER_ARM = ("share_", "arm_accuracy_", "arm_cost_", "qT_value_")
 
-#: A report section: ``(results, curves, out_dir) -> markdown lines``; it returns ``[]``
-#: for results that are not its own (it looks at their columns) and may write plots into
-#: ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap
-#: tables) add theirs to :data:`SECTIONS`.
-Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-SECTIONS: list[Section] = [subset_section, cabs_section, hpg_section, routing_section]
+# A report section (:data:`~torchroute.report.sections.Section`) returns ``[]`` for
+# results that are not its own (it looks at their columns) and may write plots into
+# ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap tables)
+# name theirs by ``_target_`` in the ``report_sections`` key of their config; without it a
+# report has :data:`~torchroute.report.sections.DEFAULT_SECTIONS`.
 
 
 def write_report(
-    dirs: Sequence[str | Path], out_dir: str | Path | None = None, reference: str | None = None
+    dirs: Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    reference: str | None = None,
+    sections: Sequence[str] | None = None,
 ) -> str:
     """Write ``report.md``, ``summary.csv`` and PNG plots; return the markdown text.
 
@@ -72,10 +71,14 @@ def write_report(
         out_dir: where to write (the first folder by default).
         reference: learner the relative regret is measured against; ``None``: ``linucb``
             when the results have it. A given learner the results lack is an error.
+        sections: dotted paths of the report sections (``report_sections`` of the config);
+            ``None``: :data:`~torchroute.report.sections.DEFAULT_SECTIONS`.
 
     Raises:
         ResultsFileError: a damaged results or curves file, or an unknown ``reference``.
+        SectionError: a section path that does not name an importable function.
     """
+    section_functions = load_sections(sections)
     results, curves = load_results(dirs)
     out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
     reference = check_reference(
@@ -133,7 +136,7 @@ def write_report(
         name = column[len("stat_") :]
         _plot_curves(curves.dropna(subset=[column]), column, out / f"learner_{name}.png")
         images.append(f"![Learner metric {name} per logging interval](learner_{name}.png)")
-    for section in SECTIONS:
+    for section in section_functions:
         lines += section(results, curves, out)
     text = "\n".join(lines + images) + "\n"
     write_text_atomic(out / "report.md", text)
@@ -185,8 +188,9 @@ def _plot_relative(relative: pd.DataFrame, reference: str, path: Path) -> None:
 
 
 __all__ = [
+    "DEFAULT_SECTIONS",
     "REGIMES",
-    "SECTIONS",
+    "Section",
     "cost_regime",
     "load_results",
     "regime_table",

@@ -1,7 +1,7 @@
 """Report section of subset routing (paper 002): feasibility, reward, R1/R2 curves, spend.
 
-Registered in :data:`torchroute.report.SECTIONS`; it returns ``[]`` for results without the
-subset columns (``avg_reward, r2, feasible``).
+One of :data:`torchroute.report.sections.DEFAULT_SECTIONS`; it returns ``[]`` for results
+without the subset columns (``avg_reward, r2, feasible``).
 """
 
 from __future__ import annotations

@@ -56,6 +56,15 @@ def _positive_int(config: Mapping[str, Any], key: str, optional: bool) -> int | 
     return value
 
 
+def _report_sections(value: Any) -> tuple[str, ...]:
+    from torchroute.report.sections import SectionError, check_section_targets
+
+    try:
+        return check_section_targets(value)
+    except SectionError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _plain(cfg: Any) -> dict[str, Any]:
     """The resolved config as plain containers (a ``DictConfig`` or a mapping)."""
     from omegaconf import DictConfig, OmegaConf
@@ -130,6 +139,7 @@ class RunOptions:
     log_decisions: bool
     progress: bool
     report: bool
+    report_sections: tuple[str, ...]
     overwrite: bool
 
     @classmethod
@@ -209,6 +219,7 @@ class RunOptions:
             log_decisions=log_decisions,
             progress=bool(c.get("progress", True)),
             report=bool(c.get("report", True)),
+            report_sections=_report_sections(c.get("report_sections")),
             overwrite=bool(c.get("overwrite", False)),
         )
 
