@@ -58,3 +58,26 @@ def make_table(n: int = 60, k: int = 4, d: int = 6, seed: int = 0):
 def tiny_table():
     """60 queries x 4 arms with 6-d embeddings (30 train, 10 val, 20 test)."""
     return make_table()
+
+
+def tiny_run_config(out_dir: Path, learners: dict, *overrides: str):
+    """A ``simulate`` config on :func:`make_table` (no encoder, PCA to 3 features) that runs
+    ``learners`` (``{name: config node}``) into ``out_dir``; ``overrides`` as on the command
+    line (``rhos=[0,100]``, ``seeds=[0]`` unless given)."""
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import compose_config
+
+    given = {o.split("=", 1)[0] for o in overrides}
+    defaults = [o for o in ("rhos=[0,100]", "seeds=[0]") if o.split("=", 1)[0] not in given]
+    base = ["features.pca_dim=3", "progress=false", "report=false", "~logger"]
+    cfg = compose_config("simulate", [f"out_dir={out_dir}", *defaults, *base, *overrides])
+    OmegaConf.set_struct(cfg, False)
+    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
+    cfg.encoder = None
+    cfg.learners = OmegaConf.create(learners)
+    return cfg
+
+
+#: a bare learner node of the shipped LinUCB (its class defaults)
+LINUCB_NODE = {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True}

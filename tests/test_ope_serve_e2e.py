@@ -6,34 +6,16 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import torch
-from omegaconf import OmegaConf
 
-from tests.conftest import make_table
-from torchroute.cli import compose_config, main
+from tests.conftest import make_table, tiny_run_config
+from torchroute.cli import main
 from torchroute.run import run_config
 from torchroute.serve import load_router
 
 
 def _simulate(out):
-    cfg = compose_config(
-        "simulate",
-        [
-            f"out_dir={out}",
-            "rhos=[0,100]",
-            "seeds=[0]",
-            "features.pca_dim=3",
-            "progress=false",
-            "report=false",
-            "~logger",
-        ],
-    )
-    OmegaConf.set_struct(cfg, False)
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
-    cfg.encoder = None
-    cfg.learners = OmegaConf.create(
-        {"squarecb": {"_target_": "torchroute.learners.SquareCB.from_problem", "_partial_": True}}
-    )
-    run_config(cfg)
+    squarecb = {"_target_": "torchroute.learners.SquareCB.from_problem", "_partial_": True}
+    run_config(tiny_run_config(out, {"squarecb": squarecb}))
 
 
 def test_a_served_routers_exported_log_is_evaluated(tmp_path):

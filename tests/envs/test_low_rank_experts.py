@@ -73,7 +73,9 @@ def test_expected_reward_is_the_mean_of_the_sampled_rewards():
 
 
 def test_comparator_is_low_rank_with_the_given_nuclear_norm():
-    env = _env(comparator_tau=3.0)
+    # latent_dim 8 > 2 * rank: the rank bound can be broken (a 4 x 4 comparator cannot)
+    env = _env(comparator_tau=3.0, latent_dim=8, item_dim=8, dims=[8, 10])
+    assert env.comparator.shape[-1] == 8 > 2 * SMALL["rank"]
     nuc = torch.linalg.matrix_norm(env.comparator, ord="nuc")  # [R, M]
     torch.testing.assert_close(nuc.amax(-1), torch.full((4,), 3.0, dtype=F64))
     ranks = torch.linalg.matrix_rank(env.comparator, atol=1e-10)
@@ -101,6 +103,8 @@ def test_linearized_regret_matches_eq9_for_a_quadratic_policy():
     expected = (probs * (means - rbar) * (star - scores)).sum(-1)
     torch.testing.assert_close(out["linearized_regret"], expected)
     torch.testing.assert_close(out["regret"], means.amax(-1) - out["expected_reward"])
+    played = means.gather(-1, probs.argmax(-1, keepdim=True))[..., 0]  # the decision's arm
+    torch.testing.assert_close(out["expected_reward"], played)
 
 
 def test_blocks_mode_and_bad_input():

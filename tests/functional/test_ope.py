@@ -114,6 +114,7 @@ def test_std_error_and_bernstein_match_numpy():
             3 * (n - 1)
         )
         np.testing.assert_allclose(got.upper[e].numpy() - got.value[e].numpy(), half, atol=1e-10)
+        np.testing.assert_allclose(got.value[e].numpy() - got.lower[e].numpy(), half, atol=1e-10)
 
 
 def test_ips_unbiased_on_closed_form_toy():

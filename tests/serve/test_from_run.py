@@ -7,9 +7,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.conftest import make_table
+from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
 from torchroute.checkpoint import CheckpointError, load_checkpoint
-from torchroute.cli import compose_config, main
+from torchroute.cli import main
 from torchroute.features import project_features
 from torchroute.run import ConfigError, RunOptions, load_features, run_config
 from torchroute.serve import FeatureMap, load_router
@@ -18,26 +18,7 @@ from torchroute.serve import FeatureMap, load_router
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = compose_config(
-        "simulate",
-        [
-            f"out_dir={out}",
-            "rhos=[0,100]",
-            "seeds=[0,1]",
-            "features.pca_dim=3",
-            "log_every=10",
-            "progress=false",
-            "report=false",
-            "~logger",
-        ],
-    )
-    OmegaConf.set_struct(cfg, False)
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
-    cfg.encoder = None
-    cfg.learners = OmegaConf.create(
-        {"linucb": {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True}}
-    )
-    run_config(cfg)
+    run_config(tiny_run_config(out, {"linucb": LINUCB_NODE}, "seeds=[0,1]", "log_every=10"))
     return out
 
 

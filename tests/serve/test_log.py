@@ -129,6 +129,8 @@ def test_restart_is_the_checkpoint_plus_the_log_and_equals_a_replay_from_scratch
             a[arm] += np.outer(x, x)
             b[arm] += u * x
         np.testing.assert_allclose(np.linalg.inv(live.learner.a_inv[0].numpy()), a, atol=1e-8)
+        want_theta = np.linalg.solve(a, b[..., None])[..., 0]  # [K, d] ridge solutions
+        np.testing.assert_allclose(live.learner.theta[0].numpy(), want_theta, atol=1e-8)
     # the next decisions of the restarted router are the live router's
     nxt = [(d["model"], d["propensity"]) for d in live.route(embeddings=_x(5, 9))]
     assert nxt == [(d["model"], d["propensity"]) for d in restarted.route(embeddings=_x(5, 9))]

@@ -11,9 +11,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.conftest import make_table
+from tests.conftest import make_table, tiny_run_config
 from torchroute.checkpoint import load_checkpoint, save_checkpoint
-from torchroute.configs_path import compose_config, config_dir
+from torchroute.configs_path import config_dir
 from torchroute.features import project_features
 from torchroute.models import MultiHeadOracle, save_oracle
 from torchroute.run import ConfigError, run_config
@@ -22,25 +22,9 @@ from torchroute.serve import load_router
 
 def _run(out, learner: str, oracle=None, **params):
     """A small simulate run of one learner (its shipped config, ``params`` over it)."""
-    overrides = [
-        f"out_dir={out}",
-        "rhos=[0,100]",
-        "seeds=[0]",
-        "features.pca_dim=3",
-        "log_every=10",
-        "progress=false",
-        "report=false",
-        "~logger",
-    ]
-    if oracle is not None:
-        overrides.append(f"oracle_ckpt={oracle}")
-    cfg = compose_config("simulate", overrides)
-    OmegaConf.set_struct(cfg, False)
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
-    cfg.encoder = None
+    extra = ["log_every=10", *([f"oracle_ckpt={oracle}"] if oracle is not None else [])]
     node = OmegaConf.load(config_dir() / "learner" / f"{learner}.yaml")
-    cfg.learners = OmegaConf.create({learner: OmegaConf.merge(node, params)})
-    run_config(cfg)
+    run_config(tiny_run_config(out, {learner: OmegaConf.merge(node, params)}, *extra))
     return out
 
 

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from omegaconf import OmegaConf
 
 import torchroute.serve
-from torchroute.cli import compose_config, main
+from tests.conftest import LINUCB_NODE, tiny_run_config
+from torchroute.cli import main
 from torchroute.learners import LinUCB
 from torchroute.run import run_config
 from torchroute.serve import Router
@@ -136,25 +136,7 @@ def test_a_router_started_fresh_resumes_fresh(run_dir, tmp_path, no_loading):
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("real")
-    cfg = compose_config(
-        "simulate",
-        [
-            f"out_dir={out}",
-            "rhos=[0,100]",
-            "seeds=[0]",
-            "features.pca_dim=3",
-            "progress=false",
-            "report=false",
-            "~logger",
-        ],
-    )
-    OmegaConf.set_struct(cfg, False)
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
-    cfg.encoder = None
-    cfg.learners = OmegaConf.create(
-        {"linucb": {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True}}
-    )
-    run_config(cfg)
+    run_config(tiny_run_config(out, {"linucb": LINUCB_NODE}))
     return out
 
 

@@ -87,8 +87,7 @@ def _halfspace_flat(
 ) -> Tensor:
     """:func:`project_capped_simplex_halfspace` on ``y, a [N, K]``, ``g, b [N]``."""
     k = y.shape[-1]
-    gamma = g
-    q0 = project_capped_simplex(y, gamma)
+    q0 = project_capped_simplex(y, g)
     active = ((a * q0).sum(-1) - b) > 0  # [...]
     z = y - g[..., None]
     radius = 1.0 - k * g  # mass above the floor
@@ -233,12 +232,9 @@ def project_l1_ball(v: Tensor, radius: Tensor | float) -> Tensor:
     with ``sum max(|v| - nu, 0) = radius``. On the eigenvalues of a symmetric matrix it is
     the Euclidean (Frobenius) projection onto the nuclear ball. ``radius``: float or ``[...]``."""
     a = v.abs()
-    radius = torch.as_tensor(radius, dtype=v.dtype, device=v.device)
-    radius = radius[..., None] if radius.ndim else radius
-    sorted_a, _ = a.sort(dim=-1, descending=True)
-    cum = sorted_a.cumsum(-1)
-    idx = torch.arange(1, a.shape[-1] + 1, device=a.device, dtype=v.dtype)
-    nu_j = (cum - radius) / idx
-    j = ((sorted_a > nu_j) * idx).amax(-1, keepdim=True).clamp_min(1)
-    nu = nu_j.gather(-1, j.long() - 1).clamp_min(0.0)
-    return v.sign() * (a - nu).clamp_min(0.0)
+    r = torch.as_tensor(radius, dtype=v.dtype, device=v.device)
+    r = r[..., None] if r.ndim else r
+    # outside the ball |x| is the projection of |v| onto the simplex of radius r
+    scale = torch.where(r > 0, r, torch.ones_like(r))
+    outside = v.sign() * r * project_capped_simplex(a / scale)
+    return torch.where(a.sum(-1, keepdim=True) <= r, v, outside)

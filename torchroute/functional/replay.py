@@ -98,8 +98,6 @@ def replay(
             )
     dtype = features.dtype
     u_all = utility(score[None], cost[None], rho.to(score.dtype)[:, None])  # [R, n]
-    total = torch.zeros(r_trials, dtype=torch.float64, device=features.device)
-    total_sq = torch.zeros_like(total)
     masks = []
     for i in range(n):
         x = features[i].expand(r_trials, 1, -1)  # [R, 1, d]
@@ -126,12 +124,12 @@ def replay(
             for name, t in state.items():
                 keep = take.reshape(-1, *([1] * (t.ndim - 1)))
                 t.copy_(torch.where(keep, t, before[name]))
-        total += torch.where(take, u_all[:, i].double(), 0.0)
-        total_sq += torch.where(take, u_all[:, i].double() ** 2, 0.0)
         masks.append(take)
     mask = torch.stack(masks, 1) if masks else torch.zeros(r_trials, 0, dtype=torch.bool)
     accepted = mask.sum(1)
     m = accepted.double()
+    kept = torch.where(mask, u_all[:, : mask.shape[1]].double(), 0.0)  # [R, n] accepted rewards
+    total, total_sq = kept.sum(1), kept.square().sum(1)
     value = total / m
     var = (total_sq - m * value**2) / (m - 1)
     return ReplayResult(value, accepted, (var.clamp_min(0) / m).sqrt(), mask)

@@ -209,10 +209,10 @@ def _threads(work: int, rows: int) -> int:
     return max(1, min(torch.get_num_threads(), rows, work // GRAIN))
 
 
-def _check(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> int | None:
-    """``t.data_ptr()`` (``None`` for ``None``) after checking dtype, device, layout, shape."""
+def _check(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """Raise unless ``t`` (when given) is a contiguous CPU ``dtype`` tensor of ``shape``."""
     if t is None:
-        return None
+        return
     if t.dtype != dtype or t.device.type != "cpu" or not t.is_contiguous():
         raise ValueError(
             f"fused ridge kernel: {name} must be a contiguous CPU {dtype} tensor, "
@@ -220,20 +220,18 @@ def _check(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ..
         )
     if t.shape != shape:
         raise ValueError(f"fused ridge kernel: {name} must be {shape}, got {tuple(t.shape)}")
-    return t.data_ptr()
 
 
 def _shortcuts(
     a_inv: Tensor, prior: Tensor | None, half: Tensor | None, half_scale: Tensor | None
-) -> tuple[int | None, int | None, int | None]:
+) -> None:
+    """Check the optional prior scales and float16 copies the kernel reads."""
     r, k, d, _ = a_inv.shape
     if half is not None and (a_inv.dtype != torch.float32 or half_scale is None):
         raise ValueError("fused ridge kernel: half copies need float32 a_inv and a half_scale")
-    return (
-        _check("prior", prior, a_inv.dtype, (r, k)),
-        _check("half", half, torch.float16, (r, k, d, d)),
-        _check("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,)),
-    )
+    _check("prior", prior, a_inv.dtype, (r, k))
+    _check("half", half, torch.float16, (r, k, d, d))
+    _check("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
 
 
 def prior_scales(a_inv: Tensor, theta: Tensor) -> Tensor:

@@ -64,6 +64,19 @@ class SoftmaxPolicy(Learner):
             raise ValueError(f"{type(self).__name__}: Feedback.reward must be finite, got NaN/inf")
         return reward
 
+    def _natural_weights(
+        self, context: Context, decision: Decision, reward: Tensor, power: int = 1
+    ) -> Tensor:
+        """``r (1[m = m_t] - 1/K) / (pi_{m_t} ||q||^(2 power))``, ``[R, B, K]`` (0 for
+        ``q = 0``): the minimum-norm natural step of a log-linear class whose features have
+        squared norm ``||q||^(2 power)`` (``power=2``: the flattened ``vec(q q^T)``)."""
+        x = context.x.to(reward.dtype)
+        played = self.policy(x).gather(-1, decision.action[..., None])[..., 0]  # [R, B]
+        sq = x.square().sum(-1).pow(power)
+        inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
+        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
+        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)
+
     def _advantage_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
         """``r (1[m = m_t] - pi_m)``, ``[R, B, K]`` (minus the REINFORCE gradient's scale).
 
@@ -207,16 +220,6 @@ class LogLinearPG(SoftmaxPolicy):
 
     def scores(self, x: Tensor) -> Tensor:
         return torch.einsum("rbd,rkd->rbk", x, self.theta.to(x.dtype))
-
-    def _natural_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
-        """``r (1[m = m_t] - 1/K) / (pi_{m_t} ||q||^2)``, ``[R, B, K]`` (0 for ``q = 0``)."""
-        x = context.x.to(reward.dtype)
-        probs = self.policy(x)
-        played = probs.gather(-1, decision.action[..., None])[..., 0]  # [R, B]
-        sq = x.square().sum(-1)
-        inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
-        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
-        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)
 
     def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
         reward = self._played_reward(context, decision, feedback)
@@ -378,9 +381,4 @@ class FlattenedNPG(EuclideanQuadPG):
         return math.sqrt(2 * math.log(max(k, 2)) / (k * t))
 
     def _step_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
-        x = context.x.to(reward.dtype)
-        played = self.policy(x).gather(-1, decision.action[..., None])[..., 0]  # [R, B]
-        sq = x.square().sum(-1).square()  # ||q||^4
-        inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
-        one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
-        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)
+        return self._natural_weights(context, decision, reward, power=2)  # ||vec(q q^T)||^2
