@@ -93,22 +93,61 @@ def affinity_from_accuracy(y_bar: Tensor) -> Tensor:
     return aff.masked_fill(eye, float("-inf"))
 
 
-def sample_graph(affinity: Tensor, generator: Source = None) -> Tensor:
-    """Feedback graph ``A[i, j] ~ Bernoulli(sigmoid((1 - R[i, j]) / 2))``, ``A[i, i] = 1``.
+#: Edge rules of :func:`sample_graph`.
+GRAPH_RULES = ("paper", "affinity")
 
-    Every edge is an independent draw; the ``-inf`` diagonal gives probability 1.
+
+def edge_probability(affinity: Tensor, rule: str = "paper") -> Tensor:
+    """Edge probabilities ``P(A[i, j] = 1)`` of a feedback-graph rule, ``[..., K, K]``.
+
+    ``"paper"`` (CABS-C line 6): ``sigmoid((1 - R[i, j]) / 2)``, at least 0.5 and larger for
+    *dissimilar* arms. ``"affinity"``: ``clamp((1 + R[i, j]) / 2, 0, 1)``, which for
+    ``R = 1 - 2 |y_bar_i - y_bar_j|`` is ``1 - |y_bar_i - y_bar_j|``: similar arms are
+    likely neighbours. Both give the ``-inf`` diagonal probability 1 (self-loops).
+
+    Args:
+        affinity: ``R [..., K, K]``, diagonal ``-inf``.
+        rule: ``"paper"`` or ``"affinity"``.
+
+    Example:
+        >>> edge_probability(affinity_from_accuracy(torch.tensor([0.9, 0.5])), "affinity")
+        tensor([[1.0000, 0.6000],
+                [0.6000, 1.0000]])
+    """
+    if rule not in GRAPH_RULES:
+        raise ValueError(f"graph rule must be one of {GRAPH_RULES}, got {rule!r}")
+    if rule == "paper":
+        return torch.sigmoid((1.0 - affinity) / 2.0)
+    eye = torch.eye(affinity.shape[-1], dtype=torch.bool, device=affinity.device)
+    return ((1.0 + affinity) / 2.0).clamp(0.0, 1.0).masked_fill(eye, 1.0)
+
+
+def sample_graph(affinity: Tensor, generator: Source = None, *, rule: str = "paper") -> Tensor:
+    """Feedback graph ``A[i, j] ~ Bernoulli(P_ij)``, ``A[i, i] = 1``.
+
+    ``P_ij`` is :func:`edge_probability` of ``rule``: ``"paper"`` (the default,
+    ``sigmoid((1 - R[i, j]) / 2)``) or ``"affinity"`` (``clamp((1 + R[i, j]) / 2, 0, 1)``).
+    Every edge is an independent draw (one uniform per entry, whatever the rule).
 
     Args:
         affinity: ``R [..., K, K]`` (e.g. ``[R, B, K, K]``), diagonal ``-inf``.
         generator: the run's generator or per-trial streams (on the device of ``affinity``).
+        rule: ``"paper"`` or ``"affinity"``.
 
     Returns:
         ``A [..., K, K]`` bool; row ``i`` is the neighbourhood revealed by playing ``i``.
     """
-    prob = torch.sigmoid((1.0 - affinity) / 2.0)  # [..., K, K]
+    prob = edge_probability(affinity, rule)  # [..., K, K]
     u = uniform(generator, affinity.shape, dtype=prob.dtype, device=affinity.device)
     eye = torch.eye(affinity.shape[-1], dtype=torch.bool, device=affinity.device)
     return (u < prob) | eye
 
 
-__all__ = ["affinity_from_accuracy", "iqr_keep_mask", "sample_graph", "surrogate_utility"]
+__all__ = [
+    "GRAPH_RULES",
+    "affinity_from_accuracy",
+    "edge_probability",
+    "iqr_keep_mask",
+    "sample_graph",
+    "surrogate_utility",
+]

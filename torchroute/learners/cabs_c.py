@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torchroute.checks import check_number
 from torchroute.functional.graph_program import graph_squarecb_probs
 from torchroute.functional.oracle import (
+    GRAPH_RULES,
     affinity_from_accuracy,
     iqr_keep_mask,
     sample_graph,
@@ -35,6 +36,10 @@ from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback, Problem
 
 Solver = Literal["ridge", "neural"]
+#: ``CABSC(targets=...)`` values.
+TARGETS = ("ips", "plain", "ips_weights")
+#: ``CABSC(graph=...)`` values (``"oracle"`` is accepted as an alias of ``"paper"``).
+GRAPHS = (*GRAPH_RULES, "identity", "complete")
 
 
 def make_solver(
@@ -44,18 +49,21 @@ def make_solver(
     dim: int,
     lam: float,
     neural: dict[str, Any] | None = None,
+    weighted: bool = False,
 ) -> Learner:
     """The regression solver RS (``docs/reference/learners.md``): per-arm ridge or NeuralUCB MLPs.
 
     ``neural`` holds :class:`NeuralUCB` arguments (``hidden``, ``lr``, ...); its ``lam`` is
-    the ``lambda`` of ``Z_k`` (unused here, ``nu = 0``).
+    the ``lambda`` of ``Z_k`` (unused here, ``nu = 0``). ``weighted``: the solver will be fed
+    sample weights (``fit_weighted``).
     """
     if solver == "ridge":
         if neural:
             raise ValueError(f"solver='ridge' takes no neural arguments, got {sorted(neural)}")
         return RidgeLearner(num_trials, num_arms, dim, lam)
     if solver == "neural":  # nu = 0: a plain regressor (its lam, the Z prior, is unused)
-        return NeuralUCB(num_trials, num_arms, dim, **{**(neural or {}), "nu": 0.0})
+        extra = {"sample_weights": True} if weighted else {}
+        return NeuralUCB(num_trials, num_arms, dim, **{**(neural or {}), "nu": 0.0, **extra})
     raise ValueError(f"solver must be 'ridge' or 'neural', got {solver!r}")
 
 
@@ -94,8 +102,13 @@ class CABSC(Learner):
     ``iqr`` (``"keep_large"``: keep ``|delta_j| > Q3 + 1.5 IQR``, the paper's literal rule;
     ``"drop_large"``: keep the others; ``"off"``: keep all), de-biased
     ``s~_j = s_j - b_j`` with ``b_j`` the running mean of ``s_j - r^_j``; targets
-    ``r / p_i`` and ``s~_j / (A[:, j]^T p)`` (``targets="ips"``) or ``r`` and ``s~_j``
-    (``"plain"``) train the regression solver.
+    ``r / p_i`` and ``s~_j / (A[:, j]^T p)`` with unit weights (``targets="ips"``, the
+    paper's literal step 7), ``r`` and ``s~_j`` with unit weights (``"plain"``), or ``r`` and
+    ``s~_j`` with sample weights ``1 / p_i`` and ``1 / (A[:, j]^T p)`` (``"ips_weights"``:
+    weighted ridge ``A += w x x^T``, ``b += w y x``, or the weighted squared error of the
+    neural solver) train the regression solver. With ``"ips_weights"`` the predictions stay
+    on the reward scale, so the de-bias step compares surrogates with reward-scale
+    predictions.
 
     :meth:`update` reuses the graph and the distribution ``p`` of :meth:`act` when it receives
     the same ``Context`` object (the loop's case); for a decision made elsewhere (forced
@@ -112,10 +125,13 @@ class CABSC(Learner):
         gamma: exploitation strength (4 in the CABS experiments).
         solver: ``"ridge"`` (``lam``) or ``"neural"`` (``neural`` arguments).
         lam: ridge regulariser (10 in the CABS experiments).
-        targets: ``"ips"`` or ``"plain"``.
+        targets: ``"ips"``, ``"plain"`` or ``"ips_weights"``.
         iqr: ``"keep_large"``, ``"drop_large"`` or ``"off"``.
-        graph: ``"oracle"`` (the affinity graph), ``"identity"`` (bandit feedback only) or
-            ``"complete"``.
+        graph: ``"paper"`` (oracle graph, edge probability ``sigmoid((1 - R) / 2)``),
+            ``"affinity"`` (oracle graph, edge probability ``(1 + R) / 2``, increasing in the
+            affinity; :func:`~torchroute.functional.oracle.edge_probability`), ``"identity"``
+            (bandit feedback only) or ``"complete"``. ``"oracle"`` is accepted as an alias of
+            ``"paper"`` (its former name, still used by saved runs and configs).
         oracle_input: ``"embedding"`` (``Context.embedding``) or ``"x"`` (when the bandit
             features are the encoder embedding itself).
         eps_floor: minimum probability (CABS Assumption 4.5).
@@ -137,9 +153,9 @@ class CABSC(Learner):
         gamma: float = 4.0,
         solver: Solver = "ridge",
         lam: float = 10.0,
-        targets: Literal["ips", "plain"] = "ips",
+        targets: Literal["ips", "plain", "ips_weights"] = "ips",
         iqr: Literal["keep_large", "drop_large", "off"] = "keep_large",
-        graph: Literal["oracle", "identity", "complete"] = "oracle",
+        graph: Literal["paper", "affinity", "identity", "complete", "oracle"] = "paper",
         oracle_input: Literal["embedding", "x"] = "embedding",
         eps_floor: float = 1e-3,
         neural: dict[str, Any] | None = None,
@@ -150,9 +166,9 @@ class CABSC(Learner):
         check_number(name, "gamma", gamma, gt=0)
         check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
         for arg, value, allowed in (
-            ("targets", targets, ("ips", "plain")),
+            ("targets", targets, TARGETS),
             ("iqr", iqr, ("keep_large", "drop_large", "off")),
-            ("graph", graph, ("oracle", "identity", "complete")),
+            ("graph", graph, (*GRAPHS, "oracle")),
             ("oracle_input", oracle_input, ("embedding", "x")),
         ):
             if value not in allowed:
@@ -161,8 +177,11 @@ class CABSC(Learner):
         if rho.shape != (num_trials,) or not bool((torch.isfinite(rho) & (rho >= 0)).all()):
             raise ValueError(f"{name}: rho must be [R={num_trials}] finite and >= 0")
         self.dim, self.gamma, self.eps_floor = int(dim), float(gamma), float(eps_floor)
+        graph = "paper" if graph == "oracle" else graph
         self.targets, self.iqr, self.graph, self.oracle_input = targets, iqr, graph, oracle_input
-        self.rs = make_solver(solver, num_trials, num_arms, dim, lam, neural)
+        self.rs = make_solver(
+            solver, num_trials, num_arms, dim, lam, neural, weighted=targets == "ips_weights"
+        )
         self._oracle = [oracle.eval()]  # fixed data: kept out of state_dict()
         self.register_buffer("rho", rho)
         self.register_buffer("counts", torch.zeros(num_trials, num_arms, dtype=torch.long))
@@ -201,14 +220,15 @@ class CABSC(Learner):
         """Feedback graph ``A [R, B, K, K]`` bool (CABS-C line 6)."""
         r, b, k = context.num_trials, context.batch_size, self.num_arms
         dev = context.x.device
-        if self.graph != "oracle":
+        if self.graph not in GRAPH_RULES:
             if self.graph == "complete":
                 return torch.ones(r, b, k, k, dtype=torch.bool, device=dev)
             return torch.eye(k, dtype=torch.bool, device=dev).expand(r, b, k, k)
         e = self.oracle_input_of(context)
         with torch.no_grad():
             y_bar = self.oracle.accuracy(e.reshape(r * b, -1).to(self._oracle_dtype()))
-        return sample_graph(affinity_from_accuracy(y_bar.reshape(r, b, k)), generator)
+        affinity = affinity_from_accuracy(y_bar.reshape(r, b, k))
+        return sample_graph(affinity, generator, rule=self.graph)
 
     def _oracle_dtype(self) -> torch.dtype:
         return next(self.oracle.parameters()).dtype
@@ -297,18 +317,23 @@ class CABSC(Learner):
         self.counts = new_counts
         p = probs.to(dtype)
         target = torch.where(played, reward[..., None], s_tilde)
-        if self.targets == "ips":
-            seen = (graph.to(dtype) * p[..., :, None]).sum(-2)  # A[:, j]^T p, [R, B, K]
-            denom = torch.where(played, p, seen)
-            target = target / torch.where(played | mask, denom, 1.0)
         observed = played | mask
+        if self.targets != "plain":
+            seen = (graph.to(dtype) * p[..., :, None]).sum(-2)  # A[:, j]^T p, [R, B, K]
+            denom = torch.where(observed, torch.where(played, p, seen), 1.0)
+        if self.targets == "ips":
+            target = target / denom
         target = torch.where(observed, target, 0.0)
-        self.rs.update(
-            context,
-            Decision(probs=p, action=action),
-            Feedback(reward=target.to(x.dtype), observed=observed),
-            generator,
-        )
+        if self.targets == "ips_weights":
+            weight = torch.where(observed, denom.reciprocal(), 0.0)  # 1/p_i, 1/(A[:, j]^T p)
+            self.rs.fit_weighted(context, action, target.to(x.dtype), weight, generator)
+        else:
+            self.rs.update(
+                context,
+                Decision(probs=p, action=action),
+                Feedback(reward=target.to(x.dtype), observed=observed),
+                generator,
+            )
         self._tick(context)
         metrics = {
             "surrogates": m.sum(-1).mean(1),

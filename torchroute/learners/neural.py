@@ -60,6 +60,8 @@ class NeuralUCB(Learner):
         steps: optimizer steps per ``update``.
         generator: draws the initial weights.
         dtype: dtype of the weights and the state.
+        sample_weights: keep a per-cell sample weight in the replay (``replay_w``) so that
+            :meth:`fit_weighted` can train on a weighted squared error.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``;
@@ -87,6 +89,7 @@ class NeuralUCB(Learner):
         steps: int = 1,
         generator: Source = None,
         dtype: torch.dtype = torch.float32,
+        sample_weights: bool = False,
     ) -> None:
         super().__init__(num_trials, num_arms)
         name = type(self).__name__
@@ -122,6 +125,9 @@ class NeuralUCB(Learner):
         self.register_buffer("replay_y", torch.zeros(r, c, num_arms, dtype=dtype))
         self.register_buffer("replay_mask", torch.zeros(r, c, num_arms, dtype=torch.bool))
         self.register_buffer("replay_count", torch.zeros(r, dtype=torch.long))
+        self.sample_weights = bool(sample_weights)
+        if self.sample_weights:
+            self.register_buffer("replay_w", torch.zeros(r, c, num_arms, dtype=dtype))
         self._optim = self._make_optimizer()
 
     @classmethod
@@ -185,13 +191,16 @@ class NeuralUCB(Learner):
         f, phi = self(x)
         return f, ridge_width(self.z_inv, phi)
 
-    def loss(self, x: Tensor, reward: Tensor, observed: Tensor) -> Tensor:
-        """Per-trial mean squared error over the observed entries of a mini-batch.
+    def loss(
+        self, x: Tensor, reward: Tensor, observed: Tensor, weight: Tensor | None = None
+    ) -> Tensor:
+        """Per-trial mean (weighted) squared error over the observed entries of a mini-batch.
 
         Args:
             x: ``[R, M, d]`` contexts.
             reward: ``[R, M, K]``; entries where ``observed`` is False are never read.
             observed: ``[R, M, K]`` bool.
+            weight: optional sample weights ``[R, M, K]``: ``sum w err^2 / #observed``.
 
         Returns:
             ``[R]`` (0 for a trial without observed entries).
@@ -199,7 +208,10 @@ class NeuralUCB(Learner):
         f, _ = self(x)
         err = torch.where(observed, f - torch.where(observed, reward.to(f.dtype), 0.0), 0.0)
         count = observed.sum((1, 2)).clamp_min(1).to(f.dtype)
-        return (err * err).sum((1, 2)) / count
+        sq = err * err
+        if weight is not None:
+            sq = sq * torch.where(observed, weight.to(f.dtype), 0.0)
+        return sq.sum((1, 2)) / count
 
     # ----------------------------------------------------------------- bandit interface
     def act(self, context: Context, generator: Source = None) -> Decision:
@@ -229,21 +241,53 @@ class NeuralUCB(Learner):
         """
         self._check_context(context)
         self._check_feedback(context, feedback)
+        return self._learn(context, feedback.reward, feedback.observed, None, generator)
+
+    def fit_weighted(
+        self,
+        context: Context,
+        action: Tensor,
+        target: Tensor,
+        weight: Tensor,
+        generator: Source = None,
+    ) -> dict[str, Tensor]:
+        """:meth:`update` on targets ``[R, B, K]`` with sample weights ``[R, B, K]`` (0: unseen).
+
+        The replay keeps the weights and the optimizer steps take the weighted squared error
+        (needs ``sample_weights=True``); ``Z_k`` counts every cell with ``w > 0`` once.
+        """
+        if not self.sample_weights:
+            raise ValueError(f"{type(self).__name__}.fit_weighted needs sample_weights=True")
+        self._check_context(context)
+        return self._learn(context, target, weight > 0, weight, generator)
+
+    def _learn(
+        self,
+        context: Context,
+        target: Tensor,
+        observed: Tensor,
+        weight: Tensor | None,
+        generator: Source,
+    ) -> dict[str, Tensor]:
         x = context.x.to(self.w_out.dtype)  # [R, B, d]
-        observed = feedback.observed  # [R, B, K]
-        reward = torch.where(observed, feedback.reward.to(x.dtype), 0.0)
+        reward = torch.where(observed, target.to(x.dtype), 0.0)
+        if self.sample_weights:
+            weight = observed.to(x.dtype) if weight is None else weight
+            weight = torch.where(observed, weight.to(x.dtype), 0.0)
         with torch.no_grad():
             if self.nu != 0:
                 _, phi = self(x)
                 self.z_inv.copy_(z_inverse_update(self.z_inv, phi, observed))
-            self._store(x, reward, observed)
+            self._store(x, reward, observed, weight)
         loss = x.new_zeros(self.num_trials)
         for _ in range(self.steps):
             loss = self.train_step(*self.sample_replay(generator))
         self._tick(context)
         return {"loss": loss}
 
-    def _store(self, x: Tensor, reward: Tensor, observed: Tensor) -> None:
+    def _store(
+        self, x: Tensor, reward: Tensor, observed: Tensor, weight: Tensor | None = None
+    ) -> None:
         """Write the last ``min(B, capacity)`` contexts into the ring buffer of each trial."""
         b = x.shape[1]
         keep = min(b, self.capacity)
@@ -253,6 +297,8 @@ class NeuralUCB(Learner):
         self.replay_x[rows, slot] = x[:, b - keep :]
         self.replay_y[rows, slot] = reward[:, b - keep :]
         self.replay_mask[rows, slot] = observed[:, b - keep :]
+        if weight is not None:
+            self.replay_w[rows, slot] = weight[:, b - keep :]
         self.replay_count += b
 
     def sample_replay(self, generator: Source = None) -> tuple[Tensor, ...]:
@@ -260,19 +306,23 @@ class NeuralUCB(Learner):
 
         Returns:
             ``(x [R, M, d], reward [R, M, K], observed [R, M, K])`` with ``M = batch_size``
-            (rows of a trial with an empty replay observe nothing).
+            (rows of a trial with an empty replay observe nothing), plus the sample weights
+            ``[R, M, K]`` when ``sample_weights``.
         """
         filled = self.replay_count.clamp(max=self.capacity)[:, None]  # [R, 1]
         u = uniform(generator, (self.num_trials, self.batch_size), device=filled.device)
         idx = torch.minimum((u * filled).long(), (filled - 1).clamp_min(0))  # [R, M]
         rows = torch.arange(self.num_trials, device=idx.device)[:, None]
-        return self.replay_x[rows, idx], self.replay_y[rows, idx], self.replay_mask[rows, idx]
+        batch = self.replay_x[rows, idx], self.replay_y[rows, idx], self.replay_mask[rows, idx]
+        return (*batch, self.replay_w[rows, idx]) if self.sample_weights else batch
 
-    def train_step(self, x: Tensor, reward: Tensor, observed: Tensor) -> Tensor:
-        """One optimizer step on ``loss(x, reward, observed).sum()``; returns the ``[R]`` loss."""
+    def train_step(
+        self, x: Tensor, reward: Tensor, observed: Tensor, weight: Tensor | None = None
+    ) -> Tensor:
+        """One optimizer step on ``loss(x, reward, observed, weight).sum()``; the ``[R]`` loss."""
         params = list(self.params().values())
         with torch.enable_grad():
-            per_trial = self.loss(x, reward, observed)
+            per_trial = self.loss(x, reward, observed, weight)
             grads = torch.autograd.grad(per_trial.sum(), params)
         for p, g in zip(params, grads, strict=True):
             p.grad = g

@@ -55,22 +55,53 @@ class RidgeLearner(Learner):
         """Fit every observed reward (``feedback.observed``, as the env revealed it)."""
         self._check_context(context)
         self._check_feedback(context, feedback)
+        weight = feedback.observed.to(self.theta.dtype)  # [R, B, K]
+        self._fit(context, decision.action, feedback.reward, weight, feedback.only_played)
+        return {}
+
+    def fit_weighted(
+        self,
+        context: Context,
+        action: Tensor,
+        target: Tensor,
+        weight: Tensor,
+        generator: Source = None,
+    ) -> None:
+        """Weighted ridge step: ``A_k += w x x^T``, ``b_k += w y x`` for every cell.
+
+        ``update`` is this step with the weights ``feedback.observed`` (0 or 1).
+
+        Args:
+            context: ``x [R, B, d]``.
+            action: the played arm ``[R, B]`` (long).
+            target: ``y [R, B, K]``; cells with ``w = 0`` are never read as numbers.
+            weight: sample weights ``w [R, B, K]``, ``>= 0`` (0: not observed).
+            generator: unused (the interface of :meth:`NeuralUCB.fit_weighted`).
+        """
+        self._check_context(context)
+        self._fit(context, action, target, weight.to(self.theta.dtype), False)
+
+    def _fit(
+        self, context: Context, action: Tensor, target: Tensor, weight: Tensor, only_played: bool
+    ) -> None:
+        """The one ridge update: cells of ``weight [R, B, K]`` > 0 enter with that weight."""
         x = context.x.to(self.theta.dtype)  # [R, B, d]
+        observed = weight > 0
         # Unobserved cells are never read as numbers (a NaN there must not leak in).
-        reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)  # [R, B, K]
-        weight = feedback.observed.to(x.dtype)  # [R, B, K]
+        reward = torch.where(observed, target.to(x.dtype), 0.0)  # [R, B, K]
+        weight = torch.where(observed, weight, 0.0)
         r, b, _ = x.shape
-        few = b == 1 and x.device.type == "cpu" and not feedback.only_played
-        slots = _max_observed(feedback) if few else self.num_arms
-        if b == 1 and feedback.only_played:
-            self._update_arms(decision.action, x[:, 0], reward[:, 0], weight[:, 0])
+        few = b == 1 and x.device.type == "cpu" and not only_played
+        slots = int(observed.sum(-1).amax()) if few else self.num_arms
+        if b == 1 and only_played:
+            self._update_arms(action, x[:, 0], reward[:, 0], weight[:, 0])
         elif 2 * slots <= self.num_arms:
             # A few arms observed per trial (e.g. the played arm plus surrogates): one
             # gathered update per slot, the j-th observed arm of every trial (arms are
             # independent, so this is the dense update restricted to the observed arms).
             # The host read of the slot count is free on the CPU; elsewhere the dense
             # update keeps shapes static.
-            order = feedback.observed[:, 0].to(torch.int8).argsort(-1, descending=True)
+            order = observed[:, 0].to(torch.int8).argsort(-1, descending=True)
             for slot in range(slots):
                 self._update_arms(order[:, slot : slot + 1], x[:, 0], reward[:, 0], weight[:, 0])
         else:
@@ -79,7 +110,6 @@ class RidgeLearner(Learner):
                 self.a_inv, self.theta, xs, reward.transpose(1, 2), weight.transpose(1, 2)
             )
         self._tick(context)
-        return {}
 
     def _update_arms(self, arm: Tensor, x: Tensor, reward: Tensor, weight: Tensor) -> None:
         """Sherman–Morrison on one arm per trial: ``arm [R, 1]``, ``x [R, d]``, ``reward`` and
@@ -105,8 +135,3 @@ class RidgeLearner(Learner):
         sherman_morrison_(a_sel, t_sel, x, y, w)
         a_flat.index_copy_(0, flat, a_sel)
         t_flat.index_copy_(0, flat, t_sel)
-
-
-def _max_observed(feedback: Feedback) -> int:
-    """Most arms one trial observed this round (a host read)."""
-    return int(feedback.observed.sum(-1).amax())
