@@ -98,6 +98,28 @@ def test_sample_graph_closed_form_probabilities():
     assert torch.equal(again, graphs)
 
 
+def test_sample_graph_affinity_rule_edge_frequencies():
+    """rule="affinity": P(A_ij) = (1 + R_ij) / 2 = 1 - |y_i - y_j|, within 4 standard errors."""
+    y_bar = torch.tensor([0.9, 0.5, 0.1, 0.85], dtype=torch.float64)
+    aff = affinity_from_accuracy(y_bar)
+    draws = 20000
+    graphs = sample_graph(aff.expand(draws, 1, 4, 4), torch.Generator().manual_seed(1),
+                          rule="affinity")  # fmt: skip
+    freq = graphs.double().mean(0)[0]
+    expected = 1.0 - (y_bar[:, None] - y_bar[None, :]).abs()  # diagonal: 1
+    se = (expected * (1 - expected) / draws).sqrt()
+    assert ((freq - expected).abs() <= 4 * se + 1e-12).all()
+    assert torch.equal(freq.diagonal(), torch.ones(4, dtype=torch.float64))
+    # edge probability increases with the affinity; the paper rule decreases
+    paper = sample_graph(aff.expand(draws, 1, 4, 4), torch.Generator().manual_seed(1))
+    assert (
+        freq[0, 3] > freq[0, 2]
+        and paper.double().mean(0)[0, 0, 3] < paper.double().mean(0)[0, 0, 2]
+    )
+    with pytest.raises(ValueError, match="graph rule must be one of"):
+        sample_graph(aff, rule="z")
+
+
 def test_routing_table_utility_is_the_functional_one():
     table = RoutingTable(
         scores=[[0.9, 0.6], [0.2, 1.0]],
