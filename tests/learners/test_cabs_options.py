@@ -3,16 +3,22 @@ independent references: standalone learners, numpy loops, dense weighted least s
 
 from __future__ import annotations
 
+import inspect
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from tests.learners.helpers import F64, LinearProblem, feedback_for
+from torchroute.envs import SingleChoiceEnv
 from torchroute.learners import CABSC, CABSD, LinTS, LinUCB, NeuralUCB
+from torchroute.loop import simulate
 from torchroute.models import MultiHeadOracle, RewardOracle
-from torchroute.types import Context
+from torchroute.types import Context, Problem
 
 R, K, D = 3, 5, 6
 
@@ -253,3 +259,47 @@ def test_bad_values_are_one_line_errors():
         with pytest.raises(ValueError, match=match) as err:
             _cabs_d(**kw)
         assert "\n" not in str(err.value)
+
+
+CONFIGS = Path(__file__).parents[2] / "configs" / "learner"
+
+
+@pytest.mark.parametrize("name", ["cabs_c", "cabs_c_neural", "cabs_d", "cabs_d_neural"])
+def test_configs_carry_the_literal_defaults(name):
+    cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
+    cls = CABSD if name.startswith("cabs_d") else CABSC
+    keys = ("standard", "meta", "targets", "graph") if cls is CABSD else ("targets", "graph")
+    defaults = {**inspect.signature(CABSC).parameters, **inspect.signature(cls).parameters}
+    for key in keys:
+        assert cfg[key] == defaults[key].default, key
+
+
+@pytest.mark.parametrize(
+    "hp",
+    [
+        {"standard": "lints", "standard_args": {"v": 0.5}, "meta": "single_ix"},
+        {"solver": "neural", "standard": "linucb", "targets": "ips_weights", "graph": "affinity",
+         "neural": {"hidden": 8, "capacity": 16, "batch_size": 4}, "meta": "single_ix"},
+    ],
+)  # fmt: skip
+def test_options_run_through_simulate_and_the_single_ix_weights_move(tiny_table, hp):
+    env = SingleChoiceEnv(tiny_table, rho=[0.0, 300.0], seeds=[0, 1], dtype=torch.float64)
+    oracle = MultiHeadOracle(D, len(tiny_table.arm_names), feature_dim=4, hidden=8,
+                             arm_names=tiny_table.arm_names).eval()  # fmt: skip
+    learner = CABSD.from_problem(env.problem(), oracle=oracle, **hp).double()
+    result = simulate(learner, env, seed=0, log_every=5, progress=False)
+    torch.testing.assert_close(learner.mixture().sum((1, 2)), torch.ones(2, dtype=F64))
+    assert not torch.allclose(learner.mixture()[:, 1, 0], torch.full((2,), 0.5, dtype=F64))
+    assert result.summary["cabs_c_weight"].between(0, 1).all()
+
+
+def test_the_linucb_preset_builds_its_expert():
+    cfg = OmegaConf.load(CONFIGS / "cabs_d_linucb.yaml")
+    del cfg["oracle"]
+    factory = instantiate(cfg)
+    names = [f"m{k}" for k in range(K)]
+    problem = Problem(num_trials=R, num_arms=K, dim=D, rho=_rho(), arm_names=names, horizon=30)
+    learner = factory(problem, oracle=_oracle())
+    assert (learner.standard, learner.meta) == ("linucb", "single_ix")
+    assert isinstance(learner.expert, LinUCB)
+    assert (learner.expert.alpha, learner.expert.lam) == (1.0, 10.0)
