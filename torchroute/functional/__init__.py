@@ -4,6 +4,7 @@ from torchroute.functional.graph_program import graph_squarecb_probs, graph_squa
 from torchroute.functional.mlp import mlp_forward, mlp_init, z_inverse_update
 from torchroute.functional.oracle import (
     affinity_from_accuracy,
+    edge_probability,
     iqr_keep_mask,
     sample_graph,
     surrogate_utility,
@@ -37,6 +38,7 @@ __all__ = [
     "TrialRNG",
     "affinity_from_accuracy",
     "argmax_random_ties",
+    "edge_probability",
     "graph_squarecb_probs",
     "graph_squarecb_value",
     "iqr_keep_mask",
