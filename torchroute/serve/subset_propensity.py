@@ -5,9 +5,9 @@ called are the distinct draws ``A``. The propensity of the decision is ``P(A)``,
 probability that the rule's draws have exactly ``A`` as their set of distinct values (the
 order and the repeats of the draws do not change what is called or paid):
 
-- a rule that draws ``M`` times i.i.d. from the ``probs`` it reports (OMD-Approachability
-  and its contextual version): by inclusion-exclusion over the subsets ``S`` of ``A``,
-  ``P(A) = sum_S (-1)^{|A| - |S|} (sum_{i in S} q_i)^M`` (exact);
+- a rule that draws ``M`` times i.i.d. from the ``probs`` it reports (``iid_draws``:
+  OMD-Approachability and its contextual version): by inclusion-exclusion over the
+  subsets ``S`` of ``A``, ``P(A) = sum_S (-1)^{|A| - |S|} (sum_{i in S} q_i)^M`` (exact);
 - any other rule (the top-``M`` baselines, whose ``probs`` are not a draw distribution):
   estimated from ``draws`` further ``act`` calls on the same context plus the one taken,
   ``(count + 1) / (draws + 1)`` (never 0; exactly 1 for a deterministic choice).
@@ -21,12 +21,8 @@ import torch
 from torch import Tensor
 
 from torchroute.functional.subset import subset_mask
-from torchroute.learners.omd import ContextualOMDApproachability, OMDApproachability
 from torchroute.learners.subset_base import SubsetLearner
 from torchroute.types import Context, Decision
-
-#: ``act`` methods that draw ``M`` times i.i.d. from the ``probs`` they return
-IID_DRAWS = {OMDApproachability.act, ContextualOMDApproachability.act}
 
 
 def iid_set_probability(q: Tensor, subset: Tensor, draws: int) -> Tensor:
@@ -70,7 +66,7 @@ def subset_propensity(
         ``(propensity, method)`` with ``method`` ``"iid draws"`` or ``"monte carlo"``.
     """
     chosen = subset_mask(decision.action[0, 0], learner.num_arms)  # [K]
-    if type(learner).act in IID_DRAWS:
+    if learner.iid_draws:
         p = iid_set_probability(decision.probs[0, 0], chosen, decision.action.shape[-1])
         return float(p), "iid draws"
     hits = 0
