@@ -275,10 +275,11 @@ class SubsetEnv(Env):
             observed=torch.zeros_like(zeros, dtype=torch.bool),
             set_reward=reward[:, None].to(self._dtype),
         )
+        # computed in float64, reported in the env's dtype (a no-op for float64 runs)
         outcome = {"reward": reward[:, None], "r1_opt": (opt - reward)[:, None]}
         for j in range(self.dim_cost):
             outcome[f"cost_{j}"] = cost[:, j, None]
-        return feedback, outcome
+        return feedback, {key: value.to(self._dtype) for key, value in outcome.items()}
 
     def policy_value(self, q: Tensor, rounds: int) -> Tensor:
         """``(1/t) sum_{s<t} E_{A ~ q}[r_s(A)]`` of a fixed policy ``q [R, K]``, ``[R]``.
