@@ -135,8 +135,8 @@ OVERRIDES: dict[str, Case] = {
     "contextual_omd": Case("contextual_omd", "subset", SOLVER),
     "contextual_omd@table_subset": Case("contextual_omd", "table_subset", SOLVER),
     "omd_approachability": Case("omd_approachability", "subset", SOLVER),
-    "hpg": Case("hpg", "low_rank", SOLVER),
-    "pf_hpg": Case("pf_hpg", "low_rank", SOLVER),
+    "hpg": Case("hpg", "low_rank_experts", SOLVER),
+    "pf_hpg": Case("pf_hpg", "low_rank_experts", SOLVER),
 }
 
 
@@ -148,7 +148,7 @@ def protocol_env(learner: type) -> str:
     if issubclass(learner, SubsetLearner):
         return "subset"
     if issubclass(learner, SoftmaxPolicy):
-        return "low_rank"
+        return "low_rank_experts"
     return "single_choice"
 
 
@@ -177,18 +177,24 @@ SKIPPED_LEARNERS: dict[str, str] = {
     "RidgeLearner": "base class of the ridge learners (covered through them)",
     "SubsetLearner": "base class of the subset learners (covered through them)",
 }
-#: names of torchroute.envs.__all__ and the gpu_problems env that covers each
-ENV_COVERAGE: dict[str, str] = {
-    "SingleChoiceEnv": "single_choice",
-    "SubsetEnv": "subset",
-    "table_subset_env": "table_subset",
-    "LowRankExperts": "low_rank",
-}
+
+
+def env_coverage() -> dict[str, str]:
+    """``{name in torchroute.envs.__all__: the gpu_problems env that covers it}``, found from
+    the ``_target_`` of each env config (plus the bare ``SubsetEnv`` problem)."""
+    return {"SubsetEnv": "subset", **{_env_name(stem): stem for stem in gpu_problems.find_envs()}}
+
+
+def _env_name(stem: str) -> str:
+    """The exported name an env config's ``_target_`` builds (its last dotted part)."""
+    target = str(OmegaConf.load(gpu_problems.ENV_CONFIG_DIR / f"{stem}.yaml")["_target_"])
+    return target.rsplit(".", 1)[-1]
+
+
 SKIPPED_ENVS: dict[str, str] = {
     "Env": "abstract base class",
     "SubsetProblem": "the problem description of SubsetEnv, not an env",
-    "trec_subset_env": "reads the TREC crowdsourcing files of ../shared/data; it builds a "
-    "plain SubsetEnv, which the subset cases cover",
+    **{_env_name(stem): reason for stem, reason in gpu_problems.SKIPPED_ENV_CONFIGS.items()},
 }
 
 
@@ -206,8 +212,9 @@ def coverage_failures(config_stems: list[str] | None = None) -> list[str]:
     for name in torchroute.learners.__all__:
         if name not in targets and name not in SKIPPED_LEARNERS:
             failures.append(f"coverage: learner {name} has no checked config and no skip reason")
+    covered = env_coverage()
     for name in torchroute.envs.__all__:
-        if name not in ENV_COVERAGE and name not in SKIPPED_ENVS:
+        if name not in covered and name not in SKIPPED_ENVS:
             failures.append(f"coverage: env {name} is neither checked nor skipped")
     for case_name, case in CASES.items():
         if case.env not in gpu_problems.ENVS:

@@ -1,5 +1,9 @@
 """Small problems for the device checks: one builder per environment, float64.
 
+The envs are found from ``configs/env/*.yaml`` (:func:`find_envs`): each config is built
+on the tiny problem of its protocol with :data:`CONFIG_OVERRIDES` for its sizes, so a new
+env config is checked without editing this file.
+
 Every builder takes ``(device, rounds)`` and builds the same world on any device (all set-up
 randomness comes from CPU generators with fixed seeds), so a CPU env and a device env of
 one builder differ only in where their tensors live.
@@ -7,20 +11,20 @@ one builder differ only in where their tensors live.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
+from hydra.utils import get_method, instantiate
+from omegaconf import OmegaConf
 from torch import nn
 
 from torchroute.data.table import RoutingTable
-from torchroute.envs import (
-    Env,
-    LowRankExperts,
-    SingleChoiceEnv,
-    SubsetEnv,
-    table_subset_env,
-)
+from torchroute.envs import Env, SubsetEnv
 
 F64 = torch.float64
 TRIALS = 4  # R of every small problem
@@ -55,17 +59,76 @@ def routing_table(rounds: int, seed: int = 0) -> RoutingTable:
     )
 
 
-def single_choice(device: str, rounds: int, feedback: str = "bandit") -> Env:
-    """:class:`SingleChoiceEnv` on :func:`routing_table`, ``R = 4`` (rho x seed)."""
-    return SingleChoiceEnv(
-        routing_table(rounds), RHO, SEEDS, horizon=rounds, feedback=feedback,
-        device=device, dtype=F64,
-    )  # fmt: skip
+#: the folder of the env configs enumerated by :func:`find_envs`
+ENV_CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "env"
+#: per-env overrides of its config on the tiny problem (sizes, and a budget the tiny table
+#: can reach); every other value is the config's
+CONFIG_OVERRIDES: dict[str, dict[str, Any]] = {
+    "table_subset": {"budget": 0.5},
+    "low_rank_experts": {
+        "dims": [16], "num_experts": 4, "latent_dim": 8, "item_dim": 4, "num_items": 8,
+        "num_clusters": 4,
+    },
+}  # fmt: skip
+#: env configs not built here, with the reason
+SKIPPED_ENV_CONFIGS: dict[str, str] = {
+    "trec_subset": "reads the TREC crowdsourcing files of the data folder; it builds a plain "
+    "SubsetEnv, which the 'subset' problem covers",
+}
+
+
+def env_from_config(
+    stem: str,
+    device: str,
+    rounds: int,
+    directory: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Env:
+    """The env of ``<directory>/<stem>.yaml`` (default configs/env/) on the tiny problem.
+
+    An env whose factory takes a ``table`` is called as the runner calls a table env, with
+    :func:`routing_table`, the ``rho`` x ``seed`` grid ``RHO`` x ``SEEDS``, ``device`` and
+    float64; a self-contained env with ``seeds`` only. ``horizon`` is ``rounds``; the run's
+    keys a config reads (``split``, ``rounds``, ``feedback``) are ``test``, ``rounds`` and
+    ``bandit``; ``overrides`` (default :data:`CONFIG_OVERRIDES`) replace config values.
+    """
+    node = OmegaConf.load((directory or ENV_CONFIG_DIR) / f"{stem}.yaml")
+    root = OmegaConf.create({"split": "test", "rounds": rounds, "feedback": "bandit"})
+    root.env = node
+    plain = OmegaConf.to_container(root.env, resolve=True)
+    plain.update(CONFIG_OVERRIDES.get(stem, {}) if overrides is None else overrides)
+    plain["horizon"] = rounds
+    factory = instantiate(plain, _partial_=True)
+    target = get_method(plain["_target_"])
+    if "table" in inspect.signature(target).parameters:
+        return factory(table=routing_table(rounds), rho=list(RHO), seeds=list(SEEDS),
+                       device=device, dtype=F64)  # fmt: skip
+    return factory(seeds=list(SEEDS), device=device, dtype=F64)
+
+
+def find_envs(directory: Path | None = None) -> dict[str, Callable[[str, int], Env]]:
+    """``{config stem: builder(device, rounds)}`` of every env config of ``directory``
+    (default configs/env/) but :data:`SKIPPED_ENV_CONFIGS`."""
+    folder = directory or ENV_CONFIG_DIR
+    return {
+        stem: functools.partial(_config_env, stem, directory)
+        for stem in sorted(p.stem for p in folder.glob("*.yaml"))
+        if stem not in SKIPPED_ENV_CONFIGS
+    }
+
+
+def _config_env(stem: str, directory: Path | None, device: str, rounds: int) -> Env:
+    return env_from_config(stem, device, rounds, directory)
+
+
+def single_choice_full(device: str, rounds: int) -> Env:
+    """The ``single_choice`` config with full-information feedback."""
+    return env_from_config("single_choice", device, rounds, overrides={"feedback": "full"})
 
 
 def subset(device: str, rounds: int) -> Env:
     """:class:`SubsetEnv`: ``R = 4, K = 6, N = 2`` facets, 2 cost coordinates, ``M = 3``,
-    Beta noise (``kappa = 20``), one absent bound."""
+    Beta noise (``kappa = 20``), one absent bound (the subset protocol, no config)."""
     g = torch.Generator().manual_seed(0)
     r, k, n, d = TRIALS, 6, 2, 2
     means = torch.rand(r, 1, n, k, generator=g, dtype=F64)
@@ -79,35 +142,13 @@ def subset(device: str, rounds: int) -> Env:
     )
 
 
-def table_subset(device: str, rounds: int) -> Env:
-    """Best-of-``M`` routing (``M = 2``) on :func:`routing_table`, ``R = 4``."""
-    return table_subset_env(
-        routing_table(rounds),
-        RHO,
-        SEEDS,
-        horizon=rounds,
-        draws=2,
-        budget=0.5,
-        device=device,
-        dtype=F64,
-    )
-
-
-def low_rank(device: str, rounds: int) -> Env:
-    """:class:`LowRankExperts`: ``M = 4`` rank-2 experts, ``d = 16``, 4 seeds."""
-    return LowRankExperts(
-        seeds=SEEDS, dims=(16,), num_experts=4, rank=2, horizon=rounds, latent_dim=4,
-        item_dim=4, num_items=8, num_clusters=4, device=device, dtype=F64,
-    )  # fmt: skip
-
-
-ENVS: dict[str, Callable[[str, int], Env]] = {
-    "single_choice": single_choice,
-    "single_choice_full": lambda device, rounds: single_choice(device, rounds, "full"),
+#: tiny problems that are no env config: a variant of one, and the bare subset protocol
+EXTRA_ENVS: dict[str, Callable[[str, int], Env]] = {
+    "single_choice_full": single_choice_full,
     "subset": subset,
-    "table_subset": table_subset,
-    "low_rank": low_rank,
 }
+#: every env of the check: each config of configs/env/ (found, not listed) and the extras
+ENVS: dict[str, Callable[[str, int], Env]] = {**find_envs(), **EXTRA_ENVS}
 
 
 def tiny_oracle(arm_names: tuple[str, ...]) -> nn.Module:

@@ -54,6 +54,19 @@ def make_table(n: int = 60, k: int = 4, d: int = 6, seed: int = 0):
     )
 
 
+def make_priced_table(n: int = 60, k: int = 4, d: int = 6, seed: int = 0, groups: int = 0):
+    """:func:`make_table` where the better a model's mean train score, the dearer it is
+    (cost x 1, 3, 10, 30 by rank), so best-of-M budgets lie between its models' costs;
+    ``groups > 0``: the queries fall into that many groups (``g0``, ``g1``, ... in turn)."""
+    import dataclasses
+
+    table = make_table(n, k, d, seed)
+    rank = table.scores[table.rows("train")].mean(0).argsort().argsort()
+    scale = torch.tensor([1.0, 3.0, 10.0, 30.0][:k] + [30.0] * max(0, k - 4))
+    named = [f"g{i % groups}" for i in range(n)] if groups else None
+    return dataclasses.replace(table, costs=table.costs * scale[rank], groups=named)
+
+
 @pytest.fixture
 def tiny_table():
     """60 queries x 4 arms with 6-d embeddings (30 train, 10 val, 20 test)."""

@@ -96,7 +96,7 @@ class NeighbourLearner(Learner):
     def act(self, context, generator=None):
         self._check_context(context)
         mean = self.sums / self.counts.clamp_min(1)  # [R, K]
-        action = mean.argmax(-1)[:, None]  # [R, 1]
+        action = mean.argmax(-1)[:, None].expand(-1, context.x.shape[1])  # [R, B]
         probs = F.one_hot(action, self.num_arms).to(context.x.dtype)
         return Decision(probs, action, observe=~probs.bool())
 
@@ -262,3 +262,24 @@ def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
     assert "## Side observations" in capsys.readouterr().out
     assert main(["report", out, "--section", "tests.test_extension.nothing_here"]) == 2
     assert "is not a function" in capsys.readouterr().err
+
+
+def test_the_test_only_learner_is_served_from_its_run(tmp_path):
+    """A plug-in learner is served like a shipped one once its package is trusted
+    (``trusted=``); without it the run folder's ``_target_`` is refused, not imported."""
+    from tests.conftest import make_table, tiny_run_config
+    from torchroute.run import ConfigError
+    from torchroute.serve import load_router
+
+    node = {"_target_": "tests.test_extension.NeighbourLearner.from_problem", "_partial_": True}
+    run_config(tiny_run_config(tmp_path / "run", {"observer": node}, "rhos=[0]"))
+    with pytest.raises(ConfigError, match="is not one of torchroute's own classes"):
+        load_router(tmp_path / "run", state_path=tmp_path / "r.pt")
+    router = load_router(tmp_path / "run", state_path=tmp_path / "r.pt", trusted=("tests.",))
+    assert isinstance(router.learner, NeighbourLearner)
+    before = router.learner.counts.clone()
+    (decision,) = router.route(embeddings=make_table().embeddings[:1])
+    router.feedback([decision["request_id"]], [0.7], [0.0])
+    arm = router.arm_names.index(decision["model"])
+    assert router.learner.counts[0, arm] == before[0, arm] + 1  # the routed arm's reward
+    assert router.learner.counts.sum() == before.sum() + 1

@@ -23,6 +23,7 @@ SMALL += ["--graph-instances", "16", "--hpg-trials", "4", "--hpg-dim", "16", "--
 
 
 # ---------------------------------------------------------------- CPU dry run
+@pytest.mark.slow  # every case (minutes); make test dry-runs one case (tests/test_extension.py)
 def test_cpu_dry_run_checks_every_case_and_passes(capsys):
     assert gpu_check.main(["--device", "cpu", *SMALL]) == 0
     out = capsys.readouterr().out

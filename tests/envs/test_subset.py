@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torchroute.envs.subset import SubsetEnv
-from torchroute.envs.subset_instances import load_trec_pool, trec_subset_env
+from torchroute.envs.subset.trec import load_trec_pool, trec_subset_env
 from torchroute.loop import simulate
 from torchroute.types import Decision
 

@@ -112,12 +112,13 @@ def test_the_saved_features_are_the_runs(tmp_path):
     assert torch.equal(router.features(table.embeddings), expected)
 
 
-def test_a_subset_run_is_refused_in_one_line(tmp_path):
-    """The router serves single-choice learners: a run whose Problem was a subset problem
-    (``problem.pt`` says which class it was) is refused before any learner is built."""
+def test_a_subset_run_of_an_older_format_is_refused_in_one_line(tmp_path):
+    """A ``problem.pt`` that says ``SubsetProblem`` but holds no draws, costs or target box
+    (written before subset runs were served) is refused before any learner is built."""
     run_dir = _run(tmp_path / "run", "linucb")
     payload = load_checkpoint(run_dir / "problem.pt")
     payload["problem"]["kind"] = "SubsetProblem"
+    payload["problem"].pop("subset", None)
     save_checkpoint(run_dir / "problem.pt", {k: v for k, v in payload.items() if k != "format"})
-    with pytest.raises(ConfigError, match=r"built for a SubsetProblem \(subset routing\)"):
+    with pytest.raises(ConfigError, match=r"problem.pt: the saved problem of a subset run has no"):
         load_router(run_dir, state_path=tmp_path / "r.pt")

@@ -3,9 +3,7 @@
 from torchroute.envs.base import Env
 from torchroute.envs.low_rank_experts import LowRankExperts
 from torchroute.envs.single_choice import SingleChoiceEnv
-from torchroute.envs.subset import SubsetEnv, SubsetProblem
-from torchroute.envs.subset_instances import trec_subset_env
-from torchroute.envs.subset_table import table_subset_env
+from torchroute.envs.subset import SubsetEnv, SubsetProblem, table_subset_env, trec_subset_env
 
 __all__ = [
     "Env",

@@ -24,6 +24,8 @@ from torchroute.types import Context, Decision, Feedback
 class _ApproachabilityBase(SubsetLearner):
     """The dual player: OGD on the unit ball maximising ``f(w) = w^T u - h_S(w)``."""
 
+    iid_draws = True  # M i.i.d. draws from q
+
     def _setup(self, gamma: float | None, eta_ogd: float, d: int) -> None:
         name = type(self).__name__
         k = self.num_arms

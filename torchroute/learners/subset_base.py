@@ -20,7 +20,16 @@ class SubsetLearner(Learner):
         num_trials: ``R``. num_arms: ``K``. draws: ``M``.
         costs: ``[R, d, K]`` per-expert cost vectors. lower, upper: ``[R, d]`` target box.
         horizon: ``T``. num_facets: ``N`` (reward scale ``[0, N]``).
+
+    Class attributes say how ``act``'s decision reads (tests and the served propensity use
+    them): :attr:`iid_draws` and :attr:`probs_from_draws`.
     """
+
+    #: the ``M`` draws are i.i.d. from ``Decision.probs`` (else: ``M`` distinct experts)
+    iid_draws: bool = False
+    #: ``Decision.probs`` is uniform over the drawn set (a summary of the random action,
+    #: not a distribution the draws come from)
+    probs_from_draws: bool = False
 
     def __init__(
         self,

@@ -44,6 +44,8 @@ class RandomSubset(SubsetLearner):
 class _SharedRewardTopM(SubsetLearner):
     """Top-M of a per-arm score after a round-robin warm-up; shared-reward means."""
 
+    probs_from_draws = True  # uniform over the chosen M
+
     def __init__(self, *args) -> None:
         super().__init__(*args)
         self.register_buffer("sums", torch.zeros_like(self.costs[:, 0]))

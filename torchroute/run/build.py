@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
@@ -28,6 +29,7 @@ from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
 
 
@@ -38,12 +40,32 @@ def trial_grid(rhos: list[float], seeds: list[int]) -> tuple[list[float], list[i
 
 
 def instantiate_node(node: Any, key: str, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate(node, **kwargs)``; failures name the config ``key``."""
+    """``hydra.utils.instantiate(node, **kwargs)``; failures name the config ``key``.
+
+    A ``_target_`` under a module that moved (:data:`~torchroute.run.trust.MOVED_TARGETS`)
+    is built from its new path, so saved runs naming the old one still load.
+    """
+    if isinstance(node, (dict, list, tuple)):
+        node = current_targets(node)
+    elif isinstance(node, DictConfig) and _has_moved(node):
+        node = OmegaConf.create(current_targets(OmegaConf.to_container(node, resolve=True)))
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as exc:
         cause = exc.__cause__ or exc
         raise ConfigError(f"cannot build {key!r} from its config: {cause}") from exc
+
+
+def _has_moved(node: Any) -> bool:
+    """Whether a config node names a moved ``_target_`` anywhere."""
+    if isinstance(node, DictConfig):
+        target = node.get("_target_") if "_target_" in node else None
+        if isinstance(target, str) and current_target(target) != target:
+            return True
+        return any(_has_moved(node[k]) for k in node if k != "_target_")
+    if isinstance(node, ListConfig):
+        return any(_has_moved(v) for v in node)
+    return False
 
 
 def load_table(opts: RunOptions, select: Any = None) -> RoutingTable:

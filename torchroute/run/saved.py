@@ -16,15 +16,35 @@ import torch
 from torchroute.types import Problem, TrainSplit
 
 _TRAIN_FIELDS = ("features", "scores", "costs", "embeddings")
+#: the fields a :class:`~torchroute.envs.subset.SubsetProblem` adds (kept under ``subset``)
+_SUBSET_FIELDS = ("draws", "costs", "lower", "upper", "num_facets", "context_names")
+#: fields of a subset problem with a leading trial dimension
+_SUBSET_TRIAL_FIELDS = ("costs", "lower", "upper")
+
+
+class SavedProblemError(ValueError):
+    """A ``problem.pt`` that does not hold what this torchroute needs (an older format)."""
 
 
 def problem_state(problem: Problem) -> dict[str, Any]:
-    """``problem`` as tensors, strings and numbers (on the CPU; ``init_rng`` left out)."""
+    """``problem`` as tensors, strings and numbers (on the CPU; ``init_rng`` left out).
+
+    A :class:`~torchroute.envs.subset.SubsetProblem` also keeps its draws, cost vectors,
+    target box, facets and context names (``subset``); another subclass's extra fields are
+    not kept.
+    """
+    from torchroute.envs.subset.base import SubsetProblem
+
     train = None
     if problem.train is not None:
         train = {k: _cpu(getattr(problem.train, k)) for k in _TRAIN_FIELDS}
+    subset = None
+    if isinstance(problem, SubsetProblem):
+        subset = {k: _cpu(getattr(problem, k)) for k in _SUBSET_FIELDS}
+        subset["context_names"] = list(problem.context_names)
     return {
-        "kind": type(problem).__name__,  # a subclass's extra fields are not kept
+        "subset": subset,
+        "kind": type(problem).__name__,
         "num_trials": problem.num_trials,
         "num_arms": problem.num_arms,
         "dim": problem.dim,
@@ -40,9 +60,29 @@ def problem_state(problem: Problem) -> dict[str, Any]:
 
 
 def problem_from_state(state: dict[str, Any]) -> Problem:
-    """The CPU :class:`Problem` of :func:`problem_state`."""
+    """The CPU :class:`Problem` of :func:`problem_state` (a ``SubsetProblem`` for a subset
+    run).
+
+    Raises:
+        SavedProblemError: a subset problem saved without its subset fields.
+    """
     train = state.get("train")
-    return Problem(
+    kind = state.get("kind", "Problem")
+    extra: dict[str, Any] = {}
+    cls: type[Problem] = Problem
+    if kind == "SubsetProblem":
+        from torchroute.envs.subset.base import SubsetProblem
+
+        subset = state.get("subset")
+        if not isinstance(subset, dict):
+            raise SavedProblemError(
+                "the saved problem of a subset run has no draws, costs or target box (written "
+                "by an older torchroute); run simulate again"
+            )
+        cls = SubsetProblem
+        extra = {k: subset[k] for k in _SUBSET_FIELDS if k in subset}
+        extra["context_names"] = tuple(extra.get("context_names") or ())
+    return cls(
         num_trials=int(state["num_trials"]),
         num_arms=int(state["num_arms"]),
         dim=int(state["dim"]),
@@ -55,14 +95,21 @@ def problem_from_state(state: dict[str, Any]) -> Problem:
         device="cpu",
         dtype=getattr(torch, str(state.get("dtype", "float32"))),
         labels=dict(state.get("labels") or {}),
+        **extra,
     )
 
 
 def trial_problem(problem: Problem, trial: int) -> Problem:
     """The one-trial (``R = 1``) problem of trial ``trial``: its ``rho`` and labels."""
     index = slice(trial, trial + 1)
+    per_trial = {
+        k: getattr(problem, k)[index].clone()
+        for k in _SUBSET_TRIAL_FIELDS
+        if isinstance(getattr(problem, k, None), torch.Tensor)
+    }
     return dataclasses.replace(
         problem,
+        **per_trial,
         num_trials=1,
         rho=problem.rho[index].clone(),
         labels={k: v[index].clone() for k, v in problem.labels.items()},
@@ -74,4 +121,4 @@ def _cpu(value: Any) -> Any:
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
-__all__ = ["problem_from_state", "problem_state", "trial_problem"]
+__all__ = ["SavedProblemError", "problem_from_state", "problem_state", "trial_problem"]

@@ -24,6 +24,40 @@ ALLOWED_TARGETS: tuple[str, ...] = (
     "torchroute.trainers.load_or_pretrain",  # a pre-trained oracle artifact
 )
 
+#: modules that moved, old dotted prefix -> new one: a saved run (or a user's config) that
+#: names the old path still builds (:func:`current_target`)
+MOVED_TARGETS: dict[str, str] = {
+    "torchroute.envs.subset_opt": "torchroute.envs.subset.opt",
+    "torchroute.envs.subset_instances": "torchroute.envs.subset.trec",
+    "torchroute.envs.subset_table": "torchroute.envs.subset.table",
+}
+
+
+def current_target(target: str) -> str:
+    """``target`` with a moved module prefix (:data:`MOVED_TARGETS`) replaced by its new one.
+
+    Example:
+        >>> current_target("torchroute.envs.subset_table.table_subset_env")
+        'torchroute.envs.subset.table.table_subset_env'
+    """
+    for old, new in MOVED_TARGETS.items():
+        if target == old or target.startswith(old + "."):
+            return new + target[len(old) :]
+    return target
+
+
+def current_targets(node: Any) -> Any:
+    """A copy of a plain config node with every ``_target_`` passed through
+    :func:`current_target` (nested nodes included); other values are kept as they are."""
+    if isinstance(node, dict):
+        return {
+            k: current_target(v) if k == "_target_" and isinstance(v, str) else current_targets(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, (list, tuple)):
+        return type(node)(current_targets(v) for v in node)
+    return node
+
 
 def targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
     """Every ``(key path, _target_ value)`` in a config node, nested nodes included."""
@@ -73,4 +107,12 @@ def check_trusted(node: Any, key: str, source: str, extra: Iterable[str] = ()) -
             )
 
 
-__all__ = ["ALLOWED_TARGETS", "check_trusted", "is_allowed", "targets"]
+__all__ = [
+    "ALLOWED_TARGETS",
+    "MOVED_TARGETS",
+    "check_trusted",
+    "current_target",
+    "current_targets",
+    "is_allowed",
+    "targets",
+]

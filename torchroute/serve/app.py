@@ -1,6 +1,8 @@
 """The HTTP API of a :class:`Router` (FastAPI): JSON in and out, one-line errors.
 
-``POST /route``, ``POST /feedback``, ``POST /models``, ``GET /health``. Every request's
+``POST /route``, ``POST /feedback``, ``POST /models``, ``GET /health`` (a
+:class:`~torchroute.serve.subset_router.SubsetRouter` answers ``/route`` with the set of
+models of each query and takes the set's outcome as the score). Every request's
 ``Host`` header must be among ``allowed_hosts``; with a ``token``, every ``POST`` needs
 ``Authorization: Bearer <token>``. Bodies are strict JSON: a string is not a number and
 ``true`` is not a score. Errors answer ``{"detail": "<one line>"}`` with 400 (malformed
@@ -27,6 +29,7 @@ from torchroute.serve.checks import DuplicateModelError
 from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
 from torchroute.serve.router import Router, StoreError
 from torchroute.serve.security import MAX_MODEL_NAME, host_allowed, token_matches
+from torchroute.serve.subset_router import SubsetRouter
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +41,13 @@ class _Body(BaseModel):
 
 
 class RouteRequest(_Body):
-    """``texts`` (``B`` strings) or ``embeddings`` (``[B, e]``); ``rho`` must be the router's."""
+    """``texts`` (``B`` strings) or ``embeddings`` (``[B, e]``); ``rho`` must be the router's;
+    ``groups`` (``B`` group names) only for a subset router."""
 
     texts: list[str] | None = None
     embeddings: list[list[float]] | None = None
     rho: float | None = None
+    groups: list[str] | None = None
 
 
 class FeedbackRequest(_Body):
@@ -196,8 +201,17 @@ def create_app(
         check_batch("texts", body.texts, limits, "--max-batch")
         check_batch("embeddings", body.embeddings, limits, "--max-batch")
         check_strings("texts", body.texts, limits.max_prompt_chars, "--max-prompt-chars")
+        check_batch("groups", body.groups, limits, "--max-batch")
+        check_strings("groups", body.groups, limits.max_prompt_chars, "--max-prompt-chars")
+        extra: dict[str, Any] = {}
+        if body.groups is not None:
+            if not isinstance(router, SubsetRouter):
+                raise HTTPException(422, "groups: only a subset router reads query groups")
+            extra["groups"] = body.groups
         try:
-            decisions = router.route(texts=body.texts, embeddings=body.embeddings, rho=body.rho)
+            decisions = router.route(
+                texts=body.texts, embeddings=body.embeddings, rho=body.rho, **extra
+            )
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from exc
         return {"decisions": decisions}

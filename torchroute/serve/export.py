@@ -21,6 +21,10 @@ def export_log(log_file: str | Path, out: str | Path) -> int:
     ``propensity``, ``arms`` (models served at decision time), ``probabilities``,
     ``score`` and ``cost`` (null without feedback), ``learner``, ``rho``. CSV cells of the
     list columns are JSON. ``out`` is written atomically; the log is only read.
+
+    Raises:
+        ValueError: ``out`` is not ``.parquet``/``.csv`` or is the log itself, or the log
+            holds subset decisions (which the format cannot hold); nothing is written.
     """
     out = Path(out)
     suffix = out.suffix.lower()
@@ -30,6 +34,14 @@ def export_log(log_file: str | Path, out: str | Path) -> int:
         raise ValueError(f"--export-log {out} is the log itself; give another file")
     log = DecisionLog.read(log_file)
     try:
+        subsets = log.num_subsets()
+        if subsets:
+            raise ValueError(
+                f"--export-log: {log_file} holds {subsets} subset decisions (a set of models "
+                "per request); the decision-log format has one model and its propensity per "
+                "row, so a subset router's log is not exported (read its routes and subsets "
+                "tables with sqlite3)"
+            )
         columns = log.table()
     finally:
         log.close()

@@ -5,7 +5,9 @@ built for (``problem.pt``) and its fitted feature map (``features.pt``); both ar
 ``weights_only=True``. The learner comes from its config node in ``config.yaml`` only when
 every ``_target_`` in it is one of torchroute's own classes (:mod:`torchroute.run.trust`),
 and its state from the checkpoint that holds the trial: ``<learner>.pt`` for a plain run,
-``<learner>[.rank<r>of<W>][.chunk<c>].pt`` for a run split into pieces.
+``<learner>[.rank<r>of<W>][.chunk<c>].pt`` for a run split into pieces. A run of a
+subset learner (its problem a :class:`~torchroute.envs.subset.SubsetProblem`) is served
+by a :class:`~torchroute.serve.subset_router.SubsetRouter`.
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import torch
 from omegaconf import OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint
+from torchroute.envs.subset.base import SubsetProblem
 from torchroute.features import FEATURES_FILE, FeatureMap
 from torchroute.learners.base import Learner
 from torchroute.run.build import build_learner, instantiate_node, trial_grid
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import PROBLEM_FILE
-from torchroute.run.saved import problem_from_state, trial_problem
+from torchroute.run.saved import SavedProblemError, problem_from_state, trial_problem
 from torchroute.run.shards import plan
 from torchroute.run.trust import check_trusted
 from torchroute.serve.router import Router
+from torchroute.serve.subset_router import SubsetRouter
 from torchroute.types import Problem
 
 _PRETRAINED = "torchroute.trainers.load_or_pretrain"
@@ -45,7 +49,8 @@ def load_router(
     encoder: bool = True,
     trusted: Iterable[str] = (),
 ) -> Router:
-    """The router of one trial of one learner of a simulate run.
+    """The router of one trial of one learner of a simulate run (a
+    :class:`~torchroute.serve.subset_router.SubsetRouter` for a subset learner).
 
     A trial is one ``(rho, seed)`` pair of the run's grid: ``rho`` is the cost
     sensitivity the router serves, ``seed`` the stream order that trial replayed. The
@@ -85,7 +90,9 @@ def load_router(
         check_trusted(encoder_node, "encoder.encoder", str(source), trusted)
     rho, seed, trial = _trial(opts, rho, seed)
     whole, layout = _saved_problem(run_dir)
-    if not (run_dir / FEATURES_FILE).is_file() or whole.embed_dim is None:
+    subset = isinstance(whole, SubsetProblem)
+    has_features = subset or (run_dir / FEATURES_FILE).is_file()
+    if not has_features or whole.embed_dim is None:
         raise ConfigError(f"{run_dir}: serving needs a run on a routing table with embeddings")
     problem = trial_problem(whole, trial)
     factory = partial(_build, node, name=name)
@@ -99,11 +106,12 @@ def load_router(
         encode = partial(text_encoder.encode, progress=False)
     if state_path is None:
         state_path = run_dir / "serve" / f"{name}_rho{rho:g}_seed{seed}.pt"
-    return Router(
+    router = SubsetRouter if subset else Router
+    return router(
         model,
         factory,
         problem,
-        features=FeatureMap.load(run_dir),
+        features=None if subset else FeatureMap.load(run_dir),
         encode=encode,
         state_path=state_path,
         seed=opts.loop_seed,
@@ -177,13 +185,16 @@ def _saved_problem(run_dir: Path) -> tuple[Problem, dict]:
         )
     payload = load_checkpoint(path)
     kind = payload["problem"].get("kind", "Problem")
-    if kind != "Problem":
+    if kind not in ("Problem", "SubsetProblem"):
         raise ConfigError(
-            f"{run_dir}: the run's learners were built for a {kind} (subset routing); the "
-            "router serves single-choice learners only"
+            f"{run_dir}: the run's learners were built for a {kind}; the router serves "
+            "single-choice learners (Problem) and subset learners (SubsetProblem)"
         )
     layout = payload.get("layout") or {"world_size": 1, "trial_chunk": None}
-    return problem_from_state(payload["problem"]), layout
+    try:
+        return problem_from_state(payload["problem"]), layout
+    except SavedProblemError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def _checkpoint_of(

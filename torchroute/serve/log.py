@@ -19,6 +19,10 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   added, with ``name`` and ``price``), ``timestamp``.
 - ``feedback``: ``request_id``, ``event``, ``pos`` (place in the update's batch),
   ``timestamp``, ``score``, ``cost``, ``utility``.
+- ``subsets``: ``request_id``, ``draws`` (JSON list of arm indices): the ``M`` draws of a
+  subset router's decision. Its route row has ``arm = -1``, ``model`` the JSON list of the
+  models called (distinct draws, in draw order) and ``propensity`` the probability of that
+  set; ``probabilities`` is the learner's per-draw distribution.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ CREATE TABLE IF NOT EXISTS feedback (
     request_id TEXT PRIMARY KEY REFERENCES routes(request_id), event INTEGER NOT NULL,
     pos INTEGER NOT NULL, timestamp REAL NOT NULL, score REAL NOT NULL, cost REAL NOT NULL,
     utility REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS subsets (
+    request_id TEXT PRIMARY KEY REFERENCES routes(request_id), draws TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS feedback_event ON feedback(event, pos);
 CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
@@ -76,7 +82,10 @@ class LogError(ValueError):
 
 @dataclass
 class RouteRow:
-    """One routed request: features ``x [d]``, embedding ``[e]``, probabilities ``[K]``."""
+    """One routed request: features ``x [d]``, embedding ``[e]``, probabilities ``[K]``.
+
+    ``draws``: the ``M`` arm indices of a subset decision (``arm`` is then ``-1``).
+    """
 
     request_id: str
     timestamp: float
@@ -87,6 +96,7 @@ class RouteRow:
     x: np.ndarray
     embedding: np.ndarray
     text_sha256: str | None = None
+    draws: list[int] | None = None
 
 
 @dataclass
@@ -199,6 +209,10 @@ class DecisionLog:
                     for r in rows
                 ],
             )
+            self.db.executemany(
+                "INSERT INTO subsets VALUES (?, ?)",
+                [(r.request_id, json.dumps(r.draws)) for r in rows if r.draws is not None],
+            )
             self._mark(expired, EXPIRED)
             self._mark(dropped, DROPPED)
 
@@ -296,6 +310,10 @@ class DecisionLog:
         """The ``seq`` of the last event (0 when none)."""
         return int(self.db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
+    def num_subsets(self) -> int:
+        """The number of logged subset decisions."""
+        return int(self.db.execute("SELECT count(*) FROM subsets").fetchone()[0])
+
     def num_routes(self) -> int:
         """The number of logged routes."""
         return int(self.db.execute("SELECT count(*) FROM routes").fetchone()[0])
@@ -359,13 +377,25 @@ class DecisionLog:
 
 _ROUTE_COLUMNS = (
     "r.request_id, r.timestamp, r.arm, r.model, r.propensity, r.probabilities, r.x, "
-    "r.embedding, r.text_sha256"
+    "r.embedding, r.text_sha256, "
+    "(SELECT s.draws FROM subsets s WHERE s.request_id = r.request_id)"
 )
 
 
 def _route_row(row: tuple) -> RouteRow:
-    rid, ts, arm, model, prop, probs, x, emb, sha = row
-    return RouteRow(rid, ts, arm, model, prop, _array(probs), _array(x), _array(emb), sha)
+    rid, ts, arm, model, prop, probs, x, emb, sha, draws = row
+    return RouteRow(
+        rid,
+        ts,
+        arm,
+        model,
+        prop,
+        _array(probs),
+        _array(x),
+        _array(emb),
+        sha,
+        None if draws is None else [int(i) for i in json.loads(draws)],
+    )
 
 
 class _Transaction:

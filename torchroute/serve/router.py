@@ -143,7 +143,7 @@ class Router:
             check_number("Router", "pending_ttl", pending_ttl, gt=0)
         self.learner, self.factory, self.problem = learner.cpu(), factory, problem
         self.features, self.encode = features, encode
-        self.embed_dim = problem.dim if features is None else problem.embed_dim
+        self.embed_dim = self._embed_dim(problem, features)
         self.rho = float(problem.rho[0])
         self.seed = int(seed)
         self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
@@ -280,15 +280,7 @@ class Router:
                 )
                 for b, a in enumerate(action)
             ]
-            expired = self._expired(now)
-            over = len(self.pending) - len(expired) + len(rows) - self.max_pending
-            dropped = self._oldest(len(expired), over)
-            dropped += [row.request_id for row in rows[: max(0, over - len(dropped))]]
-            self._write(self.log.add_routes, rows, expired, dropped)
-            for row in rows:
-                self.pending[row.request_id] = self._item(row)
-            self._drop(expired, dropped)
-            self._routes += len(rows)
+            self._admit(rows, now)
         return [
             {"request_id": r.request_id, "model": r.model, "propensity": r.propensity} for r in rows
         ]
@@ -316,7 +308,7 @@ class Router:
         Raises:
             StoreError: the log cannot be written; nothing was learned.
         """
-        score, cost = check_feedback(request_ids, scores, costs, models, self.arm_names)
+        score, cost = self._check_feedback(request_ids, scores, costs, models)
         with self._lock:
             expired = self._expired(time.time())
             if expired:
@@ -406,6 +398,26 @@ class Router:
         self._checkpoint_feedback = self.feedback_count
         if self._events > start and self.state_path is not None:
             self._save(self.state_path)
+
+    def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
+        """The width ``e`` of the embeddings :meth:`route` takes."""
+        return problem.dim if features is None else problem.embed_dim
+
+    def _check_feedback(self, ids, scores, costs, models) -> tuple[Tensor, Tensor]:
+        """Scores ``[n]`` and costs ``[n]`` (float64) of a feedback call, checked."""
+        return check_feedback(ids, scores, costs, models, self.arm_names)
+
+    def _admit(self, rows: list[RouteRow], now: float) -> None:
+        """Log ``rows`` as pending (expiring and dropping older requests as needed)."""
+        expired = self._expired(now)
+        over = len(self.pending) - len(expired) + len(rows) - self.max_pending
+        dropped = self._oldest(len(expired), over)
+        dropped += [row.request_id for row in rows[: max(0, over - len(dropped))]]
+        self._write(self.log.add_routes, rows, expired, dropped)
+        for row in rows:
+            self.pending[row.request_id] = self._item(row)
+        self._drop(expired, dropped)
+        self._routes += len(rows)
 
     def _item(self, row: RouteRow) -> dict[str, Any]:
         dtype = self.problem.dtype

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from torchroute.envs.base import Env
-from torchroute.envs.subset_opt import solve_opt
+from torchroute.envs.subset.opt import solve_opt
 from torchroute.functional.projections import box_distance, safe_box
 from torchroute.functional.random import Source, gamma
 from torchroute.functional.subset import expected_sum_max, subset_mask, sum_max_reward
@@ -49,6 +49,8 @@ class SubsetProblem(Problem):
         costs: ``[R, d, K]`` per-expert cost vectors ``c_i`` (columns).
         lower, upper: ``[R, d]`` the target box ``S_ori`` (``-inf`` / ``+inf``: no bound).
         num_facets: ``N``.
+        context_names: the name of each coordinate of a one-hot context ``x [R, B, X]``
+            (a finite context set, e.g. a table's query groups); empty when unnamed.
     """
 
     draws: int = 1
@@ -56,6 +58,7 @@ class SubsetProblem(Problem):
     lower: Tensor | None = None
     upper: Tensor | None = None
     num_facets: int = 1
+    context_names: tuple[str, ...] = ()
 
     def safe_set(self) -> tuple[Tensor, Tensor]:
         """The safe surrogate box ``(lo, hi)``, each ``[R, d]``."""
@@ -272,10 +275,11 @@ class SubsetEnv(Env):
             observed=torch.zeros_like(zeros, dtype=torch.bool),
             set_reward=reward[:, None].to(self._dtype),
         )
+        # computed in float64, reported in the env's dtype (a no-op for float64 runs)
         outcome = {"reward": reward[:, None], "r1_opt": (opt - reward)[:, None]}
         for j in range(self.dim_cost):
             outcome[f"cost_{j}"] = cost[:, j, None]
-        return feedback, outcome
+        return feedback, {key: value.to(self._dtype) for key, value in outcome.items()}
 
     def policy_value(self, q: Tensor, rounds: int) -> Tensor:
         """``(1/t) sum_{s<t} E_{A ~ q}[r_s(A)]`` of a fixed policy ``q [R, K]``, ``[R]``.

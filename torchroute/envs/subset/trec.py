@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from torchroute.envs.subset import SubsetEnv
+from torchroute.envs.subset.base import SubsetEnv
 
 #: constraint levels of paper 002 Table 1: (budget margin, expert cap); ``None``: no bound
 LEVELS: dict[str, tuple[float, float] | None] = {

@@ -9,6 +9,7 @@ cheapest and the best single model's cost, and a cap on premium calls per query.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from torch import Tensor
 
 from torchroute.data.table import RoutingTable
-from torchroute.envs.subset import SubsetEnv
+from torchroute.envs.subset.base import SubsetEnv, SubsetProblem
 from torchroute.functional.random import Source
 from torchroute.functional.subset import expected_sum_max
 from torchroute.types import Context
@@ -27,8 +28,15 @@ class TableSubsetEnv(SubsetEnv):
     """A :class:`SubsetEnv` whose round ``t`` of trial ``r`` is table row ``stream[r, t]``.
 
     Contexts are the one-hot of each query's group (``table.groups``; one group when
-    absent), the finite context set of :class:`ContextualOMDApproachability`.
+    absent), the finite context set of :class:`ContextualOMDApproachability`. The problem
+    names the table's models (``arm_names``), its groups (``context_names``) and the
+    width ``embed_dim`` of its embeddings (what a served router is sent).
     """
+
+    #: names of the one-hot context coordinates (the table's groups)
+    group_names: tuple[str, ...] = ("all",)
+    #: the table's embedding width (``None``: no embeddings)
+    embed_dim: int | None = None
 
     stationary_blocks = False  # every round replays its own query
 
@@ -43,6 +51,14 @@ class TableSubsetEnv(SubsetEnv):
         self.facets = self.facets.to(self.device)
         self.stream = self.stream.to(self.device)
         self.groups = self.groups.to(self.device)
+
+    def problem(self) -> SubsetProblem:
+        return dataclasses.replace(
+            super().problem(),
+            arm_names=tuple(self.arm_names),
+            embed_dim=self.embed_dim,
+            context_names=tuple(self.group_names),
+        )
 
     def _opt_inputs(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self.facets[self.stream[r, : self.horizon]].cpu().numpy()
@@ -140,5 +156,7 @@ def table_subset_env(
         dtype=dtype,
     )
     env.arm_names = tuple(table.arm_names)
+    env.group_names = tuple(map(str, names))
+    env.embed_dim = None if table.embeddings is None else int(table.embeddings.shape[1])
     env.budget_line = spend
     return env
