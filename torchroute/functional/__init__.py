@@ -1,7 +1,7 @@
 """Pure batched math: utilities, ridge statistics, sampling, SquareCB, MLPs, oracle math."""
 
 from torchroute.functional.graph_program import graph_squarecb_probs, graph_squarecb_value
-from torchroute.functional.mlp import mlp_forward, mlp_init, z_inverse_update
+from torchroute.functional.mlp import mlp_forward, mlp_init, z_inverse_update, z_inverse_update_
 from torchroute.functional.oracle import (
     affinity_from_accuracy,
     edge_probability,
@@ -64,4 +64,5 @@ __all__ = [
     "utility",
     "woodbury",
     "z_inverse_update",
+    "z_inverse_update_",
 ]

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from torchroute.functional.random import Source, uniform
-from torchroute.functional.ridge import woodbury
+from torchroute.functional.ridge import sherman_morrison_, woodbury
 
 
 def mlp_param_names(num_layers: int) -> list[str]:
@@ -100,3 +100,34 @@ def z_inverse_update(z_inv: Tensor, phi: Tensor, weight: Tensor) -> Tensor:
     w = weight.transpose(1, 2).to(z_inv.dtype)  # [R, K, B]
     dummy = z_inv.new_zeros(r, k, h)  # theta is not tracked
     return woodbury(z_inv, dummy, phis, torch.zeros_like(w), w)[0]
+
+
+def z_inverse_update_(z_inv: Tensor, phi: Tensor, weight: Tensor) -> None:
+    """In-place :func:`z_inverse_update`: overwrites ``z_inv [R, K, h, h]``.
+
+    Same arguments and numbers. With one context per trial (``B = 1``) on the CPU and at
+    most half the arms observed (bandit feedback: the played arm), only the observed arms'
+    matrices are read and written: one gathered Sherman–Morrison step per slot, the
+    ``j``-th observed arm of every trial (an arm with weight 0 is left as it is, as in the
+    dense update, which adds exactly 0 to it); otherwise the dense update is copied in.
+    """
+    r, k, h, _ = z_inv.shape
+    if phi.shape[1] != 1 or z_inv.device.type != "cpu" or not z_inv.is_contiguous():
+        z_inv.copy_(z_inverse_update(z_inv, phi, weight))
+        return
+    w = weight[:, 0].to(z_inv.dtype)  # [R, K]
+    slots = int((w != 0).sum(-1).amax())  # a host read, free on the CPU
+    if 2 * slots > k:
+        z_inv.copy_(z_inverse_update(z_inv, phi, weight))
+        return
+    order = (w != 0).to(torch.int8).argsort(-1, descending=True)  # observed arms first
+    flat = z_inv.view(r * k, h, h)
+    rows = torch.arange(r, device=z_inv.device) * k
+    x = phi[:, 0].to(z_inv.dtype)  # [R, h]
+    zeros = x.new_zeros(r)
+    for slot in range(slots):
+        arm = order[:, slot]  # [R]
+        index = rows + arm
+        z_sel = flat.index_select(0, index)  # [R, h, h], a copy
+        sherman_morrison_(z_sel, x.new_zeros(r, h), x, zeros, w.gather(1, arm[:, None])[:, 0])
+        flat.index_copy_(0, index, z_sel)

@@ -85,6 +85,33 @@ def _sherman_morrison_terms(
     return ax, scale[..., None] * ax, theta_step
 
 
+def sherman_morrison_shared(
+    a_inv: Tensor, theta: Tensor, x: Tensor, y: Tensor
+) -> tuple[Tensor, Tensor]:
+    """:func:`sherman_morrison` for ``K`` models that share one inverse Gram matrix.
+
+    With full feedback every model (arm) of a trial sees the same context with weight 1, so
+    their Gram matrices stay equal and only ``b_k`` differs: the shared matrix is updated
+    once (one ``d x d`` read instead of ``K``), each ``theta_k`` with its own target. The
+    operations are those of :func:`sherman_morrison` on the ``K`` copies (the same numbers,
+    broadcast), so the result is theirs.
+
+    Args:
+        a_inv: ``[..., 1, d, d]`` the shared inverse Gram matrix.
+        theta: ``[..., K, d]``.
+        x: ``[..., 1, d]`` the context every model sees.
+        y: ``[..., K]`` each model's target (weight 1 each).
+
+    Returns:
+        ``(a_inv' [..., 1, d, d], theta' [..., K, d])``.
+    """
+    w = torch.ones_like(y)
+    ax, u, theta_step = _sherman_morrison_terms(a_inv, theta, x, y, w)  # ax [..., 1, d]
+    u = u[..., :1, :]  # the K rows are equal
+    a_inv_new = torch.addcmul(a_inv, u[..., :, None], ax[..., None, :], value=-1.0)
+    return a_inv_new, theta + theta_step
+
+
 def sherman_morrison_(a_inv: Tensor, theta: Tensor, x: Tensor, y: Tensor, w: Tensor) -> None:
     """In-place :func:`sherman_morrison`: overwrites ``a_inv [..., d, d]`` and ``theta [..., d]``.
 

@@ -9,7 +9,12 @@ from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
 from torchroute.functional.random import Source, normal
-from torchroute.functional.ridge import ridge_init, ridge_predict, ridge_width
+from torchroute.functional.ridge import (
+    ridge_init,
+    ridge_predict,
+    ridge_width,
+    sherman_morrison_shared,
+)
 from torchroute.functional.sampling import (
     argmax_random_ties,
     one_hot_probs,
@@ -196,6 +201,50 @@ class FullFeedbackLinUCB(LinUCB):
         decision = super().act(context, generator)
         observe = torch.ones_like(decision.probs, dtype=torch.bool)
         return Decision(probs=decision.probs, action=decision.action, observe=observe)
+
+    def update(
+        self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
+    ) -> dict[str, Tensor]:
+        """Every observed reward; while every arm sees every context the arms' inverse Gram
+        matrices are equal, and one of them is updated for all (the same numbers as the
+        per-arm update, ``K`` times less work).
+
+        Args:
+            context: ``x [R, B, d]``.
+            decision: the decision of ``act``.
+            feedback: ``reward [R, B, K]`` and ``observed [R, B, K]``.
+            generator: unused.
+
+        Returns:
+            ``{}``.
+        """
+        if not self._gram_shared(context, feedback):
+            return super().update(context, decision, feedback, generator)
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        x = context.x.to(self.theta.dtype)  # [R, 1, d]
+        reward = feedback.reward[:, 0].to(x.dtype)  # [R, K], every cell observed
+        a_inv, theta = sherman_morrison_shared(self.a_inv[:, :1], self.theta, x, reward)
+        self.a_inv.copy_(a_inv.expand_as(self.a_inv))  # in place: no new [R, K, d, d]
+        self.theta = theta
+        self.__dict__["_shared_stamp"] = (self.a_inv.data_ptr(), self.a_inv._version)
+        self._tick(context)
+        return {}
+
+    def _gram_shared(self, context: Context, feedback: Feedback) -> bool:
+        """One context per trial, every arm observed and the arms' ``A_k^{-1}`` equal (on
+        the CPU: the host reads are free there; elsewhere the per-arm update runs)."""
+        a_inv = self.a_inv
+        if context.x.shape[1] != 1 or a_inv.device.type != "cpu" or feedback.only_played:
+            return False
+        if feedback.observed.shape != (self.num_trials, 1, self.num_arms):
+            return False
+        if not bool(feedback.observed.all()):
+            return False
+        if self.__dict__.get("_shared_stamp") == (a_inv.data_ptr(), a_inv._version):
+            return True  # unchanged since the last shared update
+        # once after a load, a per-arm update or a change from outside: check it
+        return torch.equal(a_inv, a_inv[:, :1].expand_as(a_inv))
 
 
 class LinTS(_PerTrialRidge):

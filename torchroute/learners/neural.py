@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
-from torchroute.functional.mlp import mlp_forward, mlp_init, mlp_param_names, z_inverse_update
+from torchroute.functional.mlp import mlp_forward, mlp_init, mlp_param_names, z_inverse_update_
 from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge import ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
@@ -222,8 +222,11 @@ class NeuralUCB(Learner):
         """
         self._check_context(context)
         with torch.no_grad():
-            f, bonus = self.predict(context.x)
-            scores = f + self.nu * bonus if self.nu != 0 else f  # [R, B, K]
+            if self.nu != 0:
+                f, bonus = self.predict(context.x)
+                scores = f + self.nu * bonus  # [R, B, K]
+            else:  # greedy: the bonus (a read of every Z_k^-1) would be multiplied by 0
+                scores = f = self(context.x)[0]
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, f.dtype), action=action)
 
@@ -277,7 +280,7 @@ class NeuralUCB(Learner):
         with torch.no_grad():
             if self.nu != 0:
                 _, phi = self(x)
-                self.z_inv.copy_(z_inverse_update(self.z_inv, phi, observed))
+                z_inverse_update_(self.z_inv, phi, observed)
             self._store(x, reward, observed, weight)
         loss = x.new_zeros(self.num_trials)
         for _ in range(self.steps):

@@ -29,24 +29,36 @@ from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
 
 
+def run_labels(dirs: Sequence[str | Path]) -> list[str]:
+    """A distinct label per output folder: its name (its path where names repeat)."""
+    names = [Path(d).name or str(d) for d in dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in dirs]
+
+
 def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Concatenate ``results.csv`` and ``curves.csv`` of several output folders."""
+    """Concatenate ``results.csv`` and ``curves.csv`` of several output folders.
+
+    With more than one folder every row gets a ``run`` column (the folder's label, see
+    :func:`run_labels`): the trials of different runs share their ``(seed, rho)`` labels.
+    """
     results, curves = [], []
-    for d in map(Path, dirs):
+    labels = run_labels(dirs) if len(dirs) > 1 else [None] * len(dirs)
+    for d, label in zip(map(Path, dirs), labels, strict=True):
         path = d / "results.csv"
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
         frame = read_run_csv(path)
         check_results_columns(frame, path)
-        results.append(frame)
+        results.append(frame if label is None else frame.assign(run=label))
         if (d / "curves.csv").is_file():
-            curves.append(read_run_csv(d / "curves.csv"))
+            curve = read_run_csv(d / "curves.csv")
+            curves.append(curve if label is None else curve.assign(run=label))
     curve = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     return pd.concat(results, ignore_index=True), curve
 
 
 #: result columns that label trials rather than measure them
-LABELS = ("learner", "trial", "seed", "rounds")
+LABELS = ("learner", "trial", "seed", "rounds", "run")
 #: per-arm (and per-block) result columns (``share_k``, ``qT_value_p``, ...): kept in
 #: results.csv, left out of the overall means table; the sections that need them read them
 PER_ARM = ("share_", "arm_accuracy_", "arm_cost_", "qT_value_")
@@ -195,5 +207,6 @@ __all__ = [
     "load_results",
     "regime_table",
     "relative_regret",
+    "run_labels",
     "write_report",
 ]

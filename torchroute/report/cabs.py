@@ -3,8 +3,10 @@
 For results with CABS learners (``cabs_c``, ``cabs_d``, ...) and a ``rho`` column: the
 measured utility (and regret) per cost regime next to the CABS paper's Table 1 and Table 8
 (RouterBench, all-MiniLM) values of :mod:`torchroute.paper_results` (``cabs.csv``), the
-relations the paper reports, and the relative cumulative regret w.r.t. LinUCB per cost
-regime (the paper's Figure 3), drawn to ``cabs_relative_regret.png``.
+relations the paper reports, the same relations as paired differences with standard
+errors and PASS/FAIL over the runs given (several runs: one per oracle seed, see
+:mod:`torchroute.report.verdicts`), and the relative cumulative regret w.r.t. LinUCB per
+cost regime (the paper's Figure 3), drawn to ``cabs_relative_regret.png``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 from torchroute.paper_results import paper_table
 from torchroute.report.figures import save_figure
 from torchroute.report.regimes import REGIMES, cost_regime, relative_regret
+from torchroute.report.verdicts import verdict_lines
 
 
 def _measured(results: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -72,6 +75,13 @@ def relations(results: pd.DataFrame) -> list[str]:
     return lines
 
 
+def split_runs(results: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``{run label: its rows}`` by the ``run`` column (one run ``"run"`` without it)."""
+    if "run" not in results:
+        return {"run": results}
+    return {str(name): part for name, part in results.groupby("run", sort=False)}
+
+
 def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
     """Markdown lines (and ``cabs_relative_regret.png``) for CABS results, else ``[]``."""
     if "rho" not in results or not results["learner"].astype(str).str.startswith("cabs").any():
@@ -84,6 +94,9 @@ def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
     rel = relations(results)
     if rel:
         lines += ["", "Paper relations (average utility per regime):", "", *rel]
+    verdicts = verdict_lines(split_runs(results))
+    if verdicts:
+        lines += ["", *verdicts]
     if not curves.empty and "cum_regret" in curves and (curves["learner"] == "linucb").any():
         mean = relative_regret(curves, "linucb", by=("regime",))
         fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)

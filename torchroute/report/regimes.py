@@ -30,14 +30,15 @@ def relative_regret(curves: pd.DataFrame, reference: str, by: Sequence[str] = ()
     """``R_alg(t) - R_ref(t)`` per learner and round, matched on (rho, seed), then averaged.
 
     Args:
-        curves: ``curves.csv`` rows with ``learner, rho, seed, round, cum_regret``.
+        curves: ``curves.csv`` rows with ``learner, rho, seed, round, cum_regret`` (and
+            ``run`` when they gather several runs: trials are matched within a run).
         reference: the learner subtracted.
         by: more grouping columns (``"regime"``: the cost regime of each rho).
 
     Returns:
         one row per ``(*by, learner, round)`` with the mean ``relative``.
     """
-    keys = ["rho", "seed", "round"]
+    keys = ["rho", "seed", "round", *(["run"] if "run" in curves else [])]
     ref = curves[curves["learner"] == reference][[*keys, "cum_regret"]]
     merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
     merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]

@@ -1,0 +1,72 @@
+"""Paired differences between two learners of one run, with standard errors.
+
+Every learner of a run plays the same trials, the ``(seed, rho)`` pairs of the run's grid,
+so two learners are compared trial by trial: ``d_i = metric_a(i) - metric_b(i)`` for each
+trial ``i`` both ran, and per cost regime the mean of ``d_i`` and its standard error
+``sd(d) / sqrt(n)`` (sample standard deviation, ``ddof = 1``). Pairing removes the
+variation that the trials share (an easy stream, a cheap rho), so the standard error of a
+difference is much smaller than the two learners' own spreads would suggest.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from torchroute.report.regimes import REGIMES, cost_regime
+
+#: the columns that name a trial of a run (shared by every learner of the run)
+TRIAL_KEYS = ("seed", "rho")
+#: the rows of :func:`paired_differences`: the cost regimes, then every trial
+REGIME_ROWS = (*REGIMES, "all")
+
+
+def _by_trial(results: pd.DataFrame, learner: str, metric: str) -> pd.Series:
+    rows = results[results["learner"] == learner]
+    if rows.empty:
+        raise ValueError(f"results have no rows of learner {learner!r}")
+    if rows.duplicated(list(TRIAL_KEYS)).any():
+        raise ValueError(
+            f"learner {learner!r} has several rows for one (seed, rho) trial: pass the "
+            "results of one run (split several runs by their 'run' column)"
+        )
+    return rows.set_index(list(TRIAL_KEYS))[metric].astype(float)
+
+
+def paired_differences(
+    results: pd.DataFrame, a: str, b: str, metric: str = "avg_utility"
+) -> pd.DataFrame:
+    """Mean and standard error of ``metric_a - metric_b`` over the trials both learners ran.
+
+    Args:
+        results: ``results.csv`` rows of one run (columns ``learner, seed, rho, <metric>``).
+        a, b: the learners compared.
+        metric: the result column differenced.
+
+    Returns:
+        one row per regime of :data:`REGIME_ROWS` that has trials (``low``: rho <= 300,
+        ``medium``: 300 < rho < 800, ``high``: rho >= 800, ``all``), columns ``mean``,
+        ``se`` (``sd / sqrt(n)``, NaN for a single trial) and ``n`` (trials).
+
+    Raises:
+        ValueError: a learner without rows, a trial with several rows, or no shared trial.
+    """
+    diff = (_by_trial(results, a, metric) - _by_trial(results, b, metric)).dropna()
+    if diff.empty:
+        raise ValueError(f"learners {a!r} and {b!r} share no (seed, rho) trial")
+    regime = diff.index.get_level_values("rho").map(cost_regime)
+    out = {}
+    for name in REGIME_ROWS:
+        part = diff if name == "all" else diff[regime == name]
+        n = len(part)
+        if n == 0:
+            continue
+        se = float(part.std(ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
+        out[name] = {"mean": float(part.mean()), "se": se, "n": n}
+    frame = pd.DataFrame.from_dict(out, orient="index")
+    frame.index.name = "regime"
+    return frame
+
+
+__all__ = ["REGIME_ROWS", "TRIAL_KEYS", "paired_differences"]
