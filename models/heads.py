@@ -14,6 +14,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from torchroute.functional.cooccurrence import (
+    assign_clusters,
+    cooccurrence_lookup,
+    cooccurrence_table,
+    kmeans,
+)
+
 
 def _mlp(dim_in: int, hidden: int, dim_out: int, dropout: float) -> nn.Sequential:
     return nn.Sequential(
@@ -59,7 +66,7 @@ class AccuracyHead(nn.Module):
         return torch.sigmoid(self.net(x))
 
 
-PropagationOutput = Literal["delta", "bce"]
+PropagationOutput = Literal["delta", "bce", "cooccurrence"]
 Conditioning = Literal["concat", "film", "split"]
 PROPAGATION_OUTPUTS = ("delta", "bce")
 CONDITIONINGS = ("concat", "film", "split")
@@ -144,6 +151,46 @@ class PropagationHead(nn.Module):
         return torch.tanh(z) * off
 
 
+class CooccurrenceHead(nn.Module):
+    """``delta^_j = P[cluster(e), i, 1[y_i > 1/2], j] - y_i``: a train-split co-occurrence table.
+
+    ``P ~ P(Y_j = 1 | Y_i, cluster)`` over k-means clusters of the encoder embeddings
+    (:func:`~torchroute.functional.cooccurrence.cooccurrence_table`); no trainable weights.
+    Buffers ``centroids [C, d_e]`` and ``table [C, K, 2, K]`` (0.5 until :meth:`fit`).
+
+    Shapes:
+        ``e [n, d_e]``, ``anchor [n]`` (long), ``y_anchor [n]`` -> ``delta^ [n, K]``.
+    """
+
+    output = "cooccurrence"
+
+    def __init__(self, embed_dim: int, num_arms: int, clusters: int = 8) -> None:
+        super().__init__()
+        self.num_arms = num_arms
+        self.register_buffer("centroids", torch.zeros(clusters, embed_dim))
+        self.register_buffer("table", torch.full((clusters, num_arms, 2, num_arms), 0.5))
+
+    @torch.no_grad()
+    def fit(self, e: Tensor, scores: Tensor, prior: float = 2.0, seed: int = 0) -> None:
+        """Cluster ``e [n, d_e]`` (k-means, ``seed``) and count ``scores [n, K]``."""
+        centroids = kmeans(e, self.centroids.shape[0], seed)
+        if centroids.shape[0] < self.centroids.shape[0]:
+            raise ValueError(
+                f"{self.centroids.shape[0]} clusters need at least as many train queries, "
+                f"got {e.shape[0]}"
+            )
+        table = cooccurrence_table(assign_clusters(e, centroids), scores, len(centroids), prior)
+        self.centroids.copy_(centroids)
+        self.table.copy_(table)
+
+    def forward(self, e: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
+        """Differences ``[n, K]`` from the anchor (0 at the anchor)."""
+        cluster = assign_clusters(e, self.centroids)
+        p = cooccurrence_lookup(self.table, cluster, anchor, y_anchor).to(e.dtype)
+        off = 1.0 - nn.functional.one_hot(anchor, self.num_arms).to(e.dtype)
+        return (p - y_anchor.to(e.dtype)[:, None]) * off
+
+
 class CostHead(nn.Module):
     """Per-arm cost, trained on z-scored targets and de-normalised on output.
 
@@ -193,13 +240,15 @@ class MultiHeadOracle(nn.Module):
         dropout: dropout in every head.
         arm_names: the ``K`` arm names the heads were trained for (kept for checks).
         encoder_name: name or path of the encoder whose embeddings the oracle reads.
-        propagation: the propagation head's output, ``"delta"`` or ``"bce"``
-            (:class:`PropagationHead`).
+        propagation: the propagation head: ``"delta"`` or ``"bce"``
+            (:class:`PropagationHead` on the features), or ``"cooccurrence"``
+            (:class:`CooccurrenceHead` on the embeddings, filled by its ``fit``).
         conditioning: how it reads the anchor, ``"concat"``, ``"film"`` or ``"split"``.
         point: the surrogate score :meth:`propagation` returns: ``"mean"`` (the head's
             estimate, ``y_i + delta^``) or ``"median"`` (``1[y_i + delta^ > 1/2]``: for 0/1
             scores the value that minimises the expected absolute error; the head and its
             training are unchanged).
+        clusters: k-means clusters of a ``"cooccurrence"`` head.
 
     Shapes:
         every method takes embeddings ``e [n, d_e]``; outputs as documented there.
@@ -217,6 +266,7 @@ class MultiHeadOracle(nn.Module):
         propagation: PropagationOutput = "delta",
         conditioning: Conditioning = "concat",
         point: Literal["mean", "median"] = "mean",
+        clusters: int = 8,
     ) -> None:
         super().__init__()
         if arm_names is not None and len(arm_names) != num_arms:
@@ -231,9 +281,14 @@ class MultiHeadOracle(nn.Module):
         head_hidden = max(hidden // 2, 1)
         self.feature = FeatureHead(embed_dim, feature_dim, hidden, dropout)
         self.accuracy_head = AccuracyHead(feature_dim, num_arms, head_hidden, dropout)
-        self.propagation_head = PropagationHead(
-            feature_dim, num_arms, head_hidden, dropout, propagation, conditioning
-        )
+        self.clusters = clusters
+        self.propagation_head: nn.Module
+        if propagation == "cooccurrence":
+            self.propagation_head = CooccurrenceHead(embed_dim, num_arms, clusters)
+        else:
+            self.propagation_head = PropagationHead(
+                feature_dim, num_arms, head_hidden, dropout, propagation, conditioning
+            )
         self.cost_head = CostHead(feature_dim, num_arms, head_hidden, dropout)
 
     def config(self) -> dict[str, Any]:
@@ -249,6 +304,7 @@ class MultiHeadOracle(nn.Module):
             "propagation": self.propagation_output,
             "conditioning": self.conditioning,
             "point": self.point,
+            "clusters": self.clusters,
         }
 
     def check_compatible(
@@ -288,7 +344,8 @@ class MultiHeadOracle(nn.Module):
 
     def propagation(self, e: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
         """Differences ``delta^ [n, K]`` for anchor arms ``[n]`` with accuracies ``[n]``."""
-        delta = self.propagation_head(self.feature(e), anchor, y_anchor)
+        x = e if self.propagation_output == "cooccurrence" else self.feature(e)
+        delta = self.propagation_head(x, anchor, y_anchor)
         if self.point == "mean":
             return delta
         y = y_anchor.to(delta.dtype)[:, None]

@@ -119,13 +119,16 @@ class OracleModule(L.LightningModule):
         head = self.oracle.propagation_head
         phi_rows = phi.repeat_interleave(k, 0)  # [b*K, d_phi]
         off = (torch.arange(k, device=scores.device) != anchor[:, None]).to(phi.dtype)
-        if head.output == "bce":  # p^_j = sigmoid(z_j) fitted to Y_j
+        if head.output == "cooccurrence":  # a counted table: nothing to fit here
+            prop = torch.zeros((), dtype=phi.dtype, device=phi.device)
+        elif head.output == "bce":  # p^_j = sigmoid(z_j) fitted to Y_j
             z = head.logits(phi_rows, anchor, y_anchor)
             prop_err = F.binary_cross_entropy_with_logits(z, rows, reduction="none")
         else:
             delta = head(phi_rows, anchor, y_anchor)
             prop_err = self._regression(delta, rows - y_anchor[:, None])
-        prop = (prop_err * off).sum() / off.sum()
+        if head.output != "cooccurrence":
+            prop = (prop_err * off).sum() / off.sum()
         hp = self.hparams
         total = hp.accuracy_weight * acc + hp.propagation_weight * prop + hp.cost_weight * cost
         return {"loss": total, "accuracy_loss": acc, "propagation_loss": prop, "cost_loss": cost}

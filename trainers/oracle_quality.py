@@ -24,31 +24,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from torchroute.functional.cooccurrence import (
+    assign_clusters,
+    cooccurrence_lookup,
+    cooccurrence_table,
+    kmeans,
+)
+
 PREDICTORS = ("oracle", "anchor_copy", "context_head", "train_mean", "cooccurrence")
 TRIVIAL = ("anchor_copy", "context_head", "train_mean")
-
-
-def kmeans(x: Tensor, k: int, seed: int = 0, iters: int = 50) -> Tensor:
-    """Lloyd's k-means from ``k`` distinct rows drawn with ``seed``: ``x [n, d]`` -> ``[k, d]``.
-
-    An empty cluster keeps its previous centroid.
-    """
-    x = x.double()
-    k = min(k, x.shape[0])
-    gen = torch.Generator().manual_seed(seed)
-    centroids = x[torch.randperm(x.shape[0], generator=gen)[:k]].clone()
-    for _ in range(iters):
-        label = assign_clusters(x, centroids)
-        onehot = nn.functional.one_hot(label, k).double()  # [n, k]
-        count = onehot.sum(0)
-        mean = (onehot.T @ x) / count.clamp_min(1.0)[:, None]
-        centroids = torch.where(count[:, None] > 0, mean, centroids)
-    return centroids
-
-
-def assign_clusters(x: Tensor, centroids: Tensor) -> Tensor:
-    """Index ``[n]`` of the nearest centroid (squared Euclidean; first on ties)."""
-    return torch.cdist(x.double(), centroids.double()).argmin(1)
 
 
 class CooccurrenceTable:
@@ -56,9 +40,9 @@ class CooccurrenceTable:
 
     With ``b = 1[y_i > 1/2]``, ``n[c, i, b]`` the train queries of cluster ``c`` whose arm
     ``i`` has bit ``b`` and ``s[c, i, b, j]`` the sum of their ``Y_j``:
-    ``g[i, b, j] = (S[i, b, j] + prior m_j) / (N[i, b] + prior)`` (all clusters pooled,
-    shrunk to the arm mean ``m_j``) and
-    ``P[c, i, b, j] = (s[c, i, b, j] + prior g[i, b, j]) / (n[c, i, b] + prior)``.
+    ``P[c, i, b, j] = (s + prior g) / (n + prior)`` with ``g`` the same ratio over all
+    clusters shrunk to the arm mean
+    (:func:`~torchroute.functional.cooccurrence.cooccurrence_table`).
 
     Args:
         embeddings: train embeddings ``[n, d_e]``; scores: ``[n, K]`` in ``[0, 1]``.
@@ -75,25 +59,17 @@ class CooccurrenceTable:
         prior: float = 2.0,
         seed: int = 0,
     ) -> None:
-        scores = scores.double()
         self.centroids = kmeans(embeddings, clusters, seed)
-        c = nn.functional.one_hot(assign_clusters(embeddings, self.centroids), len(self.centroids))
-        c = c.double()  # [n, C]
-        bit = (scores > 0.5).double()  # [n, K]
-        sides = torch.stack([1.0 - bit, bit], dim=-1)  # [n, K(i), 2]: indicator of b
-        n_cib = torch.einsum("nc,nib->cib", c, sides)  # [C, K, 2]
-        s_cibj = torch.einsum("nc,nib,nj->cibj", c, sides, scores)  # [C, K, 2, K]
-        m = scores.mean(0)  # [K]
-        g = (s_cibj.sum(0) + prior * m) / (n_cib.sum(0)[..., None] + prior)  # [K, 2, K]
-        self.table = (s_cibj + prior * g) / (n_cib[..., None] + prior)  # [C, K(i), 2, K(j)]
+        cluster = assign_clusters(embeddings, self.centroids)
+        self.table = cooccurrence_table(cluster, scores, len(self.centroids), prior)
 
     def predict(self, embeddings: Tensor, scores: Tensor) -> Tensor:
         """``y^ [n, K(anchor i), K(j)]`` for queries ``[n, d_e]`` with true scores ``[n, K]``."""
-        cluster = assign_clusters(embeddings, self.centroids)  # [n]
-        bit = (scores.double() > 0.5).long()  # [n, K]: the anchor's bit, per anchor
-        per = self.table[cluster]  # [n, K(i), 2, K(j)]
-        k = scores.shape[1]
-        return per.gather(2, bit[:, :, None, None].expand(-1, k, 1, k))[:, :, 0]
+        n, k = scores.shape
+        cluster = assign_clusters(embeddings, self.centroids).repeat_interleave(k)
+        anchor = torch.arange(k).repeat(n)  # query-major
+        rows = cooccurrence_lookup(self.table, cluster, anchor, scores.reshape(-1))
+        return rows.reshape(n, k, k)
 
 
 @torch.no_grad()

@@ -297,6 +297,7 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     (:class:`OracleModule`), ``data_module`` (:class:`RoutingDataModule`), ``trainer``
     (``lightning.Trainer``) -- ``_target_`` configs whose other arguments run_pretrain
     passes itself -- ``train`` (``patience``, ``unfreeze_layers``, ``init_from``,
+    ``prior``: the pseudo-count of a co-occurrence propagation head,
     ``threads``: the torch intra-op thread count the whole run uses, restored after; ``None``
     keeps the caller's), ``metrics`` (``rhos``, ``clusters``, ``prior`` of the surrogate
     figures, see :mod:`torchroute.trainers.oracle_quality`) and
@@ -354,6 +355,17 @@ def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
             encoder_name=encoder.name if encoder is not None else cfg.get("encoder_name"),
         )
         oracle.cost_head.set_normalization(dm.train_costs())
+        if oracle.propagation_output == "cooccurrence":
+            if finetune:
+                raise PretrainConfigError(
+                    "oracle.propagation=cooccurrence counts on the frozen embeddings; it "
+                    "cannot be combined with train.unfreeze_layers > 0"
+                )
+            fit = torch.as_tensor(dm.rows("fit"))
+            table = dm.embedded_table
+            oracle.propagation_head.fit(
+                table.embeddings[fit], table.scores[fit], float(train["prior"]), seed
+            )
     module = _build(cfg, "module", oracle=oracle, encoder=encoder if finetune else None)
     ckpt = ModelCheckpoint(
         dirpath=out_dir / "checkpoints",

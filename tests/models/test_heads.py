@@ -121,3 +121,28 @@ def test_options_round_trip_and_old_artifacts_load(tmp_path):
 def test_bad_option_is_named():
     with pytest.raises(ValueError, match="conditioning must be one of"):
         PropagationHead(5, 3, conditioning="gate")
+
+
+def test_cooccurrence_head_and_median_point_by_hand(tmp_path):
+    gen = torch.Generator().manual_seed(2)
+    e = torch.cat([torch.randn(20, 3, generator=gen) + 8, torch.randn(20, 3, generator=gen) - 8])
+    scores = (torch.rand(40, 3, generator=gen) > 0.5).double()
+    oracle = MultiHeadOracle(3, 3, feature_dim=4, hidden=8, propagation="cooccurrence", clusters=2)
+    oracle.propagation_head.fit(e, scores, prior=0.0, seed=0)
+    y = scores.numpy()
+    q, i = 25, 2  # a query of the second blob, anchor arm 2
+    same = (np.arange(40) >= 20) & (y[:, i] == y[q, i])
+    want = y[same].mean(0) - y[q, i]  # prior 0: the raw conditional frequency
+    want[i] = 0.0
+    a, yq = torch.tensor([i]), scores[q : q + 1, i].float()
+    got = oracle.propagation(e[q : q + 1], a, yq)[0].double().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    oracle.point = "median"
+    med = oracle.propagation(e[q : q + 1], a, yq)[0].double().numpy()
+    want_med = ((y[q, i] + want) > 0.5).astype(float) - y[q, i]
+    want_med[i] = 0.0
+    np.testing.assert_allclose(med, want_med)
+    back = load_oracle(save_oracle(oracle, tmp_path / "cooc.pt"))  # buffers round-trip
+    anchor0 = torch.zeros(40, dtype=torch.long)
+    y0 = scores[:, 0].float()
+    torch.testing.assert_close(back.propagation(e, anchor0, y0), oracle.propagation(e, anchor0, y0))

@@ -10,13 +10,9 @@ import torch
 
 from tests.trainers.test_pretrain import _cfg, tiny_table
 from torchroute.data.splits import carve_validation
+from torchroute.functional.cooccurrence import assign_clusters, kmeans
 from torchroute.models.oracles import load_oracle
-from torchroute.trainers.oracle_quality import (
-    CooccurrenceTable,
-    assign_clusters,
-    kmeans,
-    surrogate_quality,
-)
+from torchroute.trainers.oracle_quality import CooccurrenceTable, surrogate_quality
 from torchroute.trainers.pretrain import run_pretrain
 
 
