@@ -110,10 +110,14 @@ def test_kmeans_finds_separated_blobs_and_cooccurrence_counts():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_metrics_json_against_a_hand_computation(tmp_path):
+@pytest.mark.parametrize(
+    "oracle", [{}, {"propagation": "cooccurrence", "point": "median", "clusters": 2}]
+)
+def test_metrics_json_against_a_hand_computation(tmp_path, oracle):
     table = tiny_table(n=120, k=3)
     rhos = [0.0, 200.0]
-    metrics = run_pretrain(_cfg(table, tmp_path, metrics={"rhos": rhos, "clusters": 2}))
+    cfg = _cfg(table, tmp_path, metrics={"rhos": rhos, "clusters": 2}, oracle=oracle)
+    metrics = run_pretrain(cfg)
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk == metrics
     sur = metrics["surrogates"]
