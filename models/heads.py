@@ -9,10 +9,17 @@ trained by every head's loss.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+
+from torchroute.functional.cooccurrence import (
+    assign_clusters,
+    cooccurrence_lookup,
+    cooccurrence_table,
+    kmeans,
+)
 
 
 def _mlp(dim_in: int, hidden: int, dim_out: int, dropout: float) -> nn.Sequential:
@@ -59,20 +66,75 @@ class AccuracyHead(nn.Module):
         return torch.sigmoid(self.net(x))
 
 
+PropagationOutput = Literal["delta", "bce", "cooccurrence"]
+Conditioning = Literal["concat", "film", "split"]
+PROPAGATION_OUTPUTS = ("delta", "bce")
+CONDITIONINGS = ("concat", "film", "split")
+
+
 class PropagationHead(nn.Module):
     """Score differences ``delta^_j ~ Y[x, j] - Y[x, i]`` given anchor arm ``i`` and ``y_i``.
 
-    The input is ``[x, onehot(i), y_i]``; the output is ``tanh`` (a difference of two
-    scores in ``[0, 1]`` lies in ``[-1, 1]``) and is exactly zero at the anchor.
+    Two outputs (``output``):
+
+    - ``"delta"``: ``delta^ = tanh(z)`` (a difference of two scores in ``[0, 1]`` lies in
+      ``[-1, 1]``), fitted to ``Y_j - y_i`` with L1/Huber;
+    - ``"bce"``: ``p^_j = sigmoid(z)`` estimates ``P(Y_j = 1 | x, i, y_i)``, fitted to ``Y_j``
+      with binary cross-entropy; ``delta^ = p^_j - y_i``.
+
+    Three ways to read the anchor (``conditioning``), ``z = `` (``[n, K]`` pre-activations):
+
+    - ``"concat"``: ``MLP([x, onehot(i), y_i])``;
+    - ``"film"``: ``W2 drop(GELU((W1 x) * (1 + g) + b))`` with ``[g, b] = V [onehot(i), y_i]``
+      (feature-wise scale and shift of the hidden layer by the anchor);
+    - ``"split"``: one output row per anchor value, ``z = (1 - y_i) M(x)[0, i] + y_i M(x)[1, i]``
+      with ``M(x) = MLP(x)`` reshaped to ``[2, K, K]`` (exactly the row of ``(i, y_i)`` for
+      0/1 scores).
+
+    Both outputs are exactly zero at the anchor.
 
     Shapes:
         ``x [n, d]``, ``anchor [n]`` (long), ``y_anchor [n]`` -> ``delta^ [n, K]``.
     """
 
-    def __init__(self, dim_in: int, num_arms: int, hidden: int = 128, dropout: float = 0.1):
+    def __init__(
+        self,
+        dim_in: int,
+        num_arms: int,
+        hidden: int = 128,
+        dropout: float = 0.1,
+        output: PropagationOutput = "delta",
+        conditioning: Conditioning = "concat",
+    ):
         super().__init__()
-        self.num_arms = num_arms
-        self.net = _mlp(dim_in + num_arms + 1, hidden, num_arms, dropout)
+        if output not in PROPAGATION_OUTPUTS:
+            raise ValueError(f"output must be one of {PROPAGATION_OUTPUTS}, got {output!r}")
+        if conditioning not in CONDITIONINGS:
+            raise ValueError(f"conditioning must be one of {CONDITIONINGS}, got {conditioning!r}")
+        self.num_arms, self.output, self.conditioning = num_arms, output, conditioning
+        k = num_arms
+        if conditioning == "concat":
+            self.net = _mlp(dim_in + k + 1, hidden, k, dropout)
+        elif conditioning == "split":
+            self.net = _mlp(dim_in, hidden, 2 * k * k, dropout)
+        else:
+            self.inp, self.film = nn.Linear(dim_in, hidden), nn.Linear(k + 1, 2 * hidden)
+            self.out, self.drop = nn.Linear(hidden, k), nn.Dropout(dropout)
+
+    def logits(self, x: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
+        """Pre-activations ``z [n, K]`` (logits of ``p^`` for ``output="bce"``)."""
+        k = self.num_arms
+        y = y_anchor.to(x.dtype)[:, None]  # [n, 1]
+        onehot = nn.functional.one_hot(anchor, k).to(x.dtype)  # [n, K]
+        if self.conditioning == "concat":
+            return self.net(torch.cat([x, onehot, y], dim=-1))
+        if self.conditioning == "split":
+            table = self.net(x).reshape(-1, 2, k, k)  # [n, y, i, j]
+            rows = table.gather(2, anchor[:, None, None, None].expand(-1, 2, 1, k))[:, :, 0]
+            return (1.0 - y) * rows[:, 0] + y * rows[:, 1]  # [n, K]
+        g, b = self.film(torch.cat([onehot, y], dim=-1)).chunk(2, dim=-1)
+        h = nn.functional.gelu(self.inp(x) * (1.0 + g) + b)
+        return self.out(self.drop(h))
 
     def forward(self, x: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
         """Predicted accuracy differences ``[n, K]`` from the anchor (0 at the anchor).
@@ -82,9 +144,51 @@ class PropagationHead(nn.Module):
             anchor: ``[n]`` index of the observed arm.
             y_anchor: ``[n]`` its observed accuracy.
         """
-        onehot = nn.functional.one_hot(anchor, self.num_arms).to(x.dtype)  # [n, K]
-        inp = torch.cat([x, onehot, y_anchor.to(x.dtype)[:, None]], dim=-1)
-        return torch.tanh(self.net(inp)) * (1.0 - onehot)
+        z = self.logits(x, anchor, y_anchor)
+        off = 1.0 - nn.functional.one_hot(anchor, self.num_arms).to(x.dtype)
+        if self.output == "bce":
+            return (torch.sigmoid(z) - y_anchor.to(x.dtype)[:, None]) * off
+        return torch.tanh(z) * off
+
+
+class CooccurrenceHead(nn.Module):
+    """``delta^_j = P[cluster(e), i, 1[y_i > 1/2], j] - y_i``: a train-split co-occurrence table.
+
+    ``P ~ P(Y_j = 1 | Y_i, cluster)`` over k-means clusters of the encoder embeddings
+    (:func:`~torchroute.functional.cooccurrence.cooccurrence_table`); no trainable weights.
+    Buffers ``centroids [C, d_e]`` and ``table [C, K, 2, K]`` (0.5 until :meth:`fit`).
+
+    Shapes:
+        ``e [n, d_e]``, ``anchor [n]`` (long), ``y_anchor [n]`` -> ``delta^ [n, K]``.
+    """
+
+    output = "cooccurrence"
+
+    def __init__(self, embed_dim: int, num_arms: int, clusters: int = 8) -> None:
+        super().__init__()
+        self.num_arms = num_arms
+        self.register_buffer("centroids", torch.zeros(clusters, embed_dim))
+        self.register_buffer("table", torch.full((clusters, num_arms, 2, num_arms), 0.5))
+
+    @torch.no_grad()
+    def fit(self, e: Tensor, scores: Tensor, prior: float = 2.0, seed: int = 0) -> None:
+        """Cluster ``e [n, d_e]`` (k-means, ``seed``) and count ``scores [n, K]``."""
+        centroids = kmeans(e, self.centroids.shape[0], seed)
+        if centroids.shape[0] < self.centroids.shape[0]:
+            raise ValueError(
+                f"{self.centroids.shape[0]} clusters need at least as many train queries, "
+                f"got {e.shape[0]}"
+            )
+        table = cooccurrence_table(assign_clusters(e, centroids), scores, len(centroids), prior)
+        self.centroids.copy_(centroids)
+        self.table.copy_(table)
+
+    def forward(self, e: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
+        """Differences ``[n, K]`` from the anchor (0 at the anchor)."""
+        cluster = assign_clusters(e, self.centroids)
+        p = cooccurrence_lookup(self.table, cluster, anchor, y_anchor).to(e.dtype)
+        off = 1.0 - nn.functional.one_hot(anchor, self.num_arms).to(e.dtype)
+        return (p - y_anchor.to(e.dtype)[:, None]) * off
 
 
 class CostHead(nn.Module):
@@ -136,6 +240,15 @@ class MultiHeadOracle(nn.Module):
         dropout: dropout in every head.
         arm_names: the ``K`` arm names the heads were trained for (kept for checks).
         encoder_name: name or path of the encoder whose embeddings the oracle reads.
+        propagation: the propagation head: ``"delta"`` or ``"bce"``
+            (:class:`PropagationHead` on the features), or ``"cooccurrence"``
+            (:class:`CooccurrenceHead` on the embeddings, filled by its ``fit``).
+        conditioning: how it reads the anchor, ``"concat"``, ``"film"`` or ``"split"``.
+        point: the surrogate score :meth:`propagation` returns: ``"mean"`` (the head's
+            estimate, ``y_i + delta^``) or ``"median"`` (``1[y_i + delta^ > 1/2]``: for 0/1
+            scores the value that minimises the expected absolute error; the head and its
+            training are unchanged).
+        clusters: k-means clusters of a ``"cooccurrence"`` head.
 
     Shapes:
         every method takes embeddings ``e [n, d_e]``; outputs as documented there.
@@ -150,6 +263,10 @@ class MultiHeadOracle(nn.Module):
         dropout: float = 0.1,
         arm_names: Sequence[str] | None = None,
         encoder_name: str | None = None,
+        propagation: PropagationOutput = "delta",
+        conditioning: Conditioning = "concat",
+        point: Literal["mean", "median"] = "mean",
+        clusters: int = 8,
     ) -> None:
         super().__init__()
         if arm_names is not None and len(arm_names) != num_arms:
@@ -158,10 +275,20 @@ class MultiHeadOracle(nn.Module):
         self.hidden, self.dropout = hidden, dropout
         self.arm_names = tuple(arm_names) if arm_names is not None else None
         self.encoder_name = encoder_name
+        if point not in ("mean", "median"):
+            raise ValueError(f"point must be 'mean' or 'median', got {point!r}")
+        self.propagation_output, self.conditioning, self.point = propagation, conditioning, point
         head_hidden = max(hidden // 2, 1)
         self.feature = FeatureHead(embed_dim, feature_dim, hidden, dropout)
         self.accuracy_head = AccuracyHead(feature_dim, num_arms, head_hidden, dropout)
-        self.propagation_head = PropagationHead(feature_dim, num_arms, head_hidden, dropout)
+        self.clusters = clusters
+        self.propagation_head: nn.Module
+        if propagation == "cooccurrence":
+            self.propagation_head = CooccurrenceHead(embed_dim, num_arms, clusters)
+        else:
+            self.propagation_head = PropagationHead(
+                feature_dim, num_arms, head_hidden, dropout, propagation, conditioning
+            )
         self.cost_head = CostHead(feature_dim, num_arms, head_hidden, dropout)
 
     def config(self) -> dict[str, Any]:
@@ -174,6 +301,10 @@ class MultiHeadOracle(nn.Module):
             "dropout": self.dropout,
             "arm_names": list(self.arm_names) if self.arm_names is not None else None,
             "encoder_name": self.encoder_name,
+            "propagation": self.propagation_output,
+            "conditioning": self.conditioning,
+            "point": self.point,
+            "clusters": self.clusters,
         }
 
     def check_compatible(
@@ -213,7 +344,13 @@ class MultiHeadOracle(nn.Module):
 
     def propagation(self, e: Tensor, anchor: Tensor, y_anchor: Tensor) -> Tensor:
         """Differences ``delta^ [n, K]`` for anchor arms ``[n]`` with accuracies ``[n]``."""
-        return self.propagation_head(self.feature(e), anchor, y_anchor)
+        x = e if self.propagation_output == "cooccurrence" else self.feature(e)
+        delta = self.propagation_head(x, anchor, y_anchor)
+        if self.point == "mean":
+            return delta
+        y = y_anchor.to(delta.dtype)[:, None]
+        off = 1.0 - nn.functional.one_hot(anchor, self.num_arms).to(delta.dtype)
+        return (((y + delta) > 0.5).to(delta.dtype) - y) * off
 
     def forward(self, e: Tensor) -> dict[str, Tensor]:
         """``e [n, d_e]`` -> ``{"features": [n, d_phi], "accuracy": [n, K], "cost": [n, K]}``."""

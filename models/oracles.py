@@ -193,7 +193,10 @@ def load_oracle(
             f"{path} has oracle format {payload.get('format')!r}; this version reads "
             f"format {ORACLE_FORMAT}"
         )
-    oracle = MultiHeadOracle(**payload["config"])
+    # artifacts written before the propagation options existed hold the original head
+    old = {"propagation": "delta", "conditioning": "concat", "point": "mean"}
+    config = {**old, **payload["config"]}
+    oracle = MultiHeadOracle(**config)
     oracle.load_state_dict(payload["state_dict"])
     try:
         oracle.check_compatible(arm_names, embed_dim, source=f"oracle {path}")

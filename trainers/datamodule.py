@@ -9,11 +9,16 @@ Two modes:
   batches carry the tokenised text ``input_ids`` / ``attention_mask`` ``[b, L]``.
 
 Every batch also carries ``index [b]``, ``scores [b, K]`` and ``costs [b, K]`` (float32).
+
+Rows: the heads are fitted on the table's ``train`` split less a seeded share
+``val_fraction`` of it, the *early-stopping* rows (Lightning's validation loop). The table's
+own ``val`` split is never read while fitting: a simulation that chooses options on
+``split=val`` pre-trains its oracle on the same table, so those queries must stay unseen
+(:meth:`RoutingDataModule.rows` ``("val")`` gives them for held-out figures).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Literal
 
 import lightning as L
@@ -64,7 +69,7 @@ class RoutingDataModule(L.LightningDataModule):
         cache: embedding cache; ``None`` uses the default root, ``False`` disables caching.
         finetune: yield tokenised text instead of cached embeddings.
         batch_size: queries per batch.
-        val_fraction: share of the train split moved to val when the table has no val rows.
+        val_fraction: share of the train split held out for early stopping (``> 0``).
         seed: seed of that carve-out.
         num_workers: ``DataLoader`` workers.
 
@@ -100,10 +105,21 @@ class RoutingDataModule(L.LightningDataModule):
             raise TableError(
                 f"{table.source}: fine-tuning the encoder needs the query text and an encoder"
             )
-        if "val" not in table.split:
-            table = replace(table, split=carve_validation(table.split, val_fraction, seed))
         for split in ("train", "test"):
             table.rows(split)  # raises a TableError naming the empty split
+        carved = np.asarray(carve_validation(table.split, val_fraction, seed), dtype=object)
+        train = np.asarray(table.split, dtype=object) == "train"
+        self._rows = {
+            "fit": np.flatnonzero(train & (carved == "train")),
+            "early_stopping": np.flatnonzero(train & (carved == "val")),
+        }
+        for name, idx in self._rows.items():
+            if idx.size == 0:
+                raise TableError(
+                    f"{table.source}: data_module.val_fraction={val_fraction} leaves no "
+                    f"{name.replace('_', '-')} rows among the {int(train.sum())} train queries; "
+                    "expected a share in (0, 1) that leaves both sides non-empty"
+                )
         self.table, self.encoder, self.cache = table, encoder, cache
         self.finetune, self.batch_size, self.num_workers = finetune, batch_size, num_workers
         self._embedded: RoutingTable | None = None
@@ -138,14 +154,26 @@ class RoutingDataModule(L.LightningDataModule):
         self.setup()
         return self._embedded
 
-    def train_costs(self) -> Tensor:
-        """Costs of the train split ``[n_train, K]`` (for the cost head's normalisation)."""
-        return self.table.costs[torch.as_tensor(self.table.rows("train"))].float()
+    def rows(self, name: str) -> np.ndarray:
+        """Table row indices of ``"fit"`` (the rows the heads are fitted on),
+        ``"early_stopping"`` (the carve-out of train), or a table split (``"train"``,
+        ``"val"``, ``"test"``; an empty one raises :class:`TableError`)."""
+        if name in self._rows:
+            return self._rows[name]
+        return self.table.rows(name)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def has_split(self, name: str) -> bool:
+        """Whether the table has rows in split ``name``."""
+        return name in self.table.split
+
+    def train_costs(self) -> Tensor:
+        """Costs of the fitting rows ``[n_fit, K]`` (for the cost head's normalisation)."""
+        return self.table.costs[torch.as_tensor(self._rows["fit"])].float()
+
+    def _loader(self, rows: np.ndarray, shuffle: bool) -> DataLoader:
         t = self.embedded_table
         emb = None if self.finetune else t.embeddings
-        ds = _Rows(t.rows(split), t.scores.float(), t.costs.float(), emb, t.text)
+        ds = _Rows(rows, t.scores.float(), t.costs.float(), emb, t.text)
         return DataLoader(
             ds,
             batch_size=self.batch_size,
@@ -168,13 +196,13 @@ class RoutingDataModule(L.LightningDataModule):
         return batch
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled batches of the train split."""
-        return self._loader("train", shuffle=True)
+        """Shuffled batches of the fitting rows (train less the early-stopping rows)."""
+        return self._loader(self._rows["fit"], shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        """Batches of the validation split."""
-        return self._loader("val", shuffle=False)
+        """Batches of the early-stopping rows (never the table's ``val`` split)."""
+        return self._loader(self._rows["early_stopping"], shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
         """Batches of the test split."""
-        return self._loader("test", shuffle=False)
+        return self._loader(self.table.rows("test"), shuffle=False)

@@ -1,9 +1,10 @@
 """The ``LightningModule`` that pre-trains a :class:`~torchroute.models.MultiHeadOracle`.
 
-Losses (``docs/papers/cabs.md`` (oracles)): L1 or Huber for the accuracy head and the propagation
-head (every arm of each query in turn is the anchor; the loss covers the ``K - 1`` other
-arms), MSE on z-scored costs for the cost head; Adam, lr ``1e-4``. One step function serves
-train, val and test.
+Losses (``docs/papers/cabs.md`` (oracles)): L1 or Huber for the accuracy head; for the
+propagation head (every arm of each query in turn is the anchor; the loss covers the ``K - 1``
+other arms) L1 or Huber on ``Y_j - y_i`` (``output="delta"``) or binary cross-entropy on ``Y_j``
+(``output="bce"``); MSE on z-scored costs for the cost head; Adam, lr ``1e-4``. One step
+function serves train, val and test.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class OracleModule(L.LightningModule):
         lr: Adam learning rate of the heads.
         encoder_lr: Adam learning rate of the unfrozen encoder layers.
         weight_decay: Adam weight decay.
-        loss: ``"huber"`` (default) or ``"l1"`` for the accuracy and propagation heads.
+        loss: ``"huber"`` (default) or ``"l1"`` for the accuracy head and a ``"delta"``
+            propagation head (a ``"bce"`` one is fitted with binary cross-entropy).
         huber_delta: Huber threshold. Scores lie in ``[0, 1]``, so with the default ``1.0``
             the loss is half the squared error for every error up to 1 (huber with 1.0 was
             chosen over l1 on the validation split).
@@ -114,10 +116,19 @@ class OracleModule(L.LightningModule):
         anchor = torch.arange(k, device=scores.device).repeat(b)
         rows = scores.repeat_interleave(k, 0)  # [b*K, K]
         y_anchor = rows.gather(1, anchor[:, None])[:, 0]
-        delta = self.oracle.propagation_head(phi.repeat_interleave(k, 0), anchor, y_anchor)
-        off = (torch.arange(k, device=scores.device) != anchor[:, None]).to(delta.dtype)
-        prop_err = self._regression(delta, rows - y_anchor[:, None])
-        prop = (prop_err * off).sum() / off.sum()
+        head = self.oracle.propagation_head
+        phi_rows = phi.repeat_interleave(k, 0)  # [b*K, d_phi]
+        off = (torch.arange(k, device=scores.device) != anchor[:, None]).to(phi.dtype)
+        if head.output == "cooccurrence":  # a counted table: nothing to fit here
+            prop = torch.zeros((), dtype=phi.dtype, device=phi.device)
+        elif head.output == "bce":  # p^_j = sigmoid(z_j) fitted to Y_j
+            z = head.logits(phi_rows, anchor, y_anchor)
+            prop_err = F.binary_cross_entropy_with_logits(z, rows, reduction="none")
+        else:
+            delta = head(phi_rows, anchor, y_anchor)
+            prop_err = self._regression(delta, rows - y_anchor[:, None])
+        if head.output != "cooccurrence":
+            prop = (prop_err * off).sum() / off.sum()
         hp = self.hparams
         total = hp.accuracy_weight * acc + hp.propagation_weight * prop + hp.cost_weight * cost
         return {"loss": total, "accuracy_loss": acc, "propagation_loss": prop, "cost_loss": cost}

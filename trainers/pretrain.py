@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import os
 import pydoc
 import time
@@ -31,6 +32,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch import Tensor
 
 from torchroute.data.table import RoutingTable
+from torchroute.functional.threads import intra_op_threads
 from torchroute.io import write_text_atomic
 from torchroute.models.embedding_cache import EmbeddingCache
 from torchroute.models.encoders import TextEncoder, load_encoder
@@ -38,6 +40,7 @@ from torchroute.models.heads import MultiHeadOracle
 from torchroute.models.oracles import load_oracle, save_oracle
 from torchroute.trainers.datamodule import RoutingDataModule
 from torchroute.trainers.oracle_module import OracleModule, unfreeze_top_layers
+from torchroute.trainers.oracle_quality import CooccurrenceTable, predictor_table, surrogate_quality
 from torchroute.trainers.pretrain_checks import check_values
 
 __all__ = [
@@ -52,7 +55,10 @@ __all__ = [
 ]
 
 #: the config sections run_pretrain builds; a given section is merged over the packaged one
-SECTIONS = ("oracle", "module", "data_module", "train", "trainer", "logger")
+SECTIONS = ("oracle", "module", "data_module", "train", "metrics", "trainer", "logger")
+#: sections without a ``_target_``: their keys are checked against the packaged file
+_PLAIN_SECTIONS = ("train", "metrics")
+log = logging.getLogger(__name__)
 #: arguments run_pretrain passes itself when it builds a section (refused in the config)
 _RUNTIME = {
     "oracle": ("embed_dim", "num_arms", "arm_names", "encoder_name"),
@@ -152,8 +158,8 @@ def _check_options(cfg: Mapping[str, Any], base: Mapping[str, Any]) -> None:
                 accepts[section] = None
             else:
                 accepts[section] = {p.name for p in params} - set(_RUNTIME.get(section, ()))
-        elif section == "train" and isinstance(node, Mapping):
-            accepts[section] = set(base["train"])
+        elif section in _PLAIN_SECTIONS and isinstance(node, Mapping):
+            accepts[section] = set(base[section])
     for section, known in accepts.items():
         keys = [k for k in cfg[section] if not str(k).startswith("_")]
         for key in keys:
@@ -290,7 +296,11 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     and the sections ``oracle`` (:class:`MultiHeadOracle`), ``module``
     (:class:`OracleModule`), ``data_module`` (:class:`RoutingDataModule`), ``trainer``
     (``lightning.Trainer``) -- ``_target_`` configs whose other arguments run_pretrain
-    passes itself -- ``train`` (``patience``, ``unfreeze_layers``, ``init_from``) and
+    passes itself -- ``train`` (``patience``, ``unfreeze_layers``, ``init_from``,
+    ``prior``: the pseudo-count of a co-occurrence propagation head,
+    ``threads``: the torch intra-op thread count the whole run uses, restored after; ``None``
+    keeps the caller's), ``metrics`` (``rhos``, ``clusters``, ``prior`` of the surrogate
+    figures, see :mod:`torchroute.trainers.oracle_quality`) and
     ``logger`` (wandb options ``project/mode/group/tags/entity``, a ``_target_`` config,
     or ``null``/``false`` for none).
 
@@ -306,6 +316,20 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("run_pretrain needs cfg.data and cfg.out_dir")
     cfg = resolve_config(cfg)
     check_values(cfg)
+    threads = cfg["train"].get("threads")
+    if threads is not None:
+        log.info(
+            "pretrain: fitting on %d torch intra-op thread(s) (train.threads; the caller's "
+            "setting, %d, is restored after), so the weights do not depend on it",
+            threads,
+            torch.get_num_threads(),
+        )
+    with intra_op_threads(threads):
+        return _run(cfg, start)
+
+
+def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
+    """:func:`run_pretrain` after its config checks, inside the fixed thread count."""
     out_dir = Path(str(cfg["out_dir"])).expanduser()
     train, seed = cfg["train"], int(cfg["seed"])
     L.seed_everything(seed, workers=True, verbose=False)
@@ -331,6 +355,17 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
             encoder_name=encoder.name if encoder is not None else cfg.get("encoder_name"),
         )
         oracle.cost_head.set_normalization(dm.train_costs())
+        if oracle.propagation_output == "cooccurrence":
+            if finetune:
+                raise PretrainConfigError(
+                    "oracle.propagation=cooccurrence counts on the frozen embeddings; it "
+                    "cannot be combined with train.unfreeze_layers > 0"
+                )
+            fit = torch.as_tensor(dm.rows("fit"))
+            table = dm.embedded_table
+            oracle.propagation_head.fit(
+                table.embeddings[fit], table.scores[fit], float(train["prior"]), seed
+            )
     module = _build(cfg, "module", oracle=oracle, encoder=encoder if finetune else None)
     ckpt = ModelCheckpoint(
         dirpath=out_dir / "checkpoints",
@@ -354,16 +389,25 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     trainer.test(module, datamodule=dm, verbose=False)
     metrics: dict[str, Any] = {}
     if trainer.is_global_zero:
-        metrics = _finish(module, dm, out_dir, finetune, trainer, ckpt, start)
+        metrics = _finish(module, dm, out_dir, finetune, trainer, ckpt, start, cfg["metrics"])
     if logger:
         if metrics and hasattr(logger, "log_metrics"):
-            logger.log_metrics(
-                {f"test/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
-            )
+            logger.log_metrics({f"test/{k}": v for k, v in _flat(metrics).items()})
         experiment = getattr(logger, "experiment", None)
         if hasattr(experiment, "finish"):
             experiment.finish()
     return metrics
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numbers of a nested dict under ``a/b/c`` keys (for the logger)."""
+    out: dict[str, float] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)):
+            out[f"{prefix}{key}"] = float(value)
+    return out
 
 
 def _finish(
@@ -374,31 +418,60 @@ def _finish(
     trainer: L.Trainer,
     ckpt: ModelCheckpoint,
     start: float,
+    quality: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Rank 0: test metrics, the artifact (and the fine-tuned encoder), ``metrics.json``."""
     oracle = module.oracle.cpu().eval()
     table = dm.embedded_table
-    test = torch.as_tensor(table.rows("test"))
+    held_out = ["val", "test"] if dm.has_split("val") else ["test"]
     if finetune:
         encoder = module.encoder.cpu()
         enc_dir = out_dir / "encoder"
         encoder.model.save_pretrained(enc_dir)
         encoder.tokenizer.save_pretrained(enc_dir)
         oracle.encoder_name = str(enc_dir.resolve())
-        embeddings = encoder.encode([table.text[i] for i in test.tolist()], progress=False)
-    else:
-        embeddings = table.embeddings[test]
-    train_mean = table.scores[torch.as_tensor(table.rows("train"))].mean(0)
+
+    def embed(rows: Any) -> Tensor:
+        if finetune:
+            return encoder.encode([table.text[i] for i in rows.tolist()], progress=False)
+        return table.embeddings[rows]
+
+    fit = torch.as_tensor(dm.rows("fit"))
+    train_mean = table.scores[fit].mean(0)
+    test = torch.as_tensor(dm.rows("test"))
+    emb = {split: embed(torch.as_tensor(dm.rows(split))) for split in held_out}
     metrics: dict[str, Any] = oracle_metrics(
-        oracle, embeddings, table.scores[test], table.costs[test], train_mean
+        oracle, emb["test"], table.scores[test], table.costs[test], train_mean
     )
+    cooc = CooccurrenceTable(
+        embed(fit), table.scores[fit], int(quality["clusters"]), float(quality["prior"])
+    )
+    surrogates: dict[str, Any] = {
+        "cost": "the oracle's cost head, for every predictor (as CABS-C)",
+        "rhos": list(quality["rhos"]),
+        "cooccurrence_clusters": int(quality["clusters"]),
+    }
+    for split in held_out:
+        rows = torch.as_tensor(dm.rows(split))
+        with torch.no_grad():
+            cost_used = oracle.cost(emb[split].float())
+        preds = predictor_table(oracle, emb[split], table.scores[rows], train_mean, cooc)
+        surrogates[split] = {
+            "num_queries": len(rows),
+            **surrogate_quality(
+                preds, table.scores[rows], table.costs[rows], cost_used, quality["rhos"]
+            ),
+        }
     best = ckpt.best_model_score
     metrics.update(
         {
+            "surrogates": surrogates,
             "best_val_loss": float(best) if best is not None else None,
             "epochs": int(trainer.current_epoch),
-            "num_train": len(table.rows("train")),
-            "num_val": len(table.rows("val")),
+            "num_train": len(dm.rows("fit")),
+            "num_early_stopping": len(dm.rows("early_stopping")),
+            "num_val": len(dm.rows("val")) if dm.has_split("val") else 0,
+            "threads": torch.get_num_threads(),
             "wall_time_s": round(time.perf_counter() - start, 2),
         }
     )

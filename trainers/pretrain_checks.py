@@ -62,6 +62,11 @@ NUMBERS: dict[tuple[str, str], dict[str, Any]] = {
     ("oracle", "hidden"): {"integer": True, "ge": 1},
     ("oracle", "feature_dim"): {"integer": True, "ge": 1},
     ("oracle", "dropout"): {"ge": 0, "lt": 1},
+    ("oracle", "clusters"): {"integer": True, "ge": 1},
+    ("train", "threads"): {"integer": True, "ge": 1},
+    ("train", "prior"): {"ge": 0},
+    ("metrics", "clusters"): {"integer": True, "ge": 1},
+    ("metrics", "prior"): {"ge": 0},
 }
 
 

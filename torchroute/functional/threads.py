@@ -8,6 +8,8 @@ solver runs several times slower with torch's default threads than with one (mea
 ``benchmarks/graph_program.py --load``; see ``docs/performance.md``). Such solvers run their
 CPU work inside :func:`single_threaded`, which sets torch's intra-op threads to one and
 restores the previous setting when the block ends (also on an exception).
+:func:`intra_op_threads` is the same for any fixed count; oracle pre-training runs inside it
+so that its reductions (hence its weights) do not depend on the caller's thread count.
 
 ``torch.set_num_threads`` is process-wide: torch operators that other Python threads run
 during the block also run on one thread.
@@ -22,17 +24,26 @@ import torch
 
 
 @contextlib.contextmanager
+def intra_op_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block with ``num_threads`` intra-op threads, restored after (``None``: as is)."""
+    if num_threads is None or torch.get_num_threads() == num_threads:
+        yield
+        return
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
 def single_threaded(device: torch.device | str = "cpu") -> Iterator[None]:
     """Run the block with one intra-op thread when ``device`` is the CPU (else unchanged)."""
     if torch.device(device).type != "cpu":
         yield
         return
-    previous = torch.get_num_threads()
-    if previous == 1:
+    with intra_op_threads(1):
         yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
