@@ -80,6 +80,10 @@ def table_subset_env(
     """Best-of-M routing on ``table`` (a table env: the runner passes the rho x seed grid).
 
     Args:
+        table: the routing table (``scores``/``costs`` ``[n, K]``).
+        rho: the cost sensitivities of the trials.
+        seeds: the stream seeds of the trials (trials = every (rho, seed) pair).
+        features: ``[n, d]`` the contexts of the table's rows (None: the env has none).
         split: the split replayed online (each trial in its own seeded order).
         horizon: rounds (``None``: the whole split).
         draws: ``M``.
@@ -88,6 +92,8 @@ def table_subset_env(
         premium_ratio: models whose mean cost is at least this share of the dearest's are
             premium.
         premium_cap: the most premium calls per query on average.
+        device: where the env's tensors live.
+        dtype: their floating dtype.
     """
     rows = np.flatnonzero(np.asarray(table.split) == split)
     if len(rows) == 0:
