@@ -43,6 +43,11 @@ def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
         if number is None or isinstance(v, bool) or (kind is int and float(v) != number):
             raise ConfigError(f"{key} must hold {kind.__name__} values, got {v!r} in {values}")
         out.append(number)
+    repeated = sorted({v for v in out if out.count(v) > 1})
+    if repeated:
+        raise ConfigError(
+            f"{key} repeats {repeated} in {values}: each trial would run twice; list each once"
+        )
     return out
 
 
