@@ -586,11 +586,31 @@ def test_pretrain_on_a_full_disk(tmp_path, capsys, monkeypatch, shared_cache):
         ("seeds=[0,0]", "seeds repeats [0] in [0, 0]: each trial would run twice"),
         ("rhos=[0,0.0]", "rhos repeats [0.0]"),
         ("resume={folder}", "is a folder; give a checkpoint file"),
+        ("features.pca_dim=abc", "features.pca_dim must be an integer >= 1 or null, got 'abc'"),
+        ("features.bias=maybe", "features.bias must be true or false, got 'maybe'"),
+        ("run_learners=random", "run_learners must be a list of learner names"),
+        ("run_learners=[]", "run_learners=[] names no learner"),
+        ("loop_seed=abc", "loop_seed must be an integer, got 'abc'"),
+        ("overwrite=maybe", "overwrite must be true or false, got 'maybe'"),
+        ("progress=maybe", "progress must be true or false, got 'maybe'"),
+        ("data.level_probs=[-1,1,1]", "level_probs must be three finite numbers >= 0"),
+        ("data.seed=abc", "seed must be an integer >= 0, got 'abc'"),
+        ("env.premium_cap=nan", "premium_cap must be a finite number >= 0, got nan"),
+        ("env.premium_ratio=2", "premium_ratio must be a fraction in [0, 1], got 2"),
     ],
 )
 def test_simulate_refuses_before_writing(tmp_path, capsys, shared_cache, override, expected):
     out = tmp_path / "run"
     override = override.format(folder=tmp_path)
-    code, err = _run(capsys, [*_simulate_args(out, shared_cache), override])
+    argv = _simulate_args(out, shared_cache)
+    if override.startswith("env."):  # the best-of-2 env of the default's companion run
+        argv = [a.replace("experiment=default", "experiment=default_subset") for a in argv]
+    code, err = _run(capsys, [*argv, override])
     assert code == 2 and expected in err.splitlines()[-1]
     assert not out.exists()
+
+
+def test_report_on_a_file_says_it_wants_a_folder(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("learner\n")
+    code, err = _run(capsys, ["report", str(tmp_path / "results.csv")])
+    assert code == 2 and "is a file; report reads the out_dir (folder)" in err

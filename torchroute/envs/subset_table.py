@@ -105,6 +105,10 @@ def table_subset_env(
         raise ValueError(f"horizon must be in 1..{len(rows)} (the {split} split), got {horizon}")
     if not 0.0 <= budget <= 1.0:
         raise ValueError(f"budget must be a fraction in [0, 1], got {budget}")
+    if not 0.0 <= premium_ratio <= 1.0:
+        raise ValueError(f"premium_ratio must be a fraction in [0, 1], got {premium_ratio}")
+    if not 0.0 <= premium_cap < float("inf"):
+        raise ValueError(f"premium_cap must be a finite number >= 0, got {premium_cap}")
     facets = table.facets if table.facets is not None else table.scores[:, None, :]
     mean_cost = table.costs[fit].mean(0).double()
     cost = mean_cost / mean_cost.max()

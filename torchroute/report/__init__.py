@@ -35,6 +35,10 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
     results, curves = [], []
     for d in map(Path, dirs):
         path = d / "results.csv"
+        if d.is_file():
+            raise NotADirectoryError(
+                f"{d} is a file; report reads the out_dir (folder) of a simulate run"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
         frame = read_run_csv(path)
