@@ -532,13 +532,7 @@ def test_report_on_a_full_disk(tmp_path, capsys, monkeypatch, name):
 def test_evaluate_on_a_full_disk(tmp_path, capsys, monkeypatch):
     import errno
 
-    rows = [
-        {"request_id": f"r{i}", "features": [1.0, float(i % 2)], "arm": "ab"[i % 2]}
-        | {"propensity": 0.5, "score": float(i % 3 == 0), "cost": 0.01}
-        for i in range(40)
-    ]
-    logs = tmp_path / "log.parquet"
-    pd.DataFrame(rows).to_parquet(logs)
+    logs = _decision_log(tmp_path / "log.parquet")
     out = tmp_path / "ope"
     _failing_write(monkeypatch, "ope.csv", errno.ENOSPC)
     argv = ["evaluate", f"logs={logs}", "targets=[arm:a]", f"out_dir={out}", "bootstrap=10"]
@@ -614,3 +608,42 @@ def test_report_on_a_file_says_it_wants_a_folder(tmp_path, capsys):
     (tmp_path / "results.csv").write_text("learner\n")
     code, err = _run(capsys, ["report", str(tmp_path / "results.csv")])
     assert code == 2 and "is a file; report reads the out_dir (folder)" in err
+
+
+def _decision_log(path: Path) -> Path:
+    rows = [
+        {"request_id": f"r{i}", "features": [1.0, float(i % 2)], "arm": "ab"[i % 2]}
+        | {"propensity": 0.5, "score": float(i % 3 == 0), "cost": 0.01}
+        for i in range(40)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("clip=-1", "clip must be a finite number > 0, got -1"),
+        ("switch_tau=0", "switch_tau must be a finite number > 0, got 0"),
+        ("switch_tau=nan", "switch_tau must be a number, got 'nan'"),
+        ("lam=0", "lam must be a finite number > 0, got 0"),
+        ("seed=abc", "seed must be an integer >= 0, got 'abc'"),
+        ("alpha=abc", "alpha must be a number, got 'abc'"),
+        ("out_dir={file}", "exists and is not a folder"),
+    ],
+)
+def test_evaluate_refuses_bad_options_before_computing(tmp_path, capsys, option, expected):
+    logs = _decision_log(tmp_path / "log.parquet")
+    (tmp_path / "afile").write_text("keep")
+    option = option.format(file=tmp_path / "afile")
+    argv = ["evaluate", f"logs={logs}", "targets=[arm:a]", f"out_dir={tmp_path / 'ope'}"]
+    code, err = _run(capsys, [*argv, option])
+    assert code == 2 and expected in err
+    assert not (tmp_path / "ope").exists() and (tmp_path / "afile").read_text() == "keep"
+
+
+def test_convert_without_an_output_names_the_mistake(tmp_path, capsys):
+    table = _table_csv(tmp_path / "t.csv")
+    code, err = _run(capsys, ["data", "convert", str(table), *WIDE.split()])
+    assert code == 2 and "convert needs the output file after the input" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
