@@ -14,9 +14,10 @@ CONFIG = """learners:
   linucb: {_target_: torchroute.learners.LinUCB.from_problem}
   cabs_d: {_target_: torchroute.learners.CABSD.from_problem}
   hpg: {_target_: torchroute.learners.HPG.from_problem}
+  linucb_full: {_target_: torchroute.learners.FullFeedbackLinUCB.from_problem}
 """
 UTILITY = {"random": [0.50, 0.52], "best_single": [0.60, 0.62], "linucb": [0.70, 0.74]}
-UTILITY |= {"cabs_d": [0.80, 0.70], "hpg": [0.55, 0.57]}
+UTILITY |= {"cabs_d": [0.80, 0.70], "hpg": [0.55, 0.57], "linucb_full": [0.9, 0.9]}
 
 
 def _run_dir(path, utility=UTILITY):
@@ -47,8 +48,10 @@ def test_one_sentence_per_family_with_the_numbers_of_the_results(tmp_path):
     assert len(sentences) == 3  # baselines, CABS, HPG
     base, cabs, hpg = sentences
     # hand-computed means: linucb 0.72, cabs_d 0.75, hpg 0.56, random 0.51, best_single 0.61
+    # linucb_full sees every reward: the reference of the baselines, not their best bandit
     assert "linucb averages utility 0.720" in base and "random (0.510, +0.210)" in base
-    assert "cabs_d averages utility 0.750" in cabs and "(rank 1 of 5)" in cabs
+    assert "linucb_full (0.900, -0.180)" in base
+    assert "cabs_d averages utility 0.750" in cabs and "(rank 2 of 6)" in cabs
     assert "linucb (0.720, +0.030)" in cabs and "best_single (0.610, +0.140)" in cabs
     assert "hpg averages utility 0.560" in hpg and "linucb (0.720, -0.160)" in hpg
 

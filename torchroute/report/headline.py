@@ -6,7 +6,9 @@ _target_`` in the run folder's ``config.yaml``, read as text, never instantiated
 subset columns ``avg_reward`` and ``feasible``) and the single-choice baselines (every other
 learner). Each sentence compares the family's best learner (by mean utility, or mean reward
 for subset routing) with the uniform-random router and, where they ran, the best fixed
-model (``best_single``) and the best baseline; every number comes from the results.
+model (``best_single``) and the best baseline bandit; a full-feedback learner
+(``FullFeedback*``, which sees every arm's reward) is an upper reference, named in the
+baselines' sentence but never their best bandit. Every number comes from the results.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
     for learner in means.index:
         families.setdefault(family_of(classes, learner), []).append(learner)
     trials = int(results.groupby("learner").size().max())
-    base = [n for n in families.get("baselines", []) if n not in (RANDOM, BEST_SINGLE)]
+    full = [n for n in means.index if classes.get(n, "").startswith("FullFeedback")]
+    base = [n for n in families.get("baselines", []) if n not in (RANDOM, BEST_SINGLE, *full)]
     best_base = max(base, key=lambda n: means[n]) if base else None
     sentences = []
     for family in ["baselines", *FAMILIES]:
@@ -88,7 +91,7 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
         pool = base if family == "baselines" and base else members
         best = max(pool, key=lambda n: means[n])
         rank = int((means > means[best]).sum()) + 1
-        others = [RANDOM, BEST_SINGLE] + ([best_base] if family != "baselines" else [])
+        others = [RANDOM, BEST_SINGLE] + ([best_base] if family != "baselines" else full)
         label = "the baselines' best bandit" if family == "baselines" else family
         sentences.append(
             f"**{family}**: {label} {best} averages utility {means[best]:.3f} over {trials} "
