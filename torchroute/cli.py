@@ -65,12 +65,14 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
 def _simulate(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
     from torchroute.run import RunOptions, run
+    from torchroute.run.options import check_no_repeats
     from torchroute.run.outdir import check_out_dir
 
     cfg = _compose(args)
     if cfg is None:
         return
     opts = RunOptions.from_config(cfg)
+    check_no_repeats(opts.config)
     companions = []  # composed and validated before the first run writes anything
     for preset in _companion_presets(cfg):
         overrides = companion_overrides(args.overrides, preset, opts.out_dir)

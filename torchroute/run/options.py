@@ -43,12 +43,22 @@ def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
         if number is None or isinstance(v, bool) or (kind is int and float(v) != number):
             raise ConfigError(f"{key} must hold {kind.__name__} values, got {v!r} in {values}")
         out.append(number)
-    repeated = sorted({v for v in out if out.count(v) > 1})
-    if repeated:
-        raise ConfigError(
-            f"{key} repeats {repeated} in {values}: each trial would run twice; list each once"
-        )
     return out
+
+
+def check_no_repeats(config: Mapping[str, Any]) -> None:
+    """Refuse ``rhos`` or ``seeds`` lists that name a value twice (each trial would run twice).
+
+    Checked on what a user gives ``simulate``; ``sweep`` repeats them on purpose (one block of
+    trials per grid point).
+    """
+    for key, kind in (("rhos", float), ("seeds", int)):
+        values = number_list(config, key, kind)
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(
+                f"{key} repeats {repeated} in {values}: each trial would run twice; list each once"
+            )
 
 
 def _flag(config: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
