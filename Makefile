@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
-run: install  ## the default experiment: synthetic text benchmark, MiniLM, every baseline
+run: install  ## the first run: baselines, CABS-D, HPG and best-of-2 routing on the built-in benchmark
 	$(VENV)/bin/torchroute simulate experiment=$(EXPERIMENT) out_dir=$(OUT) $(ARGS)
 
 test: install  ## the test suite (fast, CPU, wandb offline)

@@ -452,3 +452,198 @@ def test_a_missing_value_key_is_not_reported_as_unknown(tmp_path, capsys):
     assert code == 2 and "data.path" not in err and "{arm}" in err
     code, err = _run(capsys, ["simulate", "data=table", "data.path=x.csv", "data.bogus=1"])
     assert code == 2 and "unknown key 'data.bogus'" in err
+
+
+# ---------------------------------------------------------------- a full disk, a read-only folder
+def _failing_write(monkeypatch, name: str, errno_code: int) -> None:
+    """Every write of a file called ``name`` fails with ``errno_code`` where the OS reports
+    it: at write-back (``fsync``) for a full disk, at creation for a read-only folder."""
+    import errno
+    import os
+    import tempfile
+
+    message = os.strerror(errno_code)
+    if errno_code == errno.ENOSPC:
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{name}."):
+                raise OSError(errno_code, message)
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        return
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, prefix=None, **kwargs):
+        if prefix == f".{name}.":
+            raise OSError(errno_code, message)
+        return real_mkstemp(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+def _assert_clean_failure(code: int, err: str, target: Path, reason: str, root: Path) -> None:
+    assert code == 2, err
+    line = err.splitlines()[-1]  # above it: progress bars only
+    assert line.startswith("torchroute ") and reason in line and str(target) in line
+    assert "Traceback" not in err
+    assert not target.exists()
+    assert not [p for p in root.rglob("*.tmp") if "cache" not in p.parts]
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.mark.parametrize(
+    ("name", "errno_name"),
+    [
+        ("random.pt", "ENOSPC"),  # the learner's checkpoint
+        ("results.csv", "ENOSPC"),
+        ("results.csv", "EROFS"),  # out_dir turned read-only after config.yaml, checkpoints
+    ],
+)
+def test_simulate_on_a_full_disk_or_read_only_folder(
+    tmp_path, capsys, monkeypatch, shared_cache, name, errno_name
+):
+    import errno
+
+    out = tmp_path / "run"
+    _failing_write(monkeypatch, name, getattr(errno, errno_name))
+    code, err = _run(capsys, _simulate_args(out, shared_cache))
+    reason = "No space left on device" if errno_name == "ENOSPC" else "Read-only file system"
+    target = out / "checkpoints" / name if name.endswith(".pt") else out / name
+    _assert_clean_failure(code, err, target, reason, tmp_path)
+    assert not (out / "curves.csv").exists() or name == "results.csv"
+
+
+@pytest.mark.parametrize("name", ["report.md", "summary.csv", "pareto.png"])
+def test_report_on_a_full_disk(tmp_path, capsys, monkeypatch, name):
+    import errno
+
+    run = _run_dir(tmp_path / "run")
+    _failing_write(monkeypatch, name, errno.ENOSPC)
+    code, err = _run(capsys, ["report", str(run)])
+    _assert_clean_failure(code, err, run / name, "No space left on device", tmp_path)
+
+
+def test_evaluate_on_a_full_disk(tmp_path, capsys, monkeypatch):
+    import errno
+
+    logs = _decision_log(tmp_path / "log.parquet")
+    out = tmp_path / "ope"
+    _failing_write(monkeypatch, "ope.csv", errno.ENOSPC)
+    argv = ["evaluate", f"logs={logs}", "targets=[arm:a]", f"out_dir={out}", "bootstrap=10"]
+    code, err = _run(capsys, argv)
+    _assert_clean_failure(code, err, out / "ope.csv", "No space left on device", tmp_path)
+
+
+def test_serve_export_log_on_a_full_disk(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from torchroute.learners import LinUCB
+    from torchroute.serve.export import export_log
+    from torchroute.serve.router import Router
+
+    state = tmp_path / "router.pt"
+    router = Router.fresh(
+        LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, dtype=torch.float64, state_path=state
+    )
+    router.route(embeddings=[[1.0, 0.0]])
+    router.close()
+    out = tmp_path / "log.parquet"
+    _failing_write(monkeypatch, "log.parquet", errno.ENOSPC)
+    with pytest.raises(OSError, match=f"cannot write {out}: No space left on device"):
+        export_log(tmp_path / "router.sqlite", out)
+    assert not out.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_pretrain_on_a_full_disk(tmp_path, capsys, monkeypatch, shared_cache):
+    import errno
+
+    out = tmp_path / "run"
+    _failing_write(monkeypatch, "oracle.pt", errno.ENOSPC)
+    argv = ["pretrain", f"out_dir={out}", f"cache_dir={shared_cache}", "data.num_queries=60"]
+    code, err = _run(capsys, [*argv, "trainer.max_epochs=1", "oracle.hidden=16", "logger=null"])
+    _assert_clean_failure(code, err, out / "oracle.pt", "No space left on device", tmp_path)
+
+
+# ------------------------------------------------ found in the pass over every command
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("seeds=[0,0]", "seeds repeats [0] in [0, 0]: each trial would run twice"),
+        ("rhos=[0,0.0]", "rhos repeats [0.0]"),
+        ("resume={folder}", "is a folder; give a checkpoint file"),
+        ("features.pca_dim=abc", "features.pca_dim must be an integer >= 1 or null, got 'abc'"),
+        ("features.bias=maybe", "features.bias must be true or false, got 'maybe'"),
+        ("run_learners=random", "run_learners must be a list of learner names"),
+        ("run_learners=[]", "run_learners=[] names no learner"),
+        ("loop_seed=abc", "loop_seed must be an integer, got 'abc'"),
+        ("overwrite=maybe", "overwrite must be true or false, got 'maybe'"),
+        ("progress=maybe", "progress must be true or false, got 'maybe'"),
+        ("data.level_probs=[-1,1,1]", "level_probs must be three finite numbers >= 0"),
+        ("data.seed=abc", "seed must be an integer >= 0, got 'abc'"),
+        ("env.premium_cap=nan", "premium_cap must be a finite number >= 0, got nan"),
+        ("env.premium_ratio=2", "premium_ratio must be a fraction in [0, 1], got 2"),
+    ],
+)
+def test_simulate_refuses_before_writing(tmp_path, capsys, shared_cache, override, expected):
+    out = tmp_path / "run"
+    override = override.format(folder=tmp_path)
+    argv = _simulate_args(out, shared_cache)
+    if override.startswith("env."):  # the best-of-2 env of the default's companion run
+        argv = [a.replace("experiment=default", "experiment=default_subset") for a in argv]
+    code, err = _run(capsys, [*argv, override])
+    assert code == 2 and expected in err.splitlines()[-1]
+    assert not out.exists()
+
+
+def test_report_on_a_file_says_it_wants_a_folder(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("learner\n")
+    code, err = _run(capsys, ["report", str(tmp_path / "results.csv")])
+    assert code == 2 and "is a file; report reads the out_dir (folder)" in err
+
+
+def _decision_log(path: Path) -> Path:
+    rows = [
+        {"request_id": f"r{i}", "features": [1.0, float(i % 2)], "arm": "ab"[i % 2]}
+        | {"propensity": 0.5, "score": float(i % 3 == 0), "cost": 0.01}
+        for i in range(40)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("clip=-1", "clip must be a finite number > 0, got -1"),
+        ("switch_tau=0", "switch_tau must be a finite number > 0, got 0"),
+        ("switch_tau=nan", "switch_tau must be a number, got 'nan'"),
+        ("lam=0", "lam must be a finite number > 0, got 0"),
+        ("seed=abc", "seed must be an integer >= 0, got 'abc'"),
+        ("alpha=abc", "alpha must be a number, got 'abc'"),
+        ("out_dir={file}", "exists and is not a folder"),
+    ],
+)
+def test_evaluate_refuses_bad_options_before_computing(tmp_path, capsys, option, expected):
+    logs = _decision_log(tmp_path / "log.parquet")
+    (tmp_path / "afile").write_text("keep")
+    option = option.format(file=tmp_path / "afile")
+    argv = ["evaluate", f"logs={logs}", "targets=[arm:a]", f"out_dir={tmp_path / 'ope'}"]
+    code, err = _run(capsys, [*argv, option])
+    assert code == 2 and expected in err
+    assert not (tmp_path / "ope").exists() and (tmp_path / "afile").read_text() == "keep"
+
+
+def test_convert_without_an_output_names_the_mistake(tmp_path, capsys):
+    table = _table_csv(tmp_path / "t.csv")
+    code, err = _run(capsys, ["data", "convert", str(table), *WIDE.split()])
+    assert code == 2 and "convert needs the output file after the input" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]

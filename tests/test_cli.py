@@ -14,6 +14,10 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("cache")
 
 
+#: the default experiment's baselines (its CABS-D, HPG and companion run: tests/test_first_run.py)
+BASELINES = "random,best_single,linucb,linucb_full,lints,epsilon_greedy,squarecb"
+
+
 def _args(out_dir, cache_dir, *extra):
     return [
         "simulate",
@@ -25,6 +29,7 @@ def _args(out_dir, cache_dir, *extra):
         "seeds=[0,1]",
         "log_every=10",
         "progress=false",
+        f"run_learners=[{BASELINES}]",
         *extra,
     ]
 

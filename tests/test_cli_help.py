@@ -88,6 +88,8 @@ def test_cfg_prints_the_composed_config_and_runs_nothing(capsys, tmp_path, monke
         "lints",
         "epsilon_greedy",
         "squarecb",
+        "cabs_d",
+        "hpg",
     }
     composed = compose_config("simulate", overrides)
     assert printed["rhos"] == list(composed.rhos) == [0.0, 250.0, 500.0, 750.0, 1000.0]

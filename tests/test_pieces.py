@@ -28,6 +28,7 @@ LEARNERS = ["lints", "squarecb", "neural_ucb"]
 def _overrides(out_dir, *extra: str) -> list[str]:
     return [
         "experiment=default",
+        "~learners.cabs_d",  # its oracle pre-trains from ${encoder}, removed below
         "~data",
         "+data._target_=tests.conftest.make_table",
         "~encoder",

@@ -34,6 +34,7 @@ def routing_table(flip_test: bool = False, with_val: bool = True):
 def _overrides(out_dir, *extra: str) -> list[str]:
     return [
         "experiment=default",
+        "~learners.cabs_d",  # its oracle pre-trains from ${encoder}, removed below
         "~data",
         "+data._target_=tests.test_sweep.routing_table",
         "~encoder",

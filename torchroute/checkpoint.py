@@ -29,6 +29,11 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``; clear errors for bad files."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is a folder; give a checkpoint file (such as "
+            "<out_dir>/checkpoints/<learner>.pt)"
+        )
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:

@@ -21,7 +21,9 @@ def check_number(
         owner: who takes the argument (``"LinUCB"``), named in the message.
         name: the argument's name.
         value: the value to check.
-        gt, ge, le: bounds (``value > gt``, ``value >= ge``, ``value <= le``).
+        gt: lower bound, exclusive (``value > gt``); None for none.
+        ge: lower bound, inclusive (``value >= ge``); None for none.
+        le: upper bound, inclusive (``value <= le``); None for none.
         integer: also require an integer.
 
     Example:

@@ -65,21 +65,86 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
 def _simulate(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
     from torchroute.run import RunOptions, run
+    from torchroute.run.options import check_no_repeats
+    from torchroute.run.outdir import check_out_dir
 
     cfg = _compose(args)
     if cfg is None:
         return
     opts = RunOptions.from_config(cfg)
+    check_no_repeats(opts.config)
+    companions = []  # composed and validated before the first run writes anything
+    for preset in _companion_presets(cfg):
+        overrides = companion_overrides(args.overrides, preset, opts.out_dir)
+        companion = _compose(args, overrides)
+        if companion is not None:
+            companions.append(RunOptions.from_config(companion))
+    for companion in companions:
+        check_out_dir(companion.out_dir, companion.digest(), companion.overwrite)
     results = run(opts)
+    for companion in companions:
+        run(companion)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
     print(f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)")
+    for companion in companions:
+        print(f"wrote {companion.out_dir / 'results.csv'}")
     if opts.report:
         reference = opts.reference
         if reference is not None and reference not in set(results["learner"]):
             log.warning("reference=%s did not run; the report has no relative regret", reference)
             reference = None
-        print(write_report([opts.out_dir], reference=reference, sections=opts.report_sections))
+        print(
+            write_report(
+                [opts.out_dir],
+                reference=reference,
+                sections=opts.report_sections,
+                companions=[c.out_dir for c in companions],
+            )
+        )
+
+
+#: command-line overrides a companion run shares with its main run: the grid, the data,
+#: the encoder, the device and the run-time switches (not learners, env or out_dir)
+COMPANION_KEYS = (
+    "rounds",
+    "seeds",
+    "split",
+    "data",
+    "encoder",
+    "cache_dir",
+    "device",
+    "loop_seed",
+    "rng",
+    "logger",
+    "~logger",
+    "progress",
+    "overwrite",
+)
+
+
+def _companion_presets(cfg: DictConfig) -> list[str]:
+    """The ``companions`` of a run (none when ``run_learners`` picks some of its learners)."""
+    if cfg.get("run_learners"):
+        return []
+    presets = cfg.get("companions") or []
+    if not isinstance(presets, Sequence) or isinstance(presets, str):
+        presets = [presets]
+    bad = [p for p in presets if not isinstance(p, str) or not p or "/" in p]
+    if bad:
+        raise ValueError(f"companions must be a list of experiment preset names, got {bad}")
+    return list(presets)
+
+
+def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) -> list[str]:
+    """The overrides of companion ``preset`` of a run into ``out_dir``: the command's own
+    grid and data overrides (:data:`COMPANION_KEYS`), the preset, ``out_dir/<preset>``."""
+    shared = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+")
+        if key in COMPANION_KEYS or key.split(".", 1)[0] in COMPANION_KEYS:
+            shared.append(item)
+    return [*shared, f"experiment={preset}", f"out_dir={out_dir / preset}", "companions=[]"]
 
 
 def _gap(args: argparse.Namespace) -> None:

@@ -41,7 +41,7 @@ from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.functional.replay import replay
-from torchroute.io import write_csv_atomic
+from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.types import Problem
 
 DEFAULTS: dict[str, Any] = {
@@ -93,8 +93,17 @@ def parse_options(overrides: Sequence[str]) -> DictConfig:
     for key, low in (("bootstrap", 0), ("folds", 1)):
         if not isinstance(cfg[key], int) or cfg[key] < low:
             raise EvaluateError(f"{key} must be an integer >= {low}, got {cfg[key]!r}")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
+        raise EvaluateError(f"seed must be an integer >= 0, got {cfg.seed!r}")
+    for key in ("alpha", "switch_tau", "clip", "lam"):
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], (int, float)):
+            raise EvaluateError(f"{key} must be a number, got {cfg[key]!r}")
     if not 0 < float(cfg.alpha) < 1:
         raise EvaluateError(f"alpha must be in (0, 1), got {cfg.alpha}")
+    for key in ("switch_tau", "clip", "lam"):
+        if not 0 < float(cfg[key]) < float("inf"):
+            raise EvaluateError(f"{key} must be a finite number > 0, got {cfg[key]}")
+    check_writable_folder(cfg.out_dir, "out_dir")
     return cfg
 
 

@@ -168,6 +168,8 @@ class FeatureMap:
             embeddings: ``[n, e]`` table embeddings.
             fit_rows: rows the projection is fitted on (the train split).
             pca_dim: number of principal directions ``p``; ``None`` keeps the embeddings.
+            bias: append a constant feature.
+            normalize: scale each feature row to unit norm.
         """
         if pca_dim is None:
             return cls(bias=bias, normalize=normalize)

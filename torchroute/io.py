@@ -16,20 +16,35 @@ import pandas as pd
 def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file next to ``path``; on success it replaces ``path`` at once.
 
-    An interruption leaves the previous file (or none), never half a file.
+    An interruption leaves the previous file (or none), never half a file. A failing write
+    (a full disk, a folder turned read-only) raises :class:`OSError` with the same ``errno``
+    and a message naming ``path`` (``cannot write <path>: No space left on device``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _named(err, path) from err
     try:
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise _named(err, path) from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _named(err: OSError, path: Path) -> OSError:
+    """``err`` with a message naming the file being written (the errno kept)."""
+    if err.errno is None:
+        return err
+    return type(err)(err.errno, f"cannot write {path}: {err.strerror or err}")
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

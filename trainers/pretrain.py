@@ -484,6 +484,18 @@ def _finish(
 _PRETRAINED: dict[str, Path] = {}
 
 
+def _pretrain_key(config: Mapping[str, Any]) -> str:
+    """What an oracle was trained from: the config, and the size and modification time of
+    the data file it names (a changed file trains again)."""
+    plain = _plain(config)
+    path = (plain.get("data") or {}).get("path") if isinstance(plain.get("data"), dict) else None
+    stat = None
+    if path is not None and Path(str(path)).exists():
+        info = Path(str(path)).stat()
+        stat = [info.st_size, info.st_mtime_ns]
+    return json.dumps({"config": plain, "data_file": stat}, sort_keys=True, default=str)
+
+
 def load_or_pretrain(
     checkpoint: str | Path | None,
     config: Mapping[str, Any] | None = None,
@@ -506,7 +518,10 @@ def load_or_pretrain(
 
     A config names the same oracle in several places (the ``oracle`` feature source and
     each learner that reads it): a pretrain config is trained at most once per process,
-    later calls load the artifact it wrote.
+    later calls load the artifact it wrote. Across processes the artifact is cached too:
+    ``out_dir/pretrain_key.json`` records the config it was trained on (with the size and
+    modification time of a ``data.path`` file), and a later call with the same config loads
+    ``out_dir/oracle.pt`` instead of training again.
 
     Raises:
         OracleArtifactError: no artifact, not an artifact, or other arms / embedding size.
@@ -514,10 +529,15 @@ def load_or_pretrain(
     if checkpoint is None:
         if config is None or config.get("out_dir") is None:
             raise ValueError("load_or_pretrain needs a checkpoint or a config with out_dir")
-        key = json.dumps(_plain(config), sort_keys=True, default=str)
+        key = _pretrain_key(config)
         if key not in _PRETRAINED:
-            run_pretrain(config)
-            _PRETRAINED[key] = Path(str(config["out_dir"])).expanduser()
+            out_dir = Path(str(config["out_dir"])).expanduser()
+            stamp = out_dir / "pretrain_key.json"
+            cached = (out_dir / "oracle.pt").is_file() and stamp.is_file()
+            if not (cached and stamp.read_text() == key + "\n"):
+                run_pretrain(config)
+                write_text_atomic(stamp, key + "\n")
+            _PRETRAINED[key] = out_dir
         checkpoint = _PRETRAINED[key]
     path = Path(str(checkpoint))
     return load_oracle(

@@ -211,6 +211,11 @@ def data_command(argv: Sequence[str]) -> None:
         p.add_argument("options", nargs="*", help="loader options key=value (as data.<key>)")
         p.add_argument("--loader", default="auto", choices=["auto", *LOADERS])
     args = parser.parse_args(list(argv))
+    if args.action == "convert" and "=" in args.out and not Path(args.out).suffix:
+        raise TableError(
+            f"convert needs the output file after the input (convert <table> <out.parquet> "
+            f"[key=value ...]); got the option {args.out!r} in its place"
+        )
     options = parse_options(args.options)
     if args.action == "inspect":
         print(inspect_table(args.path, args.loader, **options))

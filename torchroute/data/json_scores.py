@@ -116,7 +116,10 @@ def load_json_scores(
             None gives zero costs.
         drop_missing: drop questions lacking a model's score (null or absent), with a
             warning giving the count, instead of raising.
-        default_split, test_fraction, val_fraction, seed: see above.
+        default_split: the split of files whose name has no split marker (see above).
+        test_fraction: with ``default_split="random"``, the seeded share sent to test.
+        val_fraction: the share of train moved to val.
+        seed: the seed of those random splits.
 
     Returns:
         ``scores`` ``[n, K]`` from the file, ``costs`` ``[n, K]`` constant per model,

@@ -141,8 +141,9 @@ def read_wide(
     Args:
         frame: one row per query.
         source: named in errors and the log.
-        score_pattern, cost_pattern: column patterns (see :mod:`torchroute.data.columns`);
-            ``cost_pattern=None`` reads no cost columns (costs come from prices).
+        score_pattern: the score column pattern (see :mod:`torchroute.data.columns`).
+        cost_pattern: the cost column pattern; None reads no cost columns (costs come
+            from prices).
         id_column: query id column, or None for the row index.
         reserved: columns that are never arm columns.
         models: the arms to keep, in this order (default: every matched arm).

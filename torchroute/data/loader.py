@@ -69,8 +69,8 @@ def load_table(
         text_column: the query text column (optional in the file).
         id_column: the query id column; None uses the row index (or an unnamed first
             column, as a CSV written with its index has).
-        split_column, group_column: the split (``train``/``val``/``test``) and group
-            columns (optional in the file).
+        split_column: the split column (``train``/``val``/``test``; optional in the file).
+        group_column: the group column (optional in the file).
         score_scale: scores are divided by it (100 reads percent). Booleans read as 0/1.
         models: the arms to keep, in this order (default: every arm found).
         costs: one constant cost per model (``{model: cost}`` or a CSV, see
@@ -87,9 +87,11 @@ def load_table(
             tokenizer name, or the run's encoder (``data.tokenizer=${encoder.encoder}``).
         drop_missing: drop queries with missing cells or rows (warns with the count)
             instead of raising.
-        default_split, test_fraction, val_fraction, seed: how queries without a split are
-            split, and the share of train moved to val (``splits.resolve_splits``; a
-            random split is logged with its seed and sizes).
+        default_split: how queries without a split are split (``splits.resolve_splits``;
+            a random split is logged with its seed and sizes).
+        test_fraction: with ``default_split="random"``, the seeded share sent to test.
+        val_fraction: the share of train moved to val.
+        seed: the seed of those random splits.
         trust_pickle: allow a ``.pkl``/``.pickle`` file. Unpickling runs arbitrary code, so
             without it a pickle raises :class:`TableError`; set it only for trusted files.
 

@@ -98,7 +98,10 @@ def load_routerbench(
         drop_missing: drop queries with a blank correctness or cost cell, with a warning
             giving the count, instead of raising (RouterBench's ARC part has 154 blanks).
         cost_suffix: suffix of the per-query cost columns.
-        default_split, test_fraction, val_fraction, seed: see above.
+        default_split: the split of files whose name has no split marker (see above).
+        test_fraction: with ``default_split="random"``, the seeded share sent to test.
+        val_fraction: the share of train moved to val.
+        seed: the seed of those random splits.
         trust_pickle: allow reading pickles (see above); without it a pickle raises
             :class:`TableError` before anything in it runs.
 

@@ -126,8 +126,24 @@ def synthetic_text_benchmark(
     unknown = sorted(set(domains) - set(DOMAINS))
     if unknown or not domains:
         raise TableError(f"domains must be a non-empty subset of {DOMAINS}, got {list(domains)}")
-    if num_queries < 1:
-        raise TableError(f"num_queries must be >= 1, got {num_queries}")
+    if (
+        not isinstance(num_queries, (int, np.integer))
+        or isinstance(num_queries, bool)
+        or num_queries < 1
+    ):
+        raise TableError(f"num_queries must be an integer >= 1, got {num_queries!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise TableError(f"seed must be an integer >= 0, got {seed!r}")
+    probs = np.asarray(list(level_probs), dtype=object)
+    ok = len(probs) == 3 and all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) and np.isfinite(p) and p >= 0
+        for p in probs
+    )
+    if not ok or sum(probs) <= 0:
+        raise TableError(
+            "level_probs must be three finite numbers >= 0 (easy, medium, hard) with a "
+            f"positive sum, got {list(level_probs)}"
+        )
     rng = np.random.default_rng(seed)
     dom_idx = np.array([DOMAINS.index(d) for d in domains])[
         rng.integers(len(domains), size=num_queries)

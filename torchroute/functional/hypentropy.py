@@ -27,8 +27,10 @@ def quadratic_form(U: Tensor, theta: Tensor, beta: Tensor | float, q: Tensor) ->
     """``q^T W q = sum_i beta sinh(theta_i) (u_i^T q)^2`` in ``O(d k)``.
 
     Args:
-        U: ``[..., d, k]`` eigenvectors; theta: ``[..., k]``; beta: broadcastable to
-            ``[...]`` (a tensor ``[...]`` or a float); q: ``[..., b, d]`` queries.
+        U: ``[..., d, k]`` eigenvectors.
+        theta: ``[..., k]`` mirror eigenvalues.
+        beta: hypentropy scale, a float or a tensor ``[...]``.
+        q: ``[..., b, d]`` queries.
 
     Returns:
         ``[..., b]``.
@@ -99,7 +101,11 @@ def rank_one_eig_update(
     """Eigendecomposition of ``U diag(theta) U^T + c q q^T`` (HPG mirror step 2).
 
     Args:
-        U: ``[..., d, k]``; theta, mask: ``[..., k]``; q: ``[..., d]``; c: ``[...]``.
+        U: ``[..., d, k]`` eigenvectors.
+        theta: ``[..., k]`` eigenvalues (zero where inactive).
+        mask: ``[..., k]`` bool, the active columns.
+        q: ``[..., d]`` the update direction.
+        c: ``[...]`` its coefficient (any sign).
 
     Returns:
         ``(U' [..., d, k + 1], theta' [..., k + 1], mask' [..., k + 1])``; see
@@ -154,7 +160,10 @@ def compact(
     truncation of docs/papers/hpg.md (an approximation), and ``dropped`` counts the lost slots.
 
     Args:
-        U: ``[..., d, k]``; theta, mask: ``[..., k]`` with ``k >= capacity``.
+        U: ``[..., d, k]`` eigenvectors.
+        theta: ``[..., k]`` eigenvalues.
+        mask: ``[..., k]`` bool, the active slots.
+        capacity: the slots kept, ``<= k``.
 
     Returns:
         ``(U [..., d, capacity], theta [..., capacity], mask [..., capacity], dropped [...])``.
@@ -182,8 +191,14 @@ def mirror_step(
     """One HPG round in mirror space: eigen-update, nuclear projection, compaction.
 
     Args:
-        U: ``[..., d, capacity]``; theta, mask: ``[..., capacity]``; q: ``[..., b, d]``;
-            c: ``[..., b]``; tau, beta: floats or ``[...]``.
+        U: ``[..., d, capacity]`` eigenvectors.
+        theta: ``[..., capacity]`` mirror eigenvalues.
+        mask: ``[..., capacity]`` bool, the active slots.
+        q: ``[..., b, d]`` update directions.
+        c: ``[..., b]`` their coefficients.
+        tau: nuclear-norm radius, a float or ``[...]``.
+        beta: hypentropy scale, a float or ``[...]``.
+        capacity: the slots kept after the step.
 
     Returns:
         ``(U, theta, mask, dropped)`` as :func:`compact`.
@@ -199,8 +214,11 @@ def dense_mirror_step(
     """The reference/fallback path: a full ``d x d`` ``eigh`` per model (``O(d^3)``).
 
     Args:
-        theta_dense: ``[..., d, d]`` symmetric mirror iterate; q: ``[..., b, d]``;
-            c: ``[..., b]``; tau, beta: floats or ``[...]``.
+        theta_dense: ``[..., d, d]`` symmetric mirror iterate.
+        q: ``[..., b, d]`` update directions.
+        c: ``[..., b]`` their coefficients.
+        tau: nuclear-norm radius, a float or ``[...]``.
+        beta: hypentropy scale, a float or ``[...]``.
 
     Returns:
         ``[..., d, d]``, the projected mirror iterate.

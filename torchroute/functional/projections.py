@@ -191,7 +191,9 @@ def support_function(w: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
     """``h_S(w) = sum_j (hi_j w_j if w_j >= 0 else lo_j w_j)`` of the box ``[lo, hi]``.
 
     Args:
-        w: ``[..., d]`` directions. lo, hi: ``[..., d]`` box.
+        w: ``[..., d]`` directions.
+        lo: ``[..., d]`` the box's lower corner.
+        hi: ``[..., d]`` its upper corner.
 
     Returns:
         ``[...]``.
@@ -203,7 +205,9 @@ def support_maximiser(w: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
     """``x*(w) = argmax_{x in [lo, hi]} w^T x``: ``hi`` where ``w >= 0``, else ``lo``.
 
     Args:
-        w, lo, hi: ``[..., d]``.
+        w: ``[..., d]`` the direction.
+        lo: ``[..., d]`` the box's lower corner.
+        hi: ``[..., d]`` its upper corner.
 
     Returns:
         ``[..., d]``.

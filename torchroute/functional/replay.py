@@ -66,11 +66,14 @@ def replay(
     Args:
         learner: a torchroute learner with ``R`` trials whose whole state sits in buffers
             and parameters (no optimiser state in ``get_extra_state``).
-        features: ``[n, d]`` contexts; embedding: ``[n, e]`` (optional).
-        action: ``[n]`` logged arms; propensity: ``[n]`` their behaviour probabilities.
-        score, cost: ``[n]`` feedback of the logged arms (utilities are recomputed).
+        features: ``[n, d]`` contexts.
+        action: ``[n]`` logged arms.
+        propensity: ``[n]`` their behaviour probabilities.
+        score: ``[n]`` quality of the logged arms (utilities are recomputed).
+        cost: ``[n]`` their cost.
         rho: ``[R]`` cost sensitivity of each trial.
         generator: the source of the learner's draws and of the acceptance coins.
+        embedding: ``[n, e]`` prompt embeddings (optional).
         scale: ``c`` (default ``min(propensity)``); must not exceed it.
 
     Returns:

@@ -135,7 +135,11 @@ def woodbury(
     ``theta' = A_inv' (b + X^T W y)``, computed as ``theta + A_inv' X^T W (y - X theta)``.
 
     Args:
-        a_inv: ``[..., d, d]``; theta: ``[..., d]``; x: ``[..., B, d]``; y, w: ``[..., B]``.
+        a_inv: ``[..., d, d]`` the inverse design matrix.
+        theta: ``[..., d]`` the ridge estimate.
+        x: ``[..., B, d]`` the new contexts.
+        y: ``[..., B]`` their targets.
+        w: ``[..., B]`` their weights (0 drops an observation).
 
     Returns:
         ``(a_inv', theta')``. For ``B = 1`` this equals :func:`sherman_morrison`.

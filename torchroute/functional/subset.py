@@ -52,7 +52,9 @@ def expected_sum_max(q: Tensor, values: Tensor, draws: int) -> Tensor:
     ``E[max_{i in A} V[n, i]] = sum_j (v_(j) - v_(j+1)) (1 - (1 - Q_j)^M)``.
 
     Args:
-        q: ``[..., K]`` policies. values: ``[..., N, K]`` (``>= 0``). draws: ``M``.
+        q: ``[..., K]`` policies.
+        values: ``[..., N, K]`` facet values (``>= 0``).
+        draws: ``M``, the draws per round.
 
     Returns:
         ``[...]``.

@@ -24,6 +24,7 @@ import pandas as pd
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
 from torchroute.report.figures import save_figure
+from torchroute.report.headline import OPENING, headline, learner_classes
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
 from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
@@ -45,6 +46,10 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
     labels = run_labels(dirs) if len(dirs) > 1 else [None] * len(dirs)
     for d, label in zip(map(Path, dirs), labels, strict=True):
         path = d / "results.csv"
+        if d.is_file():
+            raise NotADirectoryError(
+                f"{d} is a file; report reads the out_dir (folder) of a simulate run"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
         frame = read_run_csv(path)
@@ -75,8 +80,12 @@ def write_report(
     out_dir: str | Path | None = None,
     reference: str | None = None,
     sections: Sequence[str] | None = None,
+    companions: Sequence[str | Path] = (),
 ) -> str:
     """Write ``report.md``, ``summary.csv`` and PNG plots; return the markdown text.
+
+    The report opens with one sentence per learner family (:mod:`~torchroute.report.
+    headline`) over these results and those of ``companions``.
 
     Args:
         dirs: output folders of ``torchroute simulate`` runs.
@@ -85,6 +94,8 @@ def write_report(
             when the results have it. A given learner the results lack is an error.
         sections: dotted paths of the report sections (``report_sections`` of the config);
             ``None``: :data:`~torchroute.report.sections.DEFAULT_SECTIONS`.
+        companions: out_dirs of the companion runs of ``dirs`` (``companions`` key): each
+            gets its own report, appended under its own heading.
 
     Raises:
         ResultsFileError: a damaged results or curves file, or an unknown ``reference``.
@@ -93,12 +104,15 @@ def write_report(
     section_functions = load_sections(sections)
     results, curves = load_results(dirs)
     out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
+    extra = [(Path(c), *load_results([c])) for c in companions]
+    classes = {k: v for d in dirs for k, v in learner_classes(d).items()}
+    runs = [(results, classes)] + [(r, learner_classes(c)) for c, r, _ in extra]
     reference = check_reference(
         reference or "linucb",
         set(results["learner"]) | set(curves.get("learner", [])),
         given=reference is not None,
     )
-    lines: list[str] = []
+    lines: list[str] = headline(runs)
     # The curves repeat each trial's labels (rho, seed, dim, constraint, ...): those columns
     # label trials and are not averaged as measurements.
     labels = {
@@ -150,6 +164,11 @@ def write_report(
         images.append(f"![Learner metric {name} per logging interval](learner_{name}.png)")
     for section in section_functions:
         lines += section(results, curves, out)
+    for folder, *_ in extra:
+        text = write_report([folder], sections=sections)
+        if text.startswith(OPENING):  # its sentences are in this report's opening already
+            text = text[text.index("\n## ") + 1 :]
+        lines += [f"## Companion run {folder.name} ({folder})", "", text.replace("## ", "### ")]
     text = "\n".join(lines + images) + "\n"
     write_text_atomic(out / "report.md", text)
     return text

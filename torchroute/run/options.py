@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,29 @@ def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
             raise ConfigError(f"{key} must hold {kind.__name__} values, got {v!r} in {values}")
         out.append(number)
     return out
+
+
+def check_no_repeats(config: Mapping[str, Any]) -> None:
+    """Refuse ``rhos`` or ``seeds`` lists that name a value twice (each trial would run twice).
+
+    Checked on what a user gives ``simulate``; ``sweep`` repeats them on purpose (one block of
+    trials per grid point).
+    """
+    for key, kind in (("rhos", float), ("seeds", int)):
+        values = number_list(config, key, kind)
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(
+                f"{key} repeats {repeated} in {values}: each trial would run twice; list each once"
+            )
+
+
+def _flag(config: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
+    """``config[key]`` as a bool: ``true`` or ``false`` (not ``maybe``, not 1)."""
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{prefix}{key} must be true or false, got {value!r}")
+    return value
 
 
 def _positive_int(config: Mapping[str, Any], key: str, optional: bool) -> int | None:
@@ -91,11 +114,16 @@ class FeatureOptions:
         source = node.get("source", "pca")
         if source not in FEATURE_SOURCES:
             raise ConfigError(f"features.source must be one of {FEATURE_SOURCES}, got {source!r}")
+        pca_dim = node.get("pca_dim")
+        if pca_dim is not None and (
+            not isinstance(pca_dim, int) or isinstance(pca_dim, bool) or pca_dim < 1
+        ):
+            raise ConfigError(f"features.pca_dim must be an integer >= 1 or null, got {pca_dim!r}")
         return cls(
             source=source,
-            pca_dim=node.get("pca_dim"),
-            normalize=bool(node.get("normalize", True)),
-            bias=bool(node.get("bias", True)),
+            pca_dim=pca_dim,
+            normalize=_flag(node, "normalize", True, "features."),
+            bias=_flag(node, "bias", True, "features."),
             oracle=node.get("oracle"),
         )
 
@@ -158,7 +186,14 @@ class RunOptions:
         bad = [r for r in rhos if not (r >= 0 and r < float("inf"))]
         if bad:
             raise ConfigError(f"rhos must be finite and >= 0 (cost sensitivity), got {bad}")
-        run_learners = list(c.get("run_learners") or learners)
+        chosen = c.get("run_learners")
+        if chosen is not None and (isinstance(chosen, str) or not isinstance(chosen, Sequence)):
+            raise ConfigError(
+                f"run_learners must be a list of learner names ([linucb]) or null, got {chosen!r}"
+            )
+        if chosen is not None and not list(chosen):
+            raise ConfigError("run_learners=[] names no learner; null (the default) runs them all")
+        run_learners = list(chosen or learners)
         unknown = sorted(set(run_learners) - set(learners))
         if unknown:
             raise ConfigError(
@@ -185,9 +220,10 @@ class RunOptions:
         ckpt_every = _positive_int(c, "ckpt_every", optional=True)
         device = str(c.get("device", "cpu"))
         check_device_name(device)
-        log_decisions = c.get("log_decisions", False)
-        if not isinstance(log_decisions, bool):
-            raise ConfigError(f"log_decisions must be true or false, got {log_decisions!r}")
+        log_decisions = _flag(c, "log_decisions", False)
+        loop_seed = c.get("loop_seed", 0)
+        if not isinstance(loop_seed, int) or isinstance(loop_seed, bool):
+            raise ConfigError(f"loop_seed must be an integer, got {loop_seed!r}")
         if log_decisions and c.get("resume"):
             raise ConfigError(
                 "log_decisions=true cannot go with resume: the rounds before the checkpoint "
@@ -210,17 +246,17 @@ class RunOptions:
             features=FeatureOptions.from_config(c.get("features")),
             device=device,
             dtype=getattr(torch, dtype),
-            loop_seed=int(c.get("loop_seed", 0)),
+            loop_seed=loop_seed,
             rng=rng,
             trial_chunk=chunk,
             log_every=log_every,  # type: ignore[arg-type]
             ckpt_every=ckpt_every,
             resume=None if not c.get("resume") else str(c["resume"]),
             log_decisions=log_decisions,
-            progress=bool(c.get("progress", True)),
-            report=bool(c.get("report", True)),
+            progress=_flag(c, "progress", True),
+            report=_flag(c, "report", True),
             report_sections=_report_sections(c.get("report_sections")),
-            overwrite=bool(c.get("overwrite", False)),
+            overwrite=_flag(c, "overwrite", False),
         )
 
     @property

@@ -24,9 +24,11 @@ def feedback_batch(
 
     Args:
         items: ``n`` pending requests (``x [d]``, ``embedding [e]``, ``arm``, ``probs [K']``).
-        score: ``[n]`` qualities; cost: ``[n]`` costs.
+        score: ``[n]`` qualities.
+        cost: ``[n]`` costs.
         rho: the cost sensitivity of the utility ``clip(score - rho cost, 0, 1)``.
         num_arms: ``K`` now (probabilities of older decisions are zero-padded).
+        dtype: the dtype of the batch's tensors.
 
     Returns:
         ``Context(x [1, n, d], embedding [1, n, e])``, ``Decision(probs [1, n, K],

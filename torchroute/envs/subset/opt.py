@@ -30,7 +30,8 @@ def solve_opt(
         values: ``[P, N, K]`` facet values of the ``P`` distinct rounds (or block means).
         weights: ``[P]`` how often each occurs (any positive scale).
         costs: ``[d, K]`` the per-expert cost matrix ``C``.
-        lo, hi: ``[d]`` the safe box ``S``.
+        lo: ``[d]`` the safe box ``S``'s lower corner.
+        hi: ``[d]`` its upper corner.
         draws: ``M``.
         gamma: the floor.
 

@@ -96,6 +96,10 @@ def table_subset_env(
     """Best-of-M routing on ``table`` (a table env: the runner passes the rho x seed grid).
 
     Args:
+        table: the routing table (``scores``/``costs`` ``[n, K]``).
+        rho: the cost sensitivities of the trials.
+        seeds: the stream seeds of the trials (trials = every (rho, seed) pair).
+        features: ``[n, d]`` the contexts of the table's rows (None: the env has none).
         split: the split replayed online (each trial in its own seeded order).
         horizon: rounds (``None``: the whole split).
         draws: ``M``.
@@ -104,6 +108,8 @@ def table_subset_env(
         premium_ratio: models whose mean cost is at least this share of the dearest's are
             premium.
         premium_cap: the most premium calls per query on average.
+        device: where the env's tensors live.
+        dtype: their floating dtype.
     """
     rows = np.flatnonzero(np.asarray(table.split) == split)
     if len(rows) == 0:
@@ -115,6 +121,10 @@ def table_subset_env(
         raise ValueError(f"horizon must be in 1..{len(rows)} (the {split} split), got {horizon}")
     if not 0.0 <= budget <= 1.0:
         raise ValueError(f"budget must be a fraction in [0, 1], got {budget}")
+    if not 0.0 <= premium_ratio <= 1.0:
+        raise ValueError(f"premium_ratio must be a fraction in [0, 1], got {premium_ratio}")
+    if not 0.0 <= premium_cap < float("inf"):
+        raise ValueError(f"premium_cap must be a finite number >= 0, got {premium_cap}")
     facets = table.facets if table.facets is not None else table.scores[:, None, :]
     mean_cost = table.costs[fit].mean(0).double()
     cost = mean_cost / mean_cost.max()

@@ -1,0 +1,55 @@
+"""The first run (`make run`, configs/experiment/default.yaml) on tiny sizes: every learner
+family, the companion subset run, an opening sentence per family, the oracle cached."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from torchroute.cli import main
+from torchroute.report.headline import OPENING
+
+
+@pytest.mark.slow
+def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "simulate",
+        "experiment=default",
+        f"out_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "data.num_queries=120",
+        "rhos=[0,900]",
+        "seeds=[0]",
+        "progress=false",
+        "~logger",
+        "+learners.cabs_d.oracle.config.trainer={max_epochs: 2}",
+    ]
+    assert main(argv) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    results = pd.read_csv(out / "results.csv")
+    assert set(results["learner"]) == {
+        "random",
+        "best_single",
+        "epsilon_greedy",
+        "linucb",
+        "lints",
+        "linucb_full",
+        "squarecb",
+        "cabs_d",
+        "hpg",
+    }
+    subset = pd.read_csv(out / "default_subset" / "results.csv")
+    assert set(subset["learner"]) == {"omd_approachability", "random", "greedy", "cucb"}
+    assert len(subset) == 1 and {"avg_reward", "feasible"} <= set(subset)  # one seed, rho 0
+    report = (out / "report.md").read_text()
+    assert report.startswith(OPENING) and OPENING in printed
+    opening = report.split("\n## ", 2)[0]
+    for family in ("baselines", "CABS", "HPG", "subset routing"):
+        assert f"- **{family}**:" in opening
+    assert "## Companion run default_subset" in report
+    oracle = out / "oracle" / "oracle.pt"
+    assert (out / "oracle" / "pretrain_key.json").is_file()
+    stamp = oracle.stat().st_mtime_ns
+    assert main(argv) == 0  # the same configuration: the oracle is loaded, not trained again
+    assert oracle.stat().st_mtime_ns == stamp

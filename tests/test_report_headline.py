@@ -1,0 +1,97 @@
+"""The report's opening sentences: one per learner family, numbers from the results."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from torchroute.cli import companion_overrides
+from torchroute.report import write_report
+from torchroute.report.headline import OPENING, headline, learner_classes
+
+CONFIG = """learners:
+  random: {_target_: torchroute.learners.RandomRouter.from_problem}
+  best_single: {_target_: torchroute.learners.BestSingle.from_problem}
+  linucb: {_target_: torchroute.learners.LinUCB.from_problem}
+  cabs_d: {_target_: torchroute.learners.CABSD.from_problem}
+  hpg: {_target_: torchroute.learners.HPG.from_problem}
+  linucb_full: {_target_: torchroute.learners.FullFeedbackLinUCB.from_problem}
+"""
+UTILITY = {"random": [0.50, 0.52], "best_single": [0.60, 0.62], "linucb": [0.70, 0.74]}
+UTILITY |= {"cabs_d": [0.80, 0.70], "hpg": [0.55, 0.57], "linucb_full": [0.9, 0.9]}
+
+
+def _run_dir(path, utility=UTILITY):
+    path.mkdir()
+    (path / "config.yaml").write_text(CONFIG)
+    rows = [
+        {"learner": name, "rho": rho, "seed": 0, "rounds": 10, "avg_utility": u}
+        | {"avg_regret": 1 - u, "accuracy": u, "avg_cost": 0.1}
+        for name, values in utility.items()
+        for rho, u in zip([0.0, 900.0], values)
+    ]
+    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
+    return path
+
+
+def test_families_come_from_the_learner_classes(tmp_path):
+    classes = learner_classes(_run_dir(tmp_path / "run"))
+    assert classes["cabs_d"] == "CABSD" and classes["hpg"] == "HPG"
+    assert learner_classes(tmp_path) == {}  # no config.yaml: no grouping, no error
+
+
+def test_one_sentence_per_family_with_the_numbers_of_the_results(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    results = pd.read_csv(run / "results.csv")
+    lines = headline([(results, learner_classes(run))])
+    assert lines[0] == OPENING
+    sentences = [line for line in lines if line.startswith("- ")]
+    assert len(sentences) == 3  # baselines, CABS, HPG
+    base, cabs, hpg = sentences
+    # hand-computed means: linucb 0.72, cabs_d 0.75, hpg 0.56, random 0.51, best_single 0.61
+    # linucb_full sees every reward: the reference of the baselines, not their best bandit
+    assert "linucb averages utility 0.720" in base and "random (0.510, +0.210)" in base
+    assert "linucb_full (0.900, -0.180)" in base
+    assert "cabs_d averages utility 0.750" in cabs and "(rank 2 of 6)" in cabs
+    assert "linucb (0.720, +0.030)" in cabs and "best_single (0.610, +0.140)" in cabs
+    assert "hpg averages utility 0.560" in hpg and "linucb (0.720, -0.160)" in hpg
+
+
+def test_a_subset_run_gets_its_sentence(tmp_path):
+    results = pd.DataFrame(
+        {
+            "learner": ["omd", "omd", "greedy", "greedy"],
+            "avg_reward": [0.6, 0.7, 0.9, 0.9],
+            "feasible": [1.0, 1.0, 0.0, 1.0],
+        }
+    )
+    (sentence,) = [line for line in headline([(results, {})]) if line.startswith("- ")]
+    # greedy earns more but is feasible in half the trials: omd is the best feasible router
+    assert "omd collects the most reward, 0.650 per round (feasible in 100% of trials)" in sentence
+    assert "greedy (0.900, feasible 50%)" in sentence
+
+
+def test_the_report_opens_with_the_sentences_and_appends_its_companions(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    companion = _run_dir(run / "default_subset", {"random": [0.4, 0.4], "linucb": [0.5, 0.5]})
+    text = write_report([run], companions=[companion])
+    assert text.startswith(OPENING)
+    assert text.count("- **baselines**") == 2  # the run's and the companion's, in the opening
+    assert "## Companion run default_subset" in text
+    assert OPENING not in text[len(OPENING) :]  # the companion's opening is not repeated
+    assert (companion / "report.md").read_text().startswith(OPENING)
+
+
+def test_a_companion_shares_the_grid_overrides_only(tmp_path):
+    given = ["rounds=20", "seeds=[0]", "~logger", "data.num_queries=60", "learners.linucb.lam=3"]
+    given += ["+data.extra=1", "env=table_subset", "out_dir=x", "experiment=default"]
+    got = companion_overrides(given, "default_subset", tmp_path)
+    assert got == [
+        "rounds=20",
+        "seeds=[0]",
+        "~logger",
+        "data.num_queries=60",
+        "+data.extra=1",
+        "experiment=default_subset",
+        f"out_dir={tmp_path / 'default_subset'}",
+        "companions=[]",
+    ]
