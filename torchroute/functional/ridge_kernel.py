@@ -24,9 +24,10 @@ Two optional shortcuts, kept current by the update:
   updated in float32. Each entry carries a relative error up to ``2^-11``, so
   ``|quad_half - quad| <= 2^-11 |x|^T |A^{-1}| |x|`` (tested).
 
-The source is a standard torch C++ extension: at first use it is built with
-:func:`torch.utils.cpp_extension.load` (``-O3 -march=native``; ``$CXX`` names the compiler,
-``c++`` by default; ninja drives the build, about half a minute) into
+The source is a standard torch C++ extension, in one library with the fused SquareCB-G
+solver (:mod:`torchroute.functional.graph_kernel`, ``graph_kernel.cpp``): at first use it is
+built with :func:`torch.utils.cpp_extension.load` (``-O3 -march=native``; ``$CXX`` names the
+compiler, ``c++`` by default; ninja drives the build, about half a minute) into
 ``$TORCHROUTE_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/torchroute``, i.e.
 ``~/.cache/torchroute``) as ``ridge_kernel_<hash>.so``, the hash covering the source, the
 flags, the torch version and the host's CPU features. Beside it, ``ridge_kernel_<hash>.so.sha256``
@@ -55,7 +56,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-_SOURCE = Path(__file__).with_name("ridge_kernel.cpp")
+#: The extension's sources: the LinUCB steps and the SquareCB-G solver (``graph_kernel.py``).
+_SOURCES = tuple(Path(__file__).with_name(n) for n in ("ridge_kernel.cpp", "graph_kernel.cpp"))
 _FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++20")
 _NAMESPACE = "torchroute_ridge"  # the TORCH_LIBRARY namespace of ridge_kernel.cpp
 #: Elements of work below which a call stays on the calling thread (torch's ``GRAIN_SIZE``).
@@ -89,7 +91,7 @@ def _cpu_features() -> str:
 def library_path() -> Path:
     """``<cache>/ridge_kernel_<hash>.so`` for this source, flags, torch and CPU."""
     key = hashlib.sha256(
-        _SOURCE.read_bytes()
+        b"".join(source.read_bytes() for source in _SOURCES)
         + repr(_FLAGS).encode()
         + f"{torch.__version__} {torch.version.git_version} {platform.machine()}".encode()
         + _cpu_features().encode()
@@ -143,7 +145,7 @@ def _build(target: Path) -> None:
         name = target.stem  # ridge_kernel_<hash>
         cpp_extension.load(
             name=name,
-            sources=[str(_SOURCE)],
+            sources=[str(source) for source in _SOURCES],
             extra_cflags=list(_FLAGS),
             build_directory=str(build),
             is_python_module=False,
@@ -160,32 +162,47 @@ def _one_line(err: BaseException) -> str:
     return text[-300:] if len(text) > 300 else text or type(err).__name__
 
 
+_failure: KernelUnavailableError | None = None
+
+
 @cache
-def kernel_library() -> Any:
-    """The kernels' operators (``torch.ops.torchroute_ridge``): loaded from the cache, else built.
-
-    A cached library is loaded only when its size and checksum match its manifest, and then
-    without running the compiler; a missing, truncated or damaged one is rebuilt.
-
-    Raises:
-        KernelUnavailableError: no compiler, a failed build, or a cache folder that cannot
-            be written; one line naming the cause.
-    """
+def _library() -> Any:
+    """:func:`kernel_library` without the memory of a failure."""
     target = library_path()
     try:
         if cached_library_ok(target):
             torch.ops.load_library(str(target))
         else:
             _build(target)
-    except KernelUnavailableError:
-        raise
     except Exception as err:  # compiler, ninja, OSError, dlopen: one cause
         cxx = os.environ.get("CXX", "c++")
         raise KernelUnavailableError(
-            f"the fused LinUCB kernel could not be built or loaded (compiler {cxx!r}, cache "
+            f"the fused CPU kernels could not be built or loaded (compiler {cxx!r}, cache "
             f"{target.parent}): {_one_line(err)}"
         ) from err
     return getattr(torch.ops, _NAMESPACE)
+
+
+def kernel_library() -> Any:
+    """The kernels' operators (``torch.ops.torchroute_ridge``): loaded from the cache, else built.
+
+    A cached library is loaded only when its size and checksum match its manifest, and then
+    without running the compiler; a missing, truncated or damaged one is rebuilt.
+
+    A failure is remembered: later calls in the process raise the same error at once.
+
+    Raises:
+        KernelUnavailableError: no compiler, a failed build, or a cache folder that cannot
+            be written; one line naming the cause.
+    """
+    global _failure
+    if _failure is not None:  # tried once in this process: no second compiler run
+        raise KernelUnavailableError(str(_failure))
+    try:
+        return _library()
+    except KernelUnavailableError as err:
+        _failure = err
+        raise
 
 
 _warned = False
