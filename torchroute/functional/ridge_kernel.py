@@ -327,6 +327,62 @@ def linucb_scores(
     return out
 
 
+def linucb_act(
+    a_inv: Tensor,
+    theta: Tensor,
+    x: Tensor,
+    alpha: float | Tensor,
+    noise: Tensor,
+    prior: Tensor | None = None,
+    half: Tensor | None = None,
+    half_scale: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """LinUCB's decision in one call: :func:`linucb_scores`, then the tie-broken argmax.
+
+    The arm with the largest score per context; arms whose score equals the maximum are
+    tied and the one with the largest ``noise`` wins, exactly as
+    :func:`~torchroute.functional.sampling.argmax_random_ties` with the same draws.
+
+    Args:
+        a_inv, theta, x, alpha, prior, half, half_scale: as :func:`linucb_scores`.
+        noise: ``[R, B, K]`` float32 or float64 uniforms in ``[0, 1)``.
+
+    Returns:
+        ``action [R, B]`` int64 and the one-hot ``probs [R, B, K]`` in ``a_inv``'s dtype.
+    """
+    r, k, d, _ = a_inv.shape
+    b = x.shape[1]
+    dtype = a_inv.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
+    _check("a_inv", a_inv, dtype, (r, k, d, d))
+    _check("theta", theta, dtype, (r, k, d))
+    _check("x", x, dtype, (r, b, d))
+    if noise.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: noise must be float32 or float64, got {noise.dtype}")
+    _check("noise", noise, noise.dtype, (r, b, k))
+    alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
+    _check("alpha", alpha_r, dtype, (r,))
+    _shortcuts(a_inv, prior, half, half_scale)
+    action = torch.empty(r, b, dtype=torch.long)
+    probs = torch.empty(r, b, k, dtype=dtype)
+    kernel_library().linucb_act(
+        a_inv,
+        theta,
+        x,
+        0.0 if alpha_r is not None else float(alpha),
+        alpha_r,
+        prior,
+        half,
+        half_scale if half is not None else None,
+        noise,
+        action,
+        probs,
+        _threads(r * k * b * d * d // 2, r),
+    )
+    return action, probs
+
+
 def sherman_morrison_played_(
     a_inv: Tensor,
     theta: Tensor,
