@@ -226,7 +226,7 @@ def _threads(work: int, rows: int) -> int:
     return max(1, min(torch.get_num_threads(), rows, work // GRAIN))
 
 
-def _check(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+def check_tensor(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     """Raise unless ``t`` (when given) is a contiguous CPU ``dtype`` tensor of ``shape``."""
     if t is None:
         return
@@ -246,9 +246,9 @@ def _shortcuts(
     r, k, d, _ = a_inv.shape
     if half is not None and (a_inv.dtype != torch.float32 or half_scale is None):
         raise ValueError("fused ridge kernel: half copies need float32 a_inv and a half_scale")
-    _check("prior", prior, a_inv.dtype, (r, k))
-    _check("half", half, torch.float16, (r, k, d, d))
-    _check("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
+    check_tensor("prior", prior, a_inv.dtype, (r, k))
+    check_tensor("half", half, torch.float16, (r, k, d, d))
+    check_tensor("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
 
 
 def prior_scales(a_inv: Tensor, theta: Tensor) -> Tensor:
@@ -302,14 +302,14 @@ def linucb_scores(
     r, k, d, _ = a_inv.shape
     b = x.shape[1]
     dtype = a_inv.dtype
-    _check("a_inv", a_inv, dtype, (r, k, d, d))
-    _check("theta", theta, dtype, (r, k, d))
-    _check("x", x, dtype, (r, b, d))
+    check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+    check_tensor("theta", theta, dtype, (r, k, d))
+    check_tensor("x", x, dtype, (r, b, d))
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
     alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
     alpha_value = 0.0 if alpha_r is not None else float(alpha)
-    _check("alpha", alpha_r, dtype, (r,))
+    check_tensor("alpha", alpha_r, dtype, (r,))
     out = torch.empty(r, b, k, dtype=dtype)
     _shortcuts(a_inv, prior, half, half_scale)
     kernel_library().linucb_scores(
@@ -336,6 +336,8 @@ def linucb_act(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
+    *,
+    state_checked: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """LinUCB's decision in one call: :func:`linucb_scores`, then the tie-broken argmax.
 
@@ -346,6 +348,9 @@ def linucb_act(
     Args:
         a_inv, theta, x, alpha, prior, half, half_scale: as :func:`linucb_scores`.
         noise: ``[R, B, K]`` float32 or float64 uniforms in ``[0, 1)``.
+        state_checked: the caller vouches for ``a_inv``, ``theta`` and the shortcuts
+            (contiguous CPU tensors of one float dtype and matching shapes, as a fused
+            :class:`~torchroute.learners.LinUCB` keeps them): their checks are skipped.
 
     Returns:
         ``action [R, B]`` int64 and the one-hot ``probs [R, B, K]`` in ``a_inv``'s dtype.
@@ -355,15 +360,16 @@ def linucb_act(
     dtype = a_inv.dtype
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
-    _check("a_inv", a_inv, dtype, (r, k, d, d))
-    _check("theta", theta, dtype, (r, k, d))
-    _check("x", x, dtype, (r, b, d))
+    if not state_checked:
+        check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+        check_tensor("theta", theta, dtype, (r, k, d))
+        _shortcuts(a_inv, prior, half, half_scale)
+    check_tensor("x", x, dtype, (r, b, d))
     if noise.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: noise must be float32 or float64, got {noise.dtype}")
-    _check("noise", noise, noise.dtype, (r, b, k))
+    check_tensor("noise", noise, noise.dtype, (r, b, k))
     alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
-    _check("alpha", alpha_r, dtype, (r,))
-    _shortcuts(a_inv, prior, half, half_scale)
+    check_tensor("alpha", alpha_r, dtype, (r,))
     action = torch.empty(r, b, dtype=torch.long)
     probs = torch.empty(r, b, k, dtype=dtype)
     kernel_library().linucb_act(
@@ -393,6 +399,8 @@ def sherman_morrison_played_(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
+    *,
+    state_checked: bool = False,
 ) -> None:
     """In place, one bandit observation per trial: Sherman–Morrison on the played arm.
 
@@ -410,18 +418,20 @@ def sherman_morrison_played_(
         reward: ``[R, K]`` rewards (only the played, observed cell is read).
         observed: ``[R, K]`` bool.
         prior, half, half_scale: optional shortcuts, updated in place.
+        state_checked: as :func:`linucb_act` (the checks of the state are skipped).
     """
     r, k, d, _ = a_inv.shape
     dtype = a_inv.dtype
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
-    _check("a_inv", a_inv, dtype, (r, k, d, d))
-    _check("theta", theta, dtype, (r, k, d))
-    _check("x", x, dtype, (r, d))
-    _check("arm", arm, torch.long, (r,))
-    _check("reward", reward, dtype, (r, k))
-    _check("observed", observed, torch.bool, (r, k))
-    _shortcuts(a_inv, prior, half, half_scale)
+    if not state_checked:
+        check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+        check_tensor("theta", theta, dtype, (r, k, d))
+        _shortcuts(a_inv, prior, half, half_scale)
+    check_tensor("x", x, dtype, (r, d))
+    check_tensor("arm", arm, torch.long, (r,))
+    check_tensor("reward", reward, dtype, (r, k))
+    check_tensor("observed", observed, torch.bool, (r, k))
     bad = kernel_library().sherman_morrison_played(
         a_inv,
         theta,

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge_kernel import (
+    check_tensor,
     half_copy,
     kernel_available,
     kernel_library,
@@ -88,6 +89,10 @@ def _shortcuts(learner: LinUCB) -> tuple[Tensor, Tensor, _Shortcuts]:
         theta = learner.theta = theta.contiguous()
     cached = learner.__dict__.get("_fused_shortcuts")
     if cached is None or cached.stamp != _stamp(a_inv, theta):
+        # the state's checks run here, when it was replaced or changed, not every round
+        r, k, d = learner.num_trials, learner.num_arms, a_inv.shape[-1]
+        check_tensor("a_inv", a_inv, a_inv.dtype, (r, k, d, d))
+        check_tensor("theta", theta, a_inv.dtype, (r, k, d))
         cached = _Shortcuts(_stamp(a_inv, theta), prior_scales(a_inv, theta))
         if learner.kernel == "fused_fp16":
             if a_inv.dtype != torch.float32:
@@ -110,7 +115,15 @@ def fused_act(learner: LinUCB, context: Context, generator: Source = None) -> De
     # the draws of argmax_random_ties, the scores, the argmax and the one-hot in one call
     noise = uniform(generator, (*x.shape[:2], learner.num_arms), device=x.device)
     action, probs = linucb_act(
-        a_inv, theta, x, learner.alpha, noise, cut.prior, cut.half, cut.half_scale
+        a_inv,
+        theta,
+        x,
+        learner.alpha,
+        noise,
+        cut.prior,
+        cut.half,
+        cut.half_scale,
+        state_checked=True,
     )
     return Decision(probs=probs, action=action)
 
@@ -139,6 +152,7 @@ def fused_update(
         cut.prior,
         cut.half,
         cut.half_scale,
+        state_checked=True,
     )
     learner._tick(context)
     return {}
