@@ -34,13 +34,18 @@ with its own steps, from ``p = lambda = 1/K``, ``z`` one above the largest ``g_a
   instance stops once that is ``<= tol max(gamma, |V'(p)|)``, i.e. ``V(p) - V* <= tol
   max(1, |V(p)|)``.
 
-On the CPU finished instances leave the batch (a host read is free there); on other devices
-the batch keeps its shape, finished instances are frozen and a batch-level flag is read
-every other iteration. The iterations run under ``torch.inference_mode`` (the solver is not
-differentiated; the result is an ordinary tensor without gradient) and, on the CPU, on one
-intra-op thread (:func:`torchroute.functional.threads.single_threaded`): every operator
-here is small, and splitting each over threads costs a fork-join that a busy machine turns
-into a stall.
+On the CPU, for ``K <= 32``, the iterations run by default in C++, one instance per work
+item (:mod:`torchroute.functional.graph_kernel`: same iteration, the same stopping rule,
+results equal to rounding); the eager torch path below is the reference and the fallback
+(other devices, larger ``K``, no compiler, ``kernel="torch"``).
+
+On the CPU the eager path's finished instances leave the batch (a host read is free
+there); on other devices the batch keeps its shape, finished instances are frozen and a
+batch-level flag is read every other iteration. Its iterations run under
+``torch.inference_mode`` (the solver is not differentiated; the result is an ordinary
+tensor without gradient) and, on the CPU, on one intra-op thread
+(:func:`torchroute.functional.threads.single_threaded`): every operator here is small, and
+splitting each over threads costs a fork-join that a busy machine turns into a stall.
 """
 
 from __future__ import annotations
@@ -153,8 +158,8 @@ def graph_squarecb_probs(
         gamma: float or ``[...]`` tensor, ``> 0``.
         max_iter: iteration budget.
         tol: certified relative accuracy of the value ``V``.
-        compact: drop finished instances from the batch (one host read per iteration);
-            ``None``: on the CPU only. Otherwise the batch keeps its shape, finished
+        compact: eager path: drop finished instances from the batch (one host read per
+            iteration); ``None``: on the CPU only. Otherwise the batch keeps its shape, finished
             instances are frozen and a batch-level flag is read every other iteration.
         kernel: ``"auto"``: the fused C++ iteration
             (:mod:`torchroute.functional.graph_kernel`) for CPU tensors with ``K <= 32``
