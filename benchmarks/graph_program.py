@@ -6,7 +6,9 @@ the same run so that their ratio shares the machine's load:
 
 1. :func:`torchroute.functional.graph_squarecb_probs` on 210 instances per call
    (``--device``), median of ``--repeats`` calls, divided by 210 (default tolerance:
-   certified ``V(p) - V* <= 1e-7 max(1, |V(p)|)``).
+   certified ``V(p) - V* <= 1e-7 max(1, |V(p)|)``; ``kernel="auto"``: on the CPU the
+   fused C++ iteration when the extension builds), and beside it one call of the eager
+   torch path (``kernel="torch"``).
 2. cvxpylayers (the DPP form with ``w = G^T p``, :mod:`tests.functional.graph_reference`)
    on a batch of 32 instances per call, median of the calls, divided by 32.
 3. A plain cvxpy re-solve (Clarabel) of the same parametrised problem, one instance per
@@ -107,9 +109,10 @@ def main() -> None:
 
     def measure() -> dict[str, float]:
         ours = timed(lambda: graph_squarecb_probs(fd, gd, gammad), args.repeats, sync) / 210
+        eager = timed(lambda: graph_squarecb_probs(fd, gd, gammad, kernel="torch"), 1, sync) / 210
         layers = timed(lambda: layer(*args32, solver_args=dict(TIGHT)), args.repeats, sync) / 32
         plain = timed(cvxpy_one, max(args.repeats, 5), lambda: None)
-        return {"ours": ours, "layers": layers, "plain": plain}
+        return {"ours": ours, "eager": eager, "layers": layers, "plain": plain}
 
     modes = ("quiet", "loaded") if args.load else ("quiet",)
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
@@ -127,14 +130,20 @@ def main() -> None:
     gap = ((v_ours - v_ref) / v_ref.abs().clamp_min(1)).max().item()
     print(f"threads: {torch.get_num_threads()}  device: {dev}  reps: {args.reps} (median)")
     for mode in modes:
-        med = {k: statistics.median(r[k] for r in runs[mode]) for k in ("ours", "layers", "plain")}
+        names = ("ours", "eager", "layers", "plain")
+        med = {k: statistics.median(r[k] for r in runs[mode]) for k in names}
         ratio = statistics.median(r["layers"] / r["ours"] for r in runs[mode])
         ratio_plain = statistics.median(r["plain"] / r["ours"] for r in runs[mode])
         print(f"[{mode}] {loads[mode][0]} (first rep), {loads[mode][-1]} (last rep)")
         print(f"[{mode}] ours (210 per call):        {med['ours'] * 1e6:9.1f} us/instance")
+        print(f"[{mode}] ours, eager torch path:     {med['eager'] * 1e6:9.1f} us/instance")
         print(f"[{mode}] cvxpylayers (32 per call):  {med['layers'] * 1e6:9.1f} us/instance")
         print(f"[{mode}] cvxpy re-solve (1 per call):{med['plain'] * 1e6:9.1f} us/instance")
-        print(f"[{mode}] ratio vs cvxpylayers: {ratio:.2f}  vs cvxpy: {ratio_plain:.2f}")
+        ratio_eager = statistics.median(r["layers"] / r["eager"] for r in runs[mode])
+        print(
+            f"[{mode}] ratio vs cvxpylayers: {ratio:.2f}  vs cvxpy: {ratio_plain:.2f}  "
+            f"(eager path vs cvxpylayers: {ratio_eager:.2f})"
+        )
         runs[mode] = [{"ratio": ratio, "ratio_plain": ratio_plain}]
     print(f"worst relative V gap vs cvxpylayers: {gap:.3e}")
     print(f"ratio_vs_cvxpy_K11: {runs['quiet'][0]['ratio_plain']:.2f}")

@@ -110,10 +110,11 @@ turn), interleaved; prints the median ratios of each side with the load averages
 ``--latency``: serving-like use, ``R = 1, B = 1, d = 384, K = 11``: the wall time of one
 ``act`` + ``update`` over ``--latency-rounds`` rounds (default 10,000), p50 and p99, for
 ``kernel="fused"``, ``kernel="torch"`` and the numpy per-trial loop, taking turns in blocks
-of 500 rounds.
+of 500 rounds; the eager path plays ``--latency-eager-rounds`` (default 200) spread over the
+same blocks, as it is some 100x slower there.
 
 Usage: ``python benchmarks/linucb_throughput.py [--device cuda] [--seconds S] [--quick]
-[--load] [--reps 5] [--latency]``.
+[--load] [--reps 5] [--latency] [--latency-rounds N] [--latency-eager-rounds N]``.
 """
 
 from __future__ import annotations
@@ -345,8 +346,13 @@ def loaded_ratios(seconds: float, reps: int) -> None:
         print(f"ratio_vs_numpy_vectorised_d128_{mode}: {vec:.3f}")
 
 
-def latency(rounds: int, d: int = 384, block: int = 500) -> None:
-    """p50/p99 of one ``act`` + ``update`` at ``R = 1, B = 1`` against the numpy loop."""
+def latency(rounds: int, eager_rounds: int, d: int = 384, block: int = 500) -> None:
+    """p50/p99 of one ``act`` + ``update`` at ``R = 1, B = 1`` against the numpy loop.
+
+    ``fused`` and ``numpy`` play ``rounds`` rounds each in alternating blocks of ``block``;
+    the eager path (two orders of magnitude slower on a busy machine) plays ``eager_rounds``
+    spread evenly over the same blocks (0: not measured).
+    """
     x_pool, reward_pool = make_pool(d, 1)
     times: dict[str, list[float]] = {"fused": [], "torch": [], "numpy": []}
     learners = {
@@ -387,16 +393,23 @@ def latency(rounds: int, d: int = 384, block: int = 500) -> None:
 
     for t in range(20):  # warm-up
         torch_round(learners["fused"], t), torch_round(learners["torch"], t), numpy_round(t)
-    for start in range(0, rounds, block):
+    blocks = max(1, -(-rounds // block))
+    for i, start in enumerate(range(0, rounds, block)):
         n = min(block, rounds - start)
-        for name in ("fused", "torch", "numpy"):
-            for t in range(start, start + n):
+        n_eager = eager_rounds * (i + 1) // blocks - eager_rounds * i // blocks
+        for name, count in (("fused", n), ("torch", n_eager), ("numpy", n)):
+            for t in range(start, start + count):
                 dt = numpy_round(t) if name == "numpy" else torch_round(learners[name], t)
                 times[name].append(dt)
-    print(f"\nper-decision latency, R = 1, B = 1, d = {d}, K = {NUM_ARMS}, {rounds} rounds")
+    print(
+        f"\nper-decision latency, R = 1, B = 1, d = {d}, K = {NUM_ARMS}: {rounds} rounds "
+        f"(eager: {eager_rounds})"
+    )
     print(load_average())
     p = {}
     for name, values in times.items():
+        if not values:
+            continue
         q = np.percentile(np.asarray(values) * 1e6, [50, 99])
         p[name] = q
         print(f"{name:>6}: p50 {q[0]:8.1f} us  p99 {q[1]:8.1f} us")
@@ -422,13 +435,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="--load repetitions")
     parser.add_argument("--latency", action="store_true", help="R = 1 per-decision latency")
     parser.add_argument("--latency-rounds", type=int, default=10_000)
+    parser.add_argument(
+        "--latency-eager-rounds", type=int, default=200, help="eager rounds in --latency (0: none)"
+    )
     args = parser.parse_args()
     if args.load or args.latency:
         print(f"torch {torch.__version__}, torch.get_num_threads() = {torch.get_num_threads()}")
         if args.load:
             loaded_ratios(args.seconds or 2.0, args.reps)
         if args.latency:
-            latency(args.latency_rounds)
+            latency(args.latency_rounds, args.latency_eager_rounds)
         return
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -12,6 +12,7 @@ from torchroute.functional.graph_program import (
     graph_squarecb_probs,
     graph_squarecb_value,
 )
+from torchroute.functional.ridge_kernel import KernelUnavailableError, kernel_library
 
 GRAPHS = ("identity", "complete", "sparse", "dense")
 
@@ -37,7 +38,7 @@ def make_instances(k: int, n: int, kind: str, seed: int) -> tuple[torch.Tensor, 
 
 
 def check_against_reference(
-    k: int, n: int, kind: str, seed: int, bound: float = 1e-6, **kwargs: float | bool
+    k: int, n: int, kind: str, seed: int, bound: float = 1e-6, **kwargs: float | bool | str
 ) -> None:
     """Probabilities on the simplex whose exact ``V`` exceeds the reference's by at most
     ``bound`` relative to ``max(1, |V_ref|)``."""
@@ -54,24 +55,40 @@ def check_against_reference(
     assert rel.max() <= bound, f"K={k} {kind}: worst relative excess {rel.max():.3e}"
 
 
+def _kernel(name: str) -> str:
+    """``name``, or a skip when the fused solver cannot be built here."""
+    if name == "fused":
+        try:
+            kernel_library()
+        except KernelUnavailableError as err:
+            pytest.skip(f"no C++ compiler to build the kernel: {err}")
+    return name
+
+
+KERNELS = ("torch", "fused")  # the eager path and the C++ iteration (graph_kernel.py)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize(
     ("k", "kind"), [(2, "identity"), (3, "dense"), (11, "sparse"), (11, "complete")]
 )
-def test_matches_cvxpylayers_fast(k: int, kind: str) -> None:
-    check_against_reference(k, 10, kind, seed=k)
+def test_matches_cvxpylayers_fast(k: int, kind: str, kernel: str) -> None:
+    check_against_reference(k, 10, kind, seed=k, kernel=_kernel(kernel))
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("tol", [1e-1, 1e-3, 1e-7])
 @pytest.mark.parametrize("kind", ["sparse", "dense"])
-def test_certificate_bounds_the_excess(kind: str, tol: float) -> None:
+def test_certificate_bounds_the_excess(kind: str, tol: float, kernel: str) -> None:
     # The stopping certificate promises V(p) - V* <= tol max(1, |V(p)|); a loose tol stops
     # early, so this fails if the lower bound behind the certificate is not valid.
-    check_against_reference(11, 20, kind, seed=3, bound=tol * (1 + 1e-6), tol=tol)
+    bound = tol * (1 + 1e-6)
+    check_against_reference(11, 20, kind, seed=3, bound=bound, tol=tol, kernel=_kernel(kernel))
 
 
 def test_fixed_shape_path() -> None:
     # The path used off the CPU (finished instances frozen, batch-level flag), run here.
-    check_against_reference(11, 20, "dense", seed=3, compact=False)
+    check_against_reference(11, 20, "dense", seed=3, compact=False, kernel="torch")
 
 
 def test_output_is_an_ordinary_tensor() -> None:
@@ -86,9 +103,10 @@ def test_output_is_an_ordinary_tensor() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", GRAPHS)
 @pytest.mark.parametrize("k", [2, 3, 11, 19, 50])
-def test_matches_cvxpylayers_sweep(k: int, kind: str) -> None:
-    # 5 K x 4 graphs x 60 = 1,200 instances
-    check_against_reference(k, 60, kind, seed=100 + k)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_matches_cvxpylayers_sweep(k: int, kind: str, kernel: str) -> None:
+    # 5 K x 4 graphs x 60 = 1,200 instances ("fused" at K = 50: beyond the "auto" limit)
+    check_against_reference(k, 60, kind, seed=100 + k, kernel=_kernel(kernel))
 
 
 def test_closed_forms() -> None:

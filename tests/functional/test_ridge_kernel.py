@@ -79,6 +79,25 @@ def test_scores_match_numpy(per_trial_alpha):
     np.testing.assert_allclose(got.numpy(), np_scores(a_inv, theta, x, alpha), rtol=1e-12)
 
 
+@pytest.mark.parametrize("noise_dtype", [torch.float32, torch.float64])
+def test_act_is_the_tie_broken_argmax_of_numpy_scores(noise_dtype):
+    rng = np.random.default_rng(4)
+    a_inv, theta = np_state(rng, 2.0, 8)
+    a_inv[:, 2], theta[:, 2] = a_inv[:, 0], theta[:, 0]  # arms 0 and 2 tie exactly
+    x = rng.normal(size=(R, 3, D))
+    x[1, 0] = 0.0  # every arm scores 0: a three-way tie
+    noise = torch.rand(R, 3, K, generator=torch.Generator().manual_seed(0), dtype=noise_dtype)
+    action, probs = rk.linucb_act(t(a_inv), t(theta), t(x), 0.7, noise)
+    want = np_scores(a_inv, theta, x, np.full(R, 0.7))
+    u = noise.double().numpy()
+    tied = want >= want.max(-1, keepdims=True)  # ties among equal scores: the largest noise
+    expected = np.where(tied, u, -1.0).argmax(-1)
+    assert tied.sum(-1).max() == 3 and (tied.sum(-1) == 2).any()
+    np.testing.assert_array_equal(action.numpy(), expected)
+    assert probs.dtype == torch.float64
+    np.testing.assert_array_equal(probs.numpy(), np.eye(K)[expected])
+
+
 @pytest.mark.parametrize(("dtype", "atol"), [(torch.float64, 1e-12), (torch.float32, 2e-5)])
 def test_updates_match_numpy_loop(dtype, atol):
     rng = np.random.default_rng(1)

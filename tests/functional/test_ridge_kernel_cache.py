@@ -58,12 +58,39 @@ print(json.dumps(out))
 """
 
 
-def _probe(cache: Path, kernel: str, cxx: str | None = None) -> dict:
+# The SquareCB-G solver: "auto" (the default) and "fused"; prints whether the result is
+# the eager path's bit for bit, the warnings, or the one-line error.
+GRAPH_PROBE = r"""
+import json, sys, warnings
+import torch
+from torchroute.functional import ridge_kernel as rk
+from torchroute.functional.graph_program import graph_squarecb_probs
+
+kernel = sys.argv[1]
+g = torch.Generator().manual_seed(0)
+f = torch.rand(30, 11, generator=g)
+graph = torch.rand(30, 11, 11, generator=g) < 0.3
+out = {}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        runs = [graph_squarecb_probs(f, graph, 2.0, kernel=kernel) for _ in range(3)]
+        eager = graph_squarecb_probs(f, graph, 2.0, kernel="torch")
+        out["equals_eager"] = all(torch.equal(p, eager) for p in runs)
+        out["max_gap"] = max(float((p - eager).abs().max()) for p in runs)
+    except rk.KernelUnavailableError as err:
+        out["error"] = str(err)
+out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+print(json.dumps(out))
+"""
+
+
+def _probe(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE) -> dict:
     env = {**os.environ, "TORCHROUTE_KERNEL_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
     if cxx is not None:
         env["CXX"] = cxx
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, kernel], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", probe, kernel], env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -7 would be SIGBUS
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -103,6 +130,25 @@ def test_no_compiler_auto_falls_back_to_eager_with_one_warning(tmp_path):
     assert out["kernel"] == "torch"
     assert len(out["warnings"]) == 1  # two learners built, one warning
     assert "using the eager torch path" in out["warnings"][0]
+
+
+def test_solver_without_compiler_is_eager_with_one_warning(tmp_path):
+    out = _probe(tmp_path / "cache", "auto", MISSING_CXX, GRAPH_PROBE)
+    assert out["equals_eager"]  # three calls, one build attempt, one warning
+    assert len(out["warnings"]) == 1 and "using the eager torch path" in out["warnings"][0]
+
+
+def test_solver_without_compiler_explicit_fused_is_a_one_line_error(tmp_path):
+    out = _probe(tmp_path / "cache", "fused", MISSING_CXX, GRAPH_PROBE)
+    assert "\n" not in out["error"] and "could not be built or loaded" in out["error"]
+    assert MISSING_CXX in out["error"]
+
+
+def test_solver_uses_a_cached_library_without_a_compiler(built, tmp_path):
+    cache = tmp_path / "cache"
+    _plant(built, cache)
+    out = _probe(cache, "auto", MISSING_CXX, GRAPH_PROBE)
+    assert out["warnings"] == [] and out["max_gap"] < 1e-5  # fused: eager's up to rounding
 
 
 def test_cached_library_is_loaded_without_a_compiler(built, tmp_path):

@@ -34,22 +34,30 @@ with its own steps, from ``p = lambda = 1/K``, ``z`` one above the largest ``g_a
   instance stops once that is ``<= tol max(gamma, |V'(p)|)``, i.e. ``V(p) - V* <= tol
   max(1, |V(p)|)``.
 
-On the CPU finished instances leave the batch (a host read is free there); on other devices
-the batch keeps its shape, finished instances are frozen and a batch-level flag is read
-every other iteration. The iterations run under ``torch.inference_mode`` (the solver is not
-differentiated; the result is an ordinary tensor without gradient) and, on the CPU, on one
-intra-op thread (:func:`torchroute.functional.threads.single_threaded`): every operator
-here is small, and splitting each over threads costs a fork-join that a busy machine turns
-into a stall.
+On the CPU, for ``K <= 32``, the iterations run by default in C++, one instance per work
+item (:mod:`torchroute.functional.graph_kernel`: same iteration, the same stopping rule,
+results equal to rounding); the eager torch path below is the reference and the fallback
+(other devices, larger ``K``, no compiler, ``kernel="torch"``).
+
+On the CPU the eager path's finished instances leave the batch (a host read is free
+there); on other devices the batch keeps its shape, finished instances are frozen and a
+batch-level flag is read every other iteration. Its iterations run under
+``torch.inference_mode`` (the solver is not differentiated; the result is an ordinary
+tensor without gradient) and, on the CPU, on one intra-op thread
+(:func:`torchroute.functional.threads.single_threaded`): every operator here is small, and
+splitting each over threads costs a fork-join that a busy machine turns into a stall.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from torchroute.functional.graph_kernel import fused_solver_available, graph_squarecb_fused
+from torchroute.functional.ridge_kernel import kernel_library
 from torchroute.functional.threads import single_threaded
 
 #: centring: each Newton step targets ``sigma`` times the mean complementarity
@@ -132,6 +140,7 @@ def graph_squarecb_probs(
     max_iter: int = 50,
     tol: float = 1e-7,
     compact: bool | None = None,
+    kernel: str = "auto",
 ) -> Tensor:
     """Minimiser of the SquareCB-G program over the simplex, batched (CABS Theorem D.1).
 
@@ -149,9 +158,16 @@ def graph_squarecb_probs(
         gamma: float or ``[...]`` tensor, ``> 0``.
         max_iter: iteration budget.
         tol: certified relative accuracy of the value ``V``.
-        compact: drop finished instances from the batch (one host read per iteration);
-            ``None``: on the CPU only. Otherwise the batch keeps its shape, finished
+        compact: eager path: drop finished instances from the batch (one host read per
+            iteration); ``None``: on the CPU only. Otherwise the batch keeps its shape, finished
             instances are frozen and a batch-level flag is read every other iteration.
+        kernel: ``"auto"``: the fused C++ iteration
+            (:mod:`torchroute.functional.graph_kernel`) for CPU tensors with ``K <= 32``
+            when the extension can be built or loaded (else, with one warning per process,
+            the eager path), the eager torch path otherwise; ``"torch"``: always the eager
+            path; ``"fused"``: the C++ iteration or a one-line
+            :class:`~torchroute.functional.ridge_kernel.KernelUnavailableError`. The two
+            paths agree to rounding.
 
     Returns:
         ``probs [..., K]`` on the simplex, in the dtype of ``losses``.
@@ -162,10 +178,20 @@ def graph_squarecb_probs(
         tensor(1.)
     """
     gamma_t, lead = _check(losses, graph, gamma)
+    k = losses.shape[-1]
+    if kernel not in ("auto", "torch", "fused"):
+        raise ValueError(f"kernel must be 'auto', 'torch' or 'fused', got {kernel!r}")
+    if kernel == "fused":
+        if losses.device.type != "cpu":
+            raise ValueError(f"kernel='fused' runs on the CPU, got {losses.device}")
+        kernel_library()  # the one-line KernelUnavailableError
+    fused = kernel == "fused" or (kernel == "auto" and fused_solver_available(losses.device, k))
     # No autograd bookkeeping on the many small ops, and on the CPU no fork-join per op (one
     # intra-op thread, restored after: torchroute.functional.threads).
-    with torch.inference_mode(), single_threaded(losses.device):
-        p = _solve(losses, graph, gamma_t, lead, max_iter, tol, compact)
+    # (The fused path splits instances over the threads itself, one fork-join per call.)
+    threads = contextlib.nullcontext() if fused else single_threaded(losses.device)
+    with torch.inference_mode(), threads:
+        p = _solve(losses, graph, gamma_t, lead, max_iter, tol, compact, fused)
     return p.clone()  # a normal tensor again
 
 
@@ -177,6 +203,7 @@ def _solve(
     max_iter: int,
     tol: float,
     compact: bool | None,
+    fused: bool = False,
 ) -> Tensor:
     """The body of :func:`graph_squarecb_probs` after the input checks."""
     k = losses.shape[-1]
@@ -190,6 +217,11 @@ def _solve(
     gt = gm.transpose(1, 2).contiguous()
     scale = tol * gamma_t.reshape(n)
     f = gamma_t.reshape(n, 1) * (f - f.amin(-1, keepdim=True))  # f' = gamma (f - min f)
+    if fused:
+        p = graph_squarecb_fused(f, gm, scale, tol, max_iter)
+        p = p.clamp_min(0.0)
+        p = p / p.sum(-1, keepdim=True)
+        return p.reshape(*lead, k).to(losses.dtype)
     x = _start(f, gm)
     consts = _Consts(
         torch.tensor(_TRIALS, dtype=torch.float64, device=dev),

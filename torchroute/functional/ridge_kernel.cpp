@@ -7,6 +7,7 @@
 // which honours torch's thread settings (torch.set_num_threads, OMP_NUM_THREADS).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -305,6 +306,56 @@ void linucb_scores_op(const at::Tensor &a_inv, const at::Tensor &theta, const at
     }
 }
 
+// LinUCB's act in one call: the scores of linucb_scores_op, then per context the arm with the
+// largest score, ties (scores equal to the maximum) broken by the largest noise [R, B, K]
+// (the first such arm on equal noise; arm 0 when no score compares, e.g. NaN), as
+// torchroute.functional.sampling.argmax_random_ties does with the same draws. Writes
+// action [R, B] (int64) and the one-hot probs [R, B, K].
+template <typename T, typename N>
+void pick(const T *scores, const N *noise, int64_t *action, T *probs, int64_t rows, int64_t k) {
+    for (int64_t i = 0; i < rows; ++i) {
+        const T *s = scores + i * k;
+        const N *u = noise + i * k;
+        T best = s[0];
+        for (int64_t a = 1; a < k; ++a)
+            if (std::isnan(s[a]) || s[a] > best) best = s[a];  // NaN sticks (torch's amax)
+        int64_t arm = 0;
+        N top = N(-1);
+        for (int64_t a = 0; a < k; ++a) {
+            const N v = s[a] >= best ? u[a] : N(-1);
+            if (v > top) {
+                top = v;
+                arm = a;
+            }
+        }
+        action[i] = arm;
+        for (int64_t a = 0; a < k; ++a) probs[i * k + a] = a == arm ? T(1) : T(0);
+    }
+}
+
+void linucb_act_op(const at::Tensor &a_inv, const at::Tensor &theta, const at::Tensor &x,
+                   double alpha, const std::optional<at::Tensor> &alpha_r,
+                   const std::optional<at::Tensor> &prior, const std::optional<at::Tensor> &half,
+                   const std::optional<at::Tensor> &half_scale, const at::Tensor &noise,
+                   const at::Tensor &action, const at::Tensor &probs, int64_t threads) {
+    const int64_t r = a_inv.size(0), k = a_inv.size(1), b = x.size(1);
+    const at::Tensor scores = at::empty({r, b, k}, a_inv.options());
+    linucb_scores_op(a_inv, theta, x, alpha, alpha_r, prior, half, half_scale, scores, threads);
+    int64_t *act = action.data_ptr<int64_t>();
+    auto run_pick = [&](auto *s, auto *p) {
+        if (noise.scalar_type() == at::kFloat) {
+            pick(s, noise.data_ptr<float>(), act, p, r * b, k);
+        } else {
+            pick(s, noise.data_ptr<double>(), act, p, r * b, k);
+        }
+    };
+    if (a_inv.scalar_type() == at::kFloat) {
+        run_pick(scores.data_ptr<float>(), probs.data_ptr<float>());
+    } else {
+        run_pick(scores.data_ptr<double>(), probs.data_ptr<double>());
+    }
+}
+
 int64_t sherman_morrison_played_op(const at::Tensor &a_inv, const at::Tensor &theta,
                                    const at::Tensor &x, const at::Tensor &arm,
                                    const at::Tensor &reward, const at::Tensor &observed,
@@ -332,6 +383,11 @@ TORCH_LIBRARY(torchroute_ridge, m) {
         "linucb_scores(Tensor a_inv, Tensor theta, Tensor x, float alpha, Tensor? alpha_r, "
         "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor(a!) out, int threads) -> ()",
         &linucb_scores_op);
+    m.def(
+        "linucb_act(Tensor a_inv, Tensor theta, Tensor x, float alpha, Tensor? alpha_r, "
+        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor noise, Tensor(a!) action, "
+        "Tensor(b!) probs, int threads) -> ()",
+        &linucb_act_op);
     m.def(
         "sherman_morrison_played(Tensor(a!) a_inv, Tensor(b!) theta, Tensor x, Tensor arm, "
         "Tensor reward, Tensor observed, Tensor(c!)? prior, Tensor(d!)? half, "

@@ -24,9 +24,10 @@ Two optional shortcuts, kept current by the update:
   updated in float32. Each entry carries a relative error up to ``2^-11``, so
   ``|quad_half - quad| <= 2^-11 |x|^T |A^{-1}| |x|`` (tested).
 
-The source is a standard torch C++ extension: at first use it is built with
-:func:`torch.utils.cpp_extension.load` (``-O3 -march=native``; ``$CXX`` names the compiler,
-``c++`` by default; ninja drives the build, about half a minute) into
+The source is a standard torch C++ extension, in one library with the fused SquareCB-G
+solver (:mod:`torchroute.functional.graph_kernel`, ``graph_kernel.cpp``): at first use it is
+built with :func:`torch.utils.cpp_extension.load` (``-O3 -march=native``; ``$CXX`` names the
+compiler, ``c++`` by default; ninja drives the build, about half a minute) into
 ``$TORCHROUTE_KERNEL_CACHE`` (default ``$XDG_CACHE_HOME/torchroute``, i.e.
 ``~/.cache/torchroute``) as ``ridge_kernel_<hash>.so``, the hash covering the source, the
 flags, the torch version and the host's CPU features. Beside it, ``ridge_kernel_<hash>.so.sha256``
@@ -55,7 +56,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-_SOURCE = Path(__file__).with_name("ridge_kernel.cpp")
+#: The extension's sources: the LinUCB steps and the SquareCB-G solver (``graph_kernel.py``).
+_SOURCES = tuple(Path(__file__).with_name(n) for n in ("ridge_kernel.cpp", "graph_kernel.cpp"))
 _FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++20")
 _NAMESPACE = "torchroute_ridge"  # the TORCH_LIBRARY namespace of ridge_kernel.cpp
 #: Elements of work below which a call stays on the calling thread (torch's ``GRAIN_SIZE``).
@@ -89,7 +91,7 @@ def _cpu_features() -> str:
 def library_path() -> Path:
     """``<cache>/ridge_kernel_<hash>.so`` for this source, flags, torch and CPU."""
     key = hashlib.sha256(
-        _SOURCE.read_bytes()
+        b"".join(source.read_bytes() for source in _SOURCES)
         + repr(_FLAGS).encode()
         + f"{torch.__version__} {torch.version.git_version} {platform.machine()}".encode()
         + _cpu_features().encode()
@@ -143,7 +145,7 @@ def _build(target: Path) -> None:
         name = target.stem  # ridge_kernel_<hash>
         cpp_extension.load(
             name=name,
-            sources=[str(_SOURCE)],
+            sources=[str(source) for source in _SOURCES],
             extra_cflags=list(_FLAGS),
             build_directory=str(build),
             is_python_module=False,
@@ -160,32 +162,47 @@ def _one_line(err: BaseException) -> str:
     return text[-300:] if len(text) > 300 else text or type(err).__name__
 
 
+_failure: KernelUnavailableError | None = None
+
+
 @cache
-def kernel_library() -> Any:
-    """The kernels' operators (``torch.ops.torchroute_ridge``): loaded from the cache, else built.
-
-    A cached library is loaded only when its size and checksum match its manifest, and then
-    without running the compiler; a missing, truncated or damaged one is rebuilt.
-
-    Raises:
-        KernelUnavailableError: no compiler, a failed build, or a cache folder that cannot
-            be written; one line naming the cause.
-    """
+def _library() -> Any:
+    """:func:`kernel_library` without the memory of a failure."""
     target = library_path()
     try:
         if cached_library_ok(target):
             torch.ops.load_library(str(target))
         else:
             _build(target)
-    except KernelUnavailableError:
-        raise
     except Exception as err:  # compiler, ninja, OSError, dlopen: one cause
         cxx = os.environ.get("CXX", "c++")
         raise KernelUnavailableError(
-            f"the fused LinUCB kernel could not be built or loaded (compiler {cxx!r}, cache "
+            f"the fused CPU kernels could not be built or loaded (compiler {cxx!r}, cache "
             f"{target.parent}): {_one_line(err)}"
         ) from err
     return getattr(torch.ops, _NAMESPACE)
+
+
+def kernel_library() -> Any:
+    """The kernels' operators (``torch.ops.torchroute_ridge``): loaded from the cache, else built.
+
+    A cached library is loaded only when its size and checksum match its manifest, and then
+    without running the compiler; a missing, truncated or damaged one is rebuilt.
+
+    A failure is remembered: later calls in the process raise the same error at once.
+
+    Raises:
+        KernelUnavailableError: no compiler, a failed build, or a cache folder that cannot
+            be written; one line naming the cause.
+    """
+    global _failure
+    if _failure is not None:  # tried once in this process: no second compiler run
+        raise KernelUnavailableError(str(_failure))
+    try:
+        return _library()
+    except KernelUnavailableError as err:
+        _failure = err
+        raise
 
 
 _warned = False
@@ -209,7 +226,7 @@ def _threads(work: int, rows: int) -> int:
     return max(1, min(torch.get_num_threads(), rows, work // GRAIN))
 
 
-def _check(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+def check_tensor(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     """Raise unless ``t`` (when given) is a contiguous CPU ``dtype`` tensor of ``shape``."""
     if t is None:
         return
@@ -229,9 +246,9 @@ def _shortcuts(
     r, k, d, _ = a_inv.shape
     if half is not None and (a_inv.dtype != torch.float32 or half_scale is None):
         raise ValueError("fused ridge kernel: half copies need float32 a_inv and a half_scale")
-    _check("prior", prior, a_inv.dtype, (r, k))
-    _check("half", half, torch.float16, (r, k, d, d))
-    _check("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
+    check_tensor("prior", prior, a_inv.dtype, (r, k))
+    check_tensor("half", half, torch.float16, (r, k, d, d))
+    check_tensor("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
 
 
 def prior_scales(a_inv: Tensor, theta: Tensor) -> Tensor:
@@ -285,14 +302,14 @@ def linucb_scores(
     r, k, d, _ = a_inv.shape
     b = x.shape[1]
     dtype = a_inv.dtype
-    _check("a_inv", a_inv, dtype, (r, k, d, d))
-    _check("theta", theta, dtype, (r, k, d))
-    _check("x", x, dtype, (r, b, d))
+    check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+    check_tensor("theta", theta, dtype, (r, k, d))
+    check_tensor("x", x, dtype, (r, b, d))
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
     alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
     alpha_value = 0.0 if alpha_r is not None else float(alpha)
-    _check("alpha", alpha_r, dtype, (r,))
+    check_tensor("alpha", alpha_r, dtype, (r,))
     out = torch.empty(r, b, k, dtype=dtype)
     _shortcuts(a_inv, prior, half, half_scale)
     kernel_library().linucb_scores(
@@ -310,6 +327,68 @@ def linucb_scores(
     return out
 
 
+def linucb_act(
+    a_inv: Tensor,
+    theta: Tensor,
+    x: Tensor,
+    alpha: float | Tensor,
+    noise: Tensor,
+    prior: Tensor | None = None,
+    half: Tensor | None = None,
+    half_scale: Tensor | None = None,
+    *,
+    state_checked: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """LinUCB's decision in one call: :func:`linucb_scores`, then the tie-broken argmax.
+
+    The arm with the largest score per context; arms whose score equals the maximum are
+    tied and the one with the largest ``noise`` wins, exactly as
+    :func:`~torchroute.functional.sampling.argmax_random_ties` with the same draws.
+
+    Args:
+        a_inv, theta, x, alpha, prior, half, half_scale: as :func:`linucb_scores`.
+        noise: ``[R, B, K]`` float32 or float64 uniforms in ``[0, 1)``.
+        state_checked: the caller vouches for ``a_inv``, ``theta`` and the shortcuts
+            (contiguous CPU tensors of one float dtype and matching shapes, as a fused
+            :class:`~torchroute.learners.LinUCB` keeps them): their checks are skipped.
+
+    Returns:
+        ``action [R, B]`` int64 and the one-hot ``probs [R, B, K]`` in ``a_inv``'s dtype.
+    """
+    r, k, d, _ = a_inv.shape
+    b = x.shape[1]
+    dtype = a_inv.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
+    if not state_checked:
+        check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+        check_tensor("theta", theta, dtype, (r, k, d))
+        _shortcuts(a_inv, prior, half, half_scale)
+    check_tensor("x", x, dtype, (r, b, d))
+    if noise.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fused ridge kernel: noise must be float32 or float64, got {noise.dtype}")
+    check_tensor("noise", noise, noise.dtype, (r, b, k))
+    alpha_r = alpha.to(dtype).contiguous() if isinstance(alpha, Tensor) else None
+    check_tensor("alpha", alpha_r, dtype, (r,))
+    action = torch.empty(r, b, dtype=torch.long)
+    probs = torch.empty(r, b, k, dtype=dtype)
+    kernel_library().linucb_act(
+        a_inv,
+        theta,
+        x,
+        0.0 if alpha_r is not None else float(alpha),
+        alpha_r,
+        prior,
+        half,
+        half_scale if half is not None else None,
+        noise,
+        action,
+        probs,
+        _threads(r * k * b * d * d // 2, r),
+    )
+    return action, probs
+
+
 def sherman_morrison_played_(
     a_inv: Tensor,
     theta: Tensor,
@@ -320,6 +399,8 @@ def sherman_morrison_played_(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
+    *,
+    state_checked: bool = False,
 ) -> None:
     """In place, one bandit observation per trial: Sherman–Morrison on the played arm.
 
@@ -337,18 +418,20 @@ def sherman_morrison_played_(
         reward: ``[R, K]`` rewards (only the played, observed cell is read).
         observed: ``[R, K]`` bool.
         prior, half, half_scale: optional shortcuts, updated in place.
+        state_checked: as :func:`linucb_act` (the checks of the state are skipped).
     """
     r, k, d, _ = a_inv.shape
     dtype = a_inv.dtype
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: a_inv must be float32 or float64, got {dtype}")
-    _check("a_inv", a_inv, dtype, (r, k, d, d))
-    _check("theta", theta, dtype, (r, k, d))
-    _check("x", x, dtype, (r, d))
-    _check("arm", arm, torch.long, (r,))
-    _check("reward", reward, dtype, (r, k))
-    _check("observed", observed, torch.bool, (r, k))
-    _shortcuts(a_inv, prior, half, half_scale)
+    if not state_checked:
+        check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
+        check_tensor("theta", theta, dtype, (r, k, d))
+        _shortcuts(a_inv, prior, half, half_scale)
+    check_tensor("x", x, dtype, (r, d))
+    check_tensor("arm", arm, torch.long, (r,))
+    check_tensor("reward", reward, dtype, (r, k))
+    check_tensor("observed", observed, torch.bool, (r, k))
     bad = kernel_library().sherman_morrison_played(
         a_inv,
         theta,

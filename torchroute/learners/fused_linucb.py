@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor
 
-from torchroute.functional.random import Source
+from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge_kernel import (
+    check_tensor,
     half_copy,
     kernel_available,
     kernel_library,
-    linucb_scores,
+    linucb_act,
     prior_scales,
 )
 from torchroute.functional.ridge_kernel import sherman_morrison_played_ as _played_update_
-from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback
 
@@ -89,6 +89,10 @@ def _shortcuts(learner: LinUCB) -> tuple[Tensor, Tensor, _Shortcuts]:
         theta = learner.theta = theta.contiguous()
     cached = learner.__dict__.get("_fused_shortcuts")
     if cached is None or cached.stamp != _stamp(a_inv, theta):
+        # the state's checks run here, when it was replaced or changed, not every round
+        r, k, d = learner.num_trials, learner.num_arms, a_inv.shape[-1]
+        check_tensor("a_inv", a_inv, a_inv.dtype, (r, k, d, d))
+        check_tensor("theta", theta, a_inv.dtype, (r, k, d))
         cached = _Shortcuts(_stamp(a_inv, theta), prior_scales(a_inv, theta))
         if learner.kernel == "fused_fp16":
             if a_inv.dtype != torch.float32:
@@ -104,13 +108,24 @@ def _shortcuts(learner: LinUCB) -> tuple[Tensor, Tensor, _Shortcuts]:
 
 
 def fused_act(learner: LinUCB, context: Context, generator: Source = None) -> Decision:
-    """:meth:`LinUCB.act` with the scores from one kernel call: ``x [R, B, d]`` -> ``[R, B, K]``."""
+    """:meth:`LinUCB.act` in one kernel call (scores, tie-broken argmax, one-hot)."""
     learner._check_context(context)
     a_inv, theta, cut = _shortcuts(learner)
     x = context.x.to(theta.dtype).contiguous()
-    scores = linucb_scores(a_inv, theta, x, learner.alpha, cut.prior, cut.half, cut.half_scale)
-    action = argmax_random_ties(scores, generator)
-    return Decision(probs=one_hot_probs(action, learner.num_arms, x.dtype), action=action)
+    # the draws of argmax_random_ties, the scores, the argmax and the one-hot in one call
+    noise = uniform(generator, (*x.shape[:2], learner.num_arms), device=x.device)
+    action, probs = linucb_act(
+        a_inv,
+        theta,
+        x,
+        learner.alpha,
+        noise,
+        cut.prior,
+        cut.half,
+        cut.half_scale,
+        state_checked=True,
+    )
+    return Decision(probs=probs, action=action)
 
 
 def fused_update(
@@ -137,6 +152,7 @@ def fused_update(
         cut.prior,
         cut.half,
         cut.half_scale,
+        state_checked=True,
     )
     learner._tick(context)
     return {}
