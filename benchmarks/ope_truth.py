@@ -124,7 +124,7 @@ def run_table(name, table, args, rows):
     env = SingleChoiceEnv(
         table,
         rho=[args.rho_log] * s,
-        seeds=list(range(s)),
+        seeds=list(range(args.first_seed, args.first_seed + s)),
         split="test",
         features=x,
         dtype=torch.float64,
@@ -140,6 +140,8 @@ def run_table(name, table, args, rows):
     # a reward model pre-trained on the train split (full information), [2, N, K]
     q_oracle = torch.stack([(x @ fit_ridge(x[train], u).T).clamp(0, 1) for u in u_train])
     for behaviour, learner in behaviours.items():
+        if behaviour not in args.behaviours.split(","):
+            continue
         start = time.perf_counter()
         logs, _ = log_decisions(learner.double(), env, name=behaviour, seed=args.seed)
         est, lower_b, upper_b, lower_e, upper_e = [], [], [], [], []
@@ -221,6 +223,10 @@ def main() -> None:
     ap.add_argument("--rho-log", type=float, default=0.0)
     ap.add_argument("--rho-alt", type=float, default=500.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="world seeds first-seed .. first-seed+seeds-1"
+    )
+    ap.add_argument("--behaviours", default="uniform,epsilon_greedy,softmax")
     ap.add_argument("--tables", default="routerbench,openllm")
     ap.add_argument("--out", default="outputs/ope_truth/truth.csv")
     args = ap.parse_args()
