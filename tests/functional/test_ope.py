@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torchroute.functional.ope import ESTIMATORS, bootstrap_counts, estimate, ope_terms
-from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 
 
 def _log(n=37, k=4, p=3, seed=0):
@@ -187,3 +187,32 @@ def test_ridge_reward_model_matches_numpy_cross_fit():
                 want[g, i, arm] = np.clip(x[i] @ theta, 0, 1)
     np.testing.assert_allclose(got, want, atol=1e-10)
     assert sorted(np.bincount(f).tolist()) == [30, 30]
+
+
+def test_forward_reward_model_fits_each_block_on_the_blocks_before_it():
+    rng = np.random.default_rng(5)
+    n, d, k = 50, 3, 2
+    x = rng.normal(size=(n, d))
+    a = rng.integers(0, k, n)
+    r = rng.uniform(size=n)
+    blocks = time_blocks(n, 5)
+    assert blocks.tolist() == [i // 10 for i in range(n)]
+    got = ridge_reward_model(
+        _t(x), torch.as_tensor(a), _t(r), k, lam=0.5, fold=blocks, forward=True
+    ).numpy()
+    want = np.zeros((n, k))
+    for i in range(n):
+        for arm in range(k):
+            rows = (np.arange(n) // 10 < i // 10) & (a == arm)  # earlier blocks only
+            xs = x[rows]
+            theta = np.linalg.solve(xs.T @ xs + 0.5 * np.eye(d), xs.T @ r[rows])
+            want[i, arm] = np.clip(x[i] @ theta, 0, 1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert (got[:10] == 0).all()  # the first block has nothing before it
+    # no prediction depends on its own block or a later one
+    r2 = r.copy()
+    r2[30:] = 1 - r2[30:]
+    moved = ridge_reward_model(
+        _t(x), torch.as_tensor(a), _t(r2), k, lam=0.5, fold=blocks, forward=True
+    ).numpy()
+    np.testing.assert_array_equal(moved[:40], got[:40])
