@@ -17,8 +17,10 @@ leaderboard's sub-benchmark) plus a constant. Targets (the truth is their exact 
 test split, from the full table), each at ``--rho-log`` and at ``--rho-alt`` (utilities
 recomputed from score and cost): the best single arm on train, the regressor's greedy
 policy, its softmax at temperature 0.05, and uniform routing. Every log is evaluated with
-all estimators (reward model: ridge per arm, cross-fitted on the log in 2 folds; the DM/DR
-family also with a ridge pre-trained on the train split, full information: "train model"),
+all estimators (reward model: ridge per arm, cross-fitted on the log in 2 random folds; the
+DM/DR family also with a ridge pre-trained on the train split, full information: "train
+model", and with a forward ridge, each of ``--forward-blocks`` blocks of the log in log
+order predicted by the fit on the blocks before it: "forward model"),
 ``--bootstrap`` replicates, 95% percentile-bootstrap and empirical-Bernstein intervals.
 
 Printed: one Markdown row per table x behaviour x estimator with the mean over targets of
@@ -26,6 +28,8 @@ Printed: one Markdown row per table x behaviour x estimator with the mean over t
 the rows are also written to ``--out`` (CSV).
 
     .venv/bin/python benchmarks/ope_truth.py --seeds 50
+    # choosing settings: other world seeds and logging draws than the reported ones
+    .venv/bin/python benchmarks/ope_truth.py --seeds 50 --first-seed 1000 --seed 1
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from torchroute.data.table import RoutingTable
 from torchroute.decision_logger import log_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
-from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.sampling import sample_categorical
 from torchroute.functional.utility import utility
 from torchroute.learners import EpsilonGreedy, RandomRouter
@@ -124,7 +128,7 @@ def run_table(name, table, args, rows):
     env = SingleChoiceEnv(
         table,
         rho=[args.rho_log] * s,
-        seeds=list(range(s)),
+        seeds=list(range(args.first_seed, args.first_seed + s)),
         split="test",
         features=x,
         dtype=torch.float64,
@@ -140,6 +144,8 @@ def run_table(name, table, args, rows):
     # a reward model pre-trained on the train split (full information), [2, N, K]
     q_oracle = torch.stack([(x @ fit_ridge(x[train], u).T).clamp(0, 1) for u in u_train])
     for behaviour, learner in behaviours.items():
+        if behaviour not in args.behaviours.split(","):
+            continue
         start = time.perf_counter()
         logs, _ = log_decisions(learner.double(), env, name=behaviour, seed=args.seed)
         est, lower_b, upper_b, lower_e, upper_e = [], [], [], [], []
@@ -186,16 +192,44 @@ def run_table(name, table, args, rows):
                 num_bootstrap=0,
                 interval="bernstein",
             )
-            est.append(torch.cat([boot.value, boot_o.value]))
-            lower_b.append(torch.cat([boot.lower, boot_o.lower]))
-            upper_b.append(torch.cat([boot.upper, boot_o.upper]))
-            lower_e.append(torch.cat([bern.lower, bern_o.lower]))
-            upper_e.append(torch.cat([bern.upper, bern_o.upper]))
+            # the DM/DR family with a forward reward model: block j of the log (in log order)
+            # predicted by the ridge fitted on blocks before it
+            blocks = time_blocks(log.num_decisions, args.forward_blocks)
+            q_f = ridge_reward_model(
+                log.features, log.action, reward, table.num_arms, 1.0, blocks, forward=True
+            ).repeat_interleave(len(names), 0)
+            boot_f = estimate(
+                pi,
+                log.action,
+                log.propensity,
+                reward_p,
+                q_f,
+                estimators=NEEDS_MODEL,
+                num_bootstrap=args.bootstrap,
+                generator=gen,
+            )
+            bern_f = estimate(
+                pi,
+                log.action,
+                log.propensity,
+                reward_p,
+                q_f,
+                estimators=NEEDS_MODEL,
+                num_bootstrap=0,
+                interval="bernstein",
+            )
+            parts_b, parts_e = (boot, boot_o, boot_f), (bern, bern_o, bern_f)
+            est.append(torch.cat([o.value for o in parts_b]))
+            lower_b.append(torch.cat([o.lower for o in parts_b]))
+            upper_b.append(torch.cat([o.upper for o in parts_b]))
+            lower_e.append(torch.cat([o.lower for o in parts_e]))
+            upper_e.append(torch.cat([o.upper for o in parts_e]))
         est = torch.stack(est)  # [S, E, P]
         err = est - truth
         cover_b = ((torch.stack(lower_b) <= truth) & (truth <= torch.stack(upper_b))).double()
         cover_e = ((torch.stack(lower_e) <= truth) & (truth <= torch.stack(upper_e))).double()
         labels = list(ESTIMATORS) + [f"{e} (train model)" for e in NEEDS_MODEL]
+        labels += [f"{e} (forward model)" for e in NEEDS_MODEL]
         for e, estimator in enumerate(labels):
             rows.append(
                 {
@@ -221,6 +255,16 @@ def main() -> None:
     ap.add_argument("--rho-log", type=float, default=0.0)
     ap.add_argument("--rho-alt", type=float, default=500.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--first-seed", type=int, default=0, help="world seeds first-seed .. first-seed+seeds-1"
+    )
+    ap.add_argument("--behaviours", default="uniform,epsilon_greedy,softmax")
+    ap.add_argument(
+        "--forward-blocks",
+        type=int,
+        default=10,
+        help="log-order blocks of the forward reward model (10: chosen on seeds 1000-1049)",
+    )
     ap.add_argument("--tables", default="routerbench,openllm")
     ap.add_argument("--out", default="outputs/ope_truth/truth.csv")
     args = ap.parse_args()

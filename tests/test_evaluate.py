@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -111,6 +112,31 @@ def test_frozen_target_from_a_checkpoint(logged, tmp_path):
     assert got == pytest.approx(want, abs=1e-10)
 
 
+def test_forward_crossfit_dr_matches_a_hand_computation(logged, tmp_path):
+    """crossfit=forward: block j of the log (in row order) gets the ridge per arm fitted on
+    blocks < j; DR of a fixed arm then follows by hand."""
+    out = tmp_path / "fwd"
+    args = ["targets=[arm:arm1]", "rhos=[0]", "estimators=[dr]", "folds=4", "lam=0.7"]
+    code = main(["evaluate", f"logs={logged}", *args, "crossfit=forward", f"out_dir={out}"])
+    assert code == 0
+    log = load_decisions(logged)
+    x = log.features.numpy()
+    a = log.action.numpy()
+    u = log.score.clamp(0, 1).numpy()
+    n, d = x.shape
+    block = np.arange(n) * 4 // n
+    q = np.zeros((n, log.num_arms))
+    for i in range(n):
+        for arm in range(log.num_arms):
+            rows = (block < block[i]) & (a == arm)
+            theta = np.linalg.solve(x[rows].T @ x[rows] + 0.7 * np.eye(d), x[rows].T @ u[rows])
+            q[i, arm] = np.clip(x[i] @ theta, 0, 1)
+    w = (a == 1) / log.propensity.numpy()
+    want = float(np.mean(q[:, 1] + w * (u - q[:, 1])))
+    got = pd.read_csv(out / "ope.csv").query("target == 'arm:arm1' and estimator == 'dr'")
+    assert got["value"].item() == pytest.approx(want, abs=1e-10)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -120,6 +146,7 @@ def test_frozen_target_from_a_checkpoint(logged, tmp_path):
         (["logs=X", "targets=[arm:arm0]", "colour=red"], r"unknown key\(s\) \['colour'\]"),
         (["logs=X"], "nothing to evaluate"),
         (["logs=X", "targets=[arm:arm0]", "estimators=[magic]"], "estimators: unknown"),
+        (["logs=X", "targets=[arm:arm0]", "crossfit=sorted"], "crossfit must be random or"),
     ],
 )
 def test_bad_options_give_one_line_errors(logged, tmp_path, capsys, args, message):

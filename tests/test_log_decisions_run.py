@@ -85,9 +85,54 @@ def test_log_decisions_with_resume_is_refused(tmp_path):
         RunOptions.from_config(_config(tmp_path / "x", "log_decisions=yes"))
 
 
-def test_log_decisions_needs_a_single_choice_env(tmp_path):
+def test_low_rank_experts_log_their_decisions(tmp_path):
+    """LowRankExperts declares single_choice: its rounds become logs with the features the
+    learner saw and, as score, the chosen expert's exact quality (R_a(q) + 1) / 2."""
+    out = tmp_path / "lre"
+    cfg = _config(out, "log_decisions=true", "env=low_rank_experts", "rounds=6")
+    cfg.data = None
+    run_config(cfg)
+    opts = RunOptions.from_config(cfg)
+    env = build_env(opts, torch.device("cpu")).env
+    assert env.single_choice
+    for r in range(env.num_trials):
+        log = load_decisions(out / "decisions" / "squarecb" / f"trial{r}.parquet")
+        piece_env = env.select_trials([r])
+        seen = []
+
+        def capture(t, context, decision, feedback, seen=seen):
+            a = int(decision.action[0, 0])
+            seen.append((context.x[0, 0].double().clone(), a, float(decision.probs[0, 0, a])))
+
+        learner = learner_for(opts, "squarecb", piece_env)
+        simulate(learner, piece_env, seed=0, rng="per_trial", on_round=capture, progress=False)
+        assert log.num_decisions == len(seen) == 6
+        for i, (x, a, prob) in enumerate(seen):
+            assert log.action[i] == a
+            assert float(log.propensity[i]) == pytest.approx(prob, abs=1e-7)
+            torch.testing.assert_close(log.features[i], x)
+            # the well-specified expert reward z^T A_a z of the latent query z = x E, by hand
+            z = (x @ piece_env.embed[0].double()).numpy()
+            a_mat = piece_env.reward_matrix[0, a].double().numpy()
+            want = (float(z @ a_mat @ z) + 1) / 2
+            assert float(log.score[i]) == pytest.approx(want, abs=1e-6)
+            assert float(log.cost[i]) == 0.0
+
+
+def test_log_decisions_needs_a_single_choice_env(tmp_path, monkeypatch):
+    """An env that does not declare single_choice (every subset env) is refused, by the run
+    before anything is written and by the recorder itself."""
+    from torchroute.decision_logger import DecisionRecorder
+    from torchroute.envs import LowRankExperts
+    from torchroute.envs.subset import SubsetEnv
+
+    assert SubsetEnv.single_choice is False
+    monkeypatch.setattr(LowRankExperts, "single_choice", False)
     cfg = _config(tmp_path / "lre", "log_decisions=true", "env=low_rank_experts", "rounds=5")
     cfg.data = None
-    with pytest.raises(ConfigError, match=r"needs a single-choice env .*got LowRankExperts"):
+    with pytest.raises(ConfigError, match=r"needs an env that routes each decision to one arm"):
         run_config(cfg)
     assert not (tmp_path / "lre" / "decisions").exists()
+    env = build_env(RunOptions.from_config(cfg), torch.device("cpu")).env
+    with pytest.raises(ValueError, match="LowRankExperts does not route each decision"):
+        DecisionRecorder(env, "squarecb")

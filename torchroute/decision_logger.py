@@ -29,8 +29,9 @@ class DecisionRecorder:
     """Records every round of a run (``R`` trials, ``B`` contexts a round) as decision logs.
 
     Args:
-        env: the run's environment (arm names from its ``problem()``, query ids from its
-            ``table`` when it has one, rho from its trial labels).
+        env: the run's environment, one that declares ``Env.single_choice`` (arm names
+            from its ``problem()``, query ids from its ``table`` when it has one, rho from
+            its trial labels, score and cost from its ``logged_feedback``).
         learner: the behaviour learner's name (the log's ``learner`` column).
 
     Shapes:
@@ -39,6 +40,12 @@ class DecisionRecorder:
     """
 
     def __init__(self, env: Env, learner: str) -> None:
+        if not env.single_choice:
+            raise ValueError(
+                f"{type(env).__name__} does not route each decision to one arm "
+                "(Env.single_choice); a decision log holds one arm per row"
+            )
+        self.env = env
         problem = env.problem()
         self.arm_names = tuple(problem.arm_names)
         self.learner = learner
@@ -51,15 +58,13 @@ class DecisionRecorder:
         """Record round ``t``: the chosen arm, its probability and the feedback, ``[R, B]``."""
         if decision.is_subset:
             raise ValueError("decision logs hold one arm per decision, not subsets")
-        action = decision.action[..., None]  # [R, B, 1]
-        score = feedback.reward if feedback.score is None else feedback.score
-        cost = torch.zeros_like(score) if feedback.cost is None else feedback.cost
+        score, cost = self.env.logged_feedback(context, decision, feedback)  # [R, B] each
         row = {
             "x": context.x.detach(),
             "probs": decision.probs.detach(),
             "action": decision.action,
-            "score": score.gather(-1, action)[..., 0],
-            "cost": cost.gather(-1, action)[..., 0],
+            "score": score.detach(),
+            "cost": cost.detach(),
         }
         if context.index is not None:
             row["index"] = context.index
@@ -112,7 +117,8 @@ def log_decisions(
 
     Args:
         learner: any learner (``R`` trials), already on ``env.device``.
-        env: a single-choice environment (e.g. :class:`~torchroute.envs.SingleChoiceEnv`).
+        env: an env that declares ``single_choice`` (e.g.
+            :class:`~torchroute.envs.SingleChoiceEnv`, :class:`~torchroute.envs.LowRankExperts`).
         name: the learner's name in the logs (default: its class name).
         simulate_kwargs: passed to :func:`torchroute.loop.simulate` (``seed``, ``rng``, ...).
 

@@ -17,8 +17,11 @@ Keys (``key=value``; lists in brackets):
 - ``estimators`` (default all of ips, snips, dm, dr, switch_dr, clipped_dr),
   ``interval`` (bootstrap | bernstein | normal), ``bootstrap`` (replicates, 200),
   ``alpha`` (0.05), ``switch_tau`` (10), ``clip`` (10), ``lam`` (ridge penalty of the
-  reward model, 1), ``folds`` (cross-fitting folds, 2), ``seed`` (0), ``device`` (cpu),
-  ``out_dir`` (``outputs/evaluate``).
+  reward model, 1), ``folds`` (cross-fitting folds, 2), ``crossfit`` (``random``: each
+  fold predicted by the fit on the other folds, drawn at random; ``forward``: the folds are
+  blocks in log order, by timestamp when the log has one, each predicted by the fit on the
+  blocks before it, which keeps DR's intervals valid when the logging policy learned while
+  it logged), ``seed`` (0), ``device`` (cpu), ``out_dir`` (``outputs/evaluate``).
 
 Writes ``out_dir/ope.csv`` (one row per target x rho x estimator), ``out_dir/report.md``
 and ``out_dir/ope.png``. Rows without feedback (null score) are left out, and counted.
@@ -38,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
-from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
@@ -58,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "clip": 10.0,
     "lam": 1.0,
     "folds": 2,
+    "crossfit": "random",
     "seed": 0,
     "device": "cpu",
     "out_dir": "outputs/evaluate",
@@ -90,6 +94,8 @@ def parse_options(overrides: Sequence[str]) -> DictConfig:
         raise EvaluateError(f"estimators: unknown {unknown}; choose from {list(ESTIMATORS)}")
     if cfg.interval not in ("bootstrap", "bernstein", "normal"):
         raise EvaluateError(f"interval must be bootstrap, bernstein or normal, got {cfg.interval}")
+    if cfg.crossfit not in ("random", "forward"):
+        raise EvaluateError(f"crossfit must be random or forward, got {cfg.crossfit!r}")
     for key, low in (("bootstrap", 0), ("folds", 1)):
         if not isinstance(cfg[key], int) or cfg[key] < low:
             raise EvaluateError(f"{key} must be an integer >= {low}, got {cfg[key]!r}")
@@ -154,8 +160,11 @@ def run(overrides: Sequence[str]) -> pd.DataFrame:
         estimators = tuple(cfg.estimators)
         q_hat = None
         if set(estimators) & set(NEEDS_MODEL):
-            fold = fold_assignment(log.num_decisions, int(cfg.folds), generator)
-            q_hat = ridge_reward_model(x, log.action, reward, log.num_arms, cfg.lam, fold)
+            forward = cfg.crossfit == "forward"
+            fold = _folds(log, int(cfg.folds), forward, generator, cfg.logs)
+            q_hat = ridge_reward_model(
+                x, log.action, reward, log.num_arms, cfg.lam, fold, forward=forward
+            )
             q_hat = q_hat.repeat(len(names), 1, 1)  # [P G, n, K]
         result = estimate(
             pi,
@@ -203,6 +212,22 @@ def run(overrides: Sequence[str]) -> pd.DataFrame:
 
     write_evaluate_report(frame, out_dir, cfg)
     return frame
+
+
+def _folds(
+    log: DecisionLog, folds: int, forward: bool, generator: torch.Generator, source: str
+) -> torch.Tensor:
+    """``[n]`` fold of each decision: random, or blocks in log (timestamp) order."""
+    n = log.num_decisions
+    if folds > n:
+        raise EvaluateError(f"folds={folds} exceeds the {n} decisions with feedback in {source}")
+    if not forward:
+        return fold_assignment(n, folds, generator)
+    if log.timestamp is None:
+        return time_blocks(n, folds)
+    rank = torch.empty(n, dtype=torch.long)
+    rank[torch.argsort(log.timestamp, stable=True)] = torch.arange(n)
+    return time_blocks(n, folds)[rank]
 
 
 def _context(log: DecisionLog, source: str) -> torch.Tensor:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torchroute.functional.ope import ESTIMATORS, bootstrap_counts, estimate, ope_terms
-from torchroute.functional.ope_model import fold_assignment, ridge_reward_model
+from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 
 
 def _log(n=37, k=4, p=3, seed=0):
@@ -71,20 +71,40 @@ def test_point_estimates_match_numpy_loop():
     np.testing.assert_allclose(got.ess.numpy(), w.sum(1) ** 2 / (w**2).sum(1), atol=1e-10)
 
 
-def test_bootstrap_replicates_and_intervals_match_numpy():
+@pytest.mark.parametrize(
+    ("bootstrap_dtype", "atol"), [(torch.float64, 1e-10), (torch.float32, 1e-6)]
+)
+@pytest.mark.parametrize("alpha", [0.1, 0.5])
+def test_bootstrap_replicates_and_intervals_match_numpy(bootstrap_dtype, atol, alpha):
     mu, a, pi, r, q = _log(n=25, p=2, seed=1)
     prop = mu[np.arange(len(a)), a]
     gen = torch.Generator().manual_seed(3)
     index, counts = bootstrap_counts(len(a), 50, gen)
-    got = estimate(_t(pi), torch.as_tensor(a), _t(prop), _t(r), _t(q), counts=counts, alpha=0.1)
+    got = estimate(
+        _t(pi),
+        torch.as_tensor(a),
+        _t(prop),
+        _t(r),
+        _t(q),
+        counts=counts,
+        alpha=alpha,
+        bootstrap_dtype=bootstrap_dtype,
+    )
+    assert got.replicates.dtype == torch.float64
     idx = index.numpy()
-    for b in range(idx.shape[0]):
-        rows = idx[b]
-        sub = _numpy_estimates(mu[rows], a[rows], pi[:, rows], r[:, rows], q[rows], 10.0, 10.0)
-        np.testing.assert_allclose(got.replicates[:, :, b].numpy(), sub, atol=1e-10)
+    want = np.stack(
+        [
+            _numpy_estimates(mu[rows], a[rows], pi[:, rows], r[:, rows], q[rows], 10.0, 10.0)
+            for rows in idx
+        ],
+        -1,
+    )  # [E, P, B]
+    np.testing.assert_allclose(got.replicates.numpy(), want, rtol=0, atol=atol)
+    # the interval is the percentile interval of the replicates (np.quantile's linear rule)
     reps = got.replicates.numpy()
-    np.testing.assert_allclose(got.lower.numpy(), np.quantile(reps, 0.05, axis=-1), atol=1e-10)
-    np.testing.assert_allclose(got.upper.numpy(), np.quantile(reps, 0.95, axis=-1), atol=1e-10)
+    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2], axis=-1)
+    np.testing.assert_allclose(got.lower.numpy(), lo, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got.upper.numpy(), hi, rtol=0, atol=1e-12)
 
 
 def test_std_error_and_bernstein_match_numpy():
@@ -167,3 +187,32 @@ def test_ridge_reward_model_matches_numpy_cross_fit():
                 want[g, i, arm] = np.clip(x[i] @ theta, 0, 1)
     np.testing.assert_allclose(got, want, atol=1e-10)
     assert sorted(np.bincount(f).tolist()) == [30, 30]
+
+
+def test_forward_reward_model_fits_each_block_on_the_blocks_before_it():
+    rng = np.random.default_rng(5)
+    n, d, k = 50, 3, 2
+    x = rng.normal(size=(n, d))
+    a = rng.integers(0, k, n)
+    r = rng.uniform(size=n)
+    blocks = time_blocks(n, 5)
+    assert blocks.tolist() == [i // 10 for i in range(n)]
+    got = ridge_reward_model(
+        _t(x), torch.as_tensor(a), _t(r), k, lam=0.5, fold=blocks, forward=True
+    ).numpy()
+    want = np.zeros((n, k))
+    for i in range(n):
+        for arm in range(k):
+            rows = (np.arange(n) // 10 < i // 10) & (a == arm)  # earlier blocks only
+            xs = x[rows]
+            theta = np.linalg.solve(xs.T @ xs + 0.5 * np.eye(d), xs.T @ r[rows])
+            want[i, arm] = np.clip(x[i] @ theta, 0, 1)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
+    assert (got[:10] == 0).all()  # the first block has nothing before it
+    # no prediction depends on its own block or a later one
+    r2 = r.copy()
+    r2[30:] = 1 - r2[30:]
+    moved = ridge_reward_model(
+        _t(x), torch.as_tensor(a), _t(r2), k, lam=0.5, fold=blocks, forward=True
+    ).numpy()
+    np.testing.assert_array_equal(moved[:40], got[:40])

@@ -61,12 +61,32 @@ class Env(ABC):
         device: where every tensor lives.
         curve_keys: outcome names whose running sums the loop records at every logging
             interval (``curves.csv`` holds them as ``cum_<name>``).
+        single_choice: ``True`` when every decision routes to one arm (``Decision.action``)
+            and the feedback holds that arm's reward (and score and cost, when the env has
+            them): the env's rounds can then be written as a decision log (one row per
+            decision: context, arm, propensity, and :meth:`logged_feedback`'s score and
+            cost). Subset envs keep ``False``.
     """
 
     num_trials: int
     num_arms: int
     horizon: int
     curve_keys: tuple[str, ...] = ("regret",)
+    single_choice: bool = False
+
+    def logged_feedback(
+        self, context: Context, decision: Decision, feedback: Feedback
+    ) -> tuple[Tensor, Tensor]:
+        """The score (in ``[0, 1]``) and cost of the chosen arms, ``[R, B]`` each, as a
+        decision log records them (for envs with :attr:`single_choice`).
+
+        Default: ``feedback.score`` (the reward when the env has no separate score) and
+        ``feedback.cost`` (zero when it has none) at ``decision.action``.
+        """
+        action = decision.action[..., None]  # [R, B, 1]
+        score = feedback.reward if feedback.score is None else feedback.score
+        cost = torch.zeros_like(score) if feedback.cost is None else feedback.cost
+        return score.gather(-1, action)[..., 0], cost.gather(-1, action)[..., 0]
 
     @property
     @abstractmethod

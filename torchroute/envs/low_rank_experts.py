@@ -139,6 +139,7 @@ class LowRankExperts(Env):
     """
 
     curve_keys = ("regret", "linearized_regret")
+    single_choice = True  # one expert per query, its noisy reward revealed
 
     def __init__(
         self,
@@ -422,6 +423,18 @@ class LowRankExperts(Env):
             "expert_reward": means,
         }
         return Feedback(reward_k, observed, only_played=True), outcome
+
+    def logged_feedback(
+        self, context: Context, decision: Decision, feedback: Feedback
+    ) -> tuple[Tensor, Tensor]:
+        """The chosen expert's exact quality on the ``[0, 1]`` scale of :meth:`table`,
+        ``(R_a(q) + 1) / 2``, and a zero cost, ``[R, B]`` each: a decision log's score
+        must lie in ``[0, 1]``, which the noisy reward the learner saw does not (its mean
+        given the query and expert is ``R_a(q)``, so the two differ by zero-mean noise)."""
+        means = self.expected_rewards(context.x)[0]  # [R, B, M]
+        chosen = means.gather(-1, decision.action[..., None])[..., 0]
+        score = ((chosen + 1) / 2).clamp(0.0, 1.0)  # clamp: rounding at +-1 only
+        return score, torch.zeros_like(score)
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
         best_const = sums["expert_reward"].amax(-1)

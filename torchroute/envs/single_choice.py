@@ -50,6 +50,7 @@ class SingleChoiceEnv(Env):
     """
 
     curve_keys = ("regret",)
+    single_choice = True
 
     def __init__(
         self,

@@ -23,7 +23,6 @@ import pandas as pd
 from torchroute.checkpoint import CheckpointError
 from torchroute.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.envs.base import Env
-from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
@@ -112,10 +111,12 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
     if built is None:
         built = ranks.rank0_first(lambda: build_env(opts, device))
     env = built.env
-    if opts.log_decisions and not isinstance(env, SingleChoiceEnv):
+    if opts.log_decisions and not env.single_choice:
         raise ConfigError(
-            "log_decisions=true needs a single-choice env on a routing table "
-            f"(env=single_choice), got {type(env).__name__}"
+            "log_decisions=true needs an env that routes each decision to one arm "
+            f"(Env.single_choice, e.g. env=single_choice or env=low_rank_experts); "
+            f"{type(env).__name__} does not declare it (a decision log holds one arm per row, "
+            "not a subset)"
         )
     try:
         pieces = plan(env.num_trials, opts.trial_chunk, ranks.world_size, ranks.rank)
