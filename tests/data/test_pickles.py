@@ -93,6 +93,9 @@ def test_data_configs_declare_trust_pickle_false(config: Path):
     import inspect
 
     cfg = yaml.safe_load(config.read_text())
+    for base in cfg.get("defaults", []):  # a config extending another takes its target
+        if isinstance(base, str) and base != "_self_":
+            cfg = {**yaml.safe_load((CONFIGS / f"{base}.yaml").read_text()), **cfg}
     module, _, name = cfg["_target_"].rpartition(".")
     target = getattr(importlib.import_module(module), name)
     if "trust_pickle" in inspect.signature(target).parameters:
