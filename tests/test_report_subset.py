@@ -113,3 +113,22 @@ def _tmp():
     from pathlib import Path
 
     return Path(tempfile.mkdtemp())
+
+
+def test_results_file_of_a_subset_run_may_hold_unbounded_box_sides(tmp_path):
+    """A target box side of -inf/inf (no bound) is a label, not a damaged measurement."""
+    import pytest
+
+    from torchroute.results_file import ResultsFileError, read_run_csv
+
+    rows = (
+        "learner,rho,seed,lower_0,upper_0,avg_reward\n"
+        "omd_approachability,0.0,0,-inf,0.31,0.87\n"
+        "random,0.0,0,-inf,inf,0.52\n"
+    )
+    (tmp_path / "results.csv").write_text(rows)
+    frame = read_run_csv(tmp_path / "results.csv")
+    assert np.isneginf(frame["lower_0"]).all() and np.isposinf(frame["upper_0"].iloc[1])
+    (tmp_path / "bad.csv").write_text(rows.replace("0.52", "inf"))
+    with pytest.raises(ResultsFileError, match="'avg_reward' holds an infinite value on line 3"):
+        read_run_csv(tmp_path / "bad.csv")

@@ -20,6 +20,8 @@ LABELS = ("learner", "rho", "seed")
 #: measurement columns (by prefix or name): numbers only
 MEASURED_PREFIXES = ("avg_", "cum_", "stat_", "share_", "arm_", "feasible")
 MEASURED = ("rho", "seed", "rounds", "round", "accuracy", "trial")
+#: a subset trial's target box (lower_<n>, upper_<n>): an infinite bound means no bound
+BOX_BOUNDS = ("lower_", "upper_")
 
 
 class ResultsFileError(ValueError):
@@ -78,6 +80,8 @@ def read_run_csv(path: str | Path) -> pd.DataFrame:
                 f"on line {bad[0] + 2}"
             )
     for column in frame.select_dtypes("number").columns:
+        if column.startswith(BOX_BOUNDS):  # a subset trial's target box: -inf/inf = no bound
+            continue
         values = frame[column].to_numpy(dtype=float)
         infinite = [i for i, v in enumerate(values) if math.isinf(v)]
         if infinite:
