@@ -41,7 +41,7 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
     }
     subset = pd.read_csv(out / "default_subset" / "results.csv")
     assert set(subset["learner"]) == {"omd_approachability", "random", "greedy", "cucb"}
-    assert len(subset) == 1 and {"avg_reward", "feasible"} <= set(subset)  # one seed, rho 0
+    assert len(subset) == 4 and {"avg_reward", "feasible"} <= set(subset)  # 1 trial each
     report = (out / "report.md").read_text()
     assert report.startswith(OPENING) and OPENING in printed
     opening = report.split("\n## ", 2)[0]
