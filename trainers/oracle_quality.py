@@ -93,7 +93,8 @@ def surrogate_quality(
 
     Args:
         predictions: name -> ``y^ [n, K(anchor), K(j)]``.
-        scores: true ``Y [n, K]``; costs: true ``C [n, K]``.
+        scores: true ``Y [n, K]``.
+        costs: true ``C [n, K]``.
         cost_used: ``c^ [n, K]``, the cost every predictor's surrogate uses.
         rhos: cost sensitivities.
 

@@ -42,8 +42,10 @@ def cooccurrence_table(cluster: Tensor, scores: Tensor, clusters: int, prior: fl
     ``P[c, i, b, j] = (s + prior g) / (n + prior)``.
 
     Args:
-        cluster: ``[n]`` cluster index of each query; scores: ``[n, K]`` in ``[0, 1]``.
-        clusters: ``C``; prior: pseudo-count ``>= 0``.
+        cluster: ``[n]`` cluster index of each query.
+        scores: ``[n, K]`` in ``[0, 1]``.
+        clusters: ``C``.
+        prior: pseudo-count ``>= 0``.
     """
     scores = scores.double()
     c = nn.functional.one_hot(cluster, clusters).double()  # [n, C]

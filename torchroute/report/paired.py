@@ -41,7 +41,8 @@ def paired_differences(
 
     Args:
         results: ``results.csv`` rows of one run (columns ``learner, seed, rho, <metric>``).
-        a, b: the learners compared.
+        a: the first learner (the difference is ``a - b``).
+        b: the second learner.
         metric: the result column differenced.
 
     Returns:

@@ -70,6 +70,9 @@ class SubsetRouter(Router):
         """Choose a set of models for each of ``B`` queries (texts, or embeddings ``[B, e]``).
 
         Args:
+            texts: ``B`` query texts (embedded with the run's encoder), or ``None``.
+            embeddings: ``[B, e]`` embeddings instead of texts.
+            rho: when given, it must be the served trial's ``rho``.
             groups: ``B`` group names among ``problem.context_names`` (needed by a
                 contextual learner).
 
