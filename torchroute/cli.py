@@ -27,7 +27,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from torchroute.configs_path import compose_config, config_dir
+from torchroute.configs_path import compose_config, config_dir, config_dirs
 
 log = logging.getLogger("torchroute")
 
@@ -43,15 +43,16 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     from torchroute.cli_help import diagnose, primary_config
 
     overrides = list(args.overrides if overrides is None else overrides)
-    directory = Path(args.config_dir) if args.config_dir else config_dir()
+    extra = args.config_dir or []
+    directories = config_dirs(extra)  # an extra folder that is missing or clashes: one line
     try:
-        cfg = compose_config(primary_config(args.command), overrides, directory)
+        cfg = compose_config(primary_config(args.command), overrides, extra=extra)
     except Exception as exc:
         hint = diagnose(
             args.command,
             overrides,
-            directory,
-            lambda name, overrides: compose_config(name, overrides, directory),
+            directories,
+            lambda name, overrides: compose_config(name, overrides, extra=extra),
         )
         if hint is None:
             raise
@@ -342,7 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "overrides", nargs="*", help="key=value and group=option overrides (see below)"
         )
-        p.add_argument("--config-dir", default=None, help="folder of YAML configs")
+        p.add_argument(
+            "--config-dir",
+            action="append",
+            default=None,
+            metavar="DIR",
+            help="a folder of extra configs (learner/, env/, experiment/, ...) searched "
+            "after the packaged ones; repeatable",
+        )
         p.add_argument(
             "--cfg",
             nargs="?",
