@@ -403,9 +403,10 @@ def test_the_plugin_configs_are_cases_of_the_gpu_dry_run(plugin, capsys):
     assert int(lines["observer@two_arm_graph"][5]) > 0  # the env's draws came from the CPU
 
 
-def test_the_plugin_learner_is_a_learner_contract_case(plugin):
+def test_the_plugin_configs_are_contract_cases(plugin):
     """The learner contract tests make a case of a plug-in config whose class no
-    hand-written entry covers: built from the config alone on a tiny problem."""
+    hand-written entry covers (built from the config alone on a tiny problem); the env and
+    subset-learner contracts find the plug-in's env and subset configs."""
     from tests.learners.helpers import config_specs
     from tests.learners.test_subset_contract import _subset_configs
 
@@ -415,7 +416,13 @@ def test_the_plugin_learner_is_a_learner_contract_case(plugin):
     assert type(learner).__name__ == "NeighbourLearner" and learner.sums.shape == (4, 3)
     decision = learner.act(Context(x=torch.ones(4, 1, 5)))
     assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
-    # the subset contract's discovery takes the folder too
+    # the env contract's and the subset contract's discovery take the folder too
+    from tests.envs.test_contract import config_env_specs
+
+    env_specs = config_env_specs([plugin])
+    assert set(env_specs) == {*config_env_specs(), "two_arm_graph"}
+    env = env_specs["two_arm_graph"].build([2, 0], torch.float64)
+    assert type(env).__name__ == "TwoArmGraphEnv" and env.seeds.tolist() == [2, 0]
     from torchroute.learners import RandomSubset
 
     assert _subset_configs([plugin]) == {**_subset_configs(), "subset_picker": RandomSubset}

@@ -87,7 +87,7 @@ def _init_worker() -> None:
 # ------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line (``argv`` or ``sys.argv[1:]``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rounds", type=int, default=300, help="rounds per case")
     parser.add_argument("--seed", type=int, default=0)
