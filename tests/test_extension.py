@@ -428,9 +428,15 @@ def test_the_plugin_configs_are_contract_cases(plugin):
     assert _subset_configs([plugin]) == {**_subset_configs(), "subset_picker": RandomSubset}
 
 
-def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path):
+class Started(Exception):
+    """Raised once the router is loaded: ``torchroute serve`` would start the server now."""
+
+
+def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch, capsys):
     """A plug-in learner is served like a shipped one once its package is trusted
-    (``trusted=``); without it the run folder's ``_target_`` is refused, not imported."""
+    (``--trust``, ``trusted=``); without it the run folder's ``_target_`` is refused, not
+    imported."""
+    import torchroute.serve
     from torchroute.cli import main
     from torchroute.run import ConfigError
     from torchroute.serve import load_router
@@ -449,3 +455,23 @@ def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path):
     arm = router.arm_names.index(decision["model"])
     assert router.learner.counts[0, arm] == before[0, arm] + 1  # the routed arm's reward
     assert router.learner.counts.sum() == before.sum() + 1
+    router.close()
+    # the command line: refused without --trust, loaded with it (the server start is cut)
+    serve = ["serve", str(out), "--port", "0", "--state", str(tmp_path / "cli.pt")]
+    assert main(serve) == 2
+    assert "is not one of torchroute's own classes" in capsys.readouterr().err
+    assert main([*serve, "--trust", "graph ext"]) == 2
+    assert "--trust 'graph ext': expected a plug-in package's module path" in (
+        capsys.readouterr().err
+    )
+    loaded = []
+
+    def load_then_stop(*args, **kwargs):
+        loaded.append(load_router(*args, **kwargs))
+        raise Started
+
+    monkeypatch.setattr(torchroute.serve, "load_router", load_then_stop)
+    with pytest.raises(Started):
+        main([*serve, "--trust", "graph_ext"])
+    assert type(loaded[0].learner).__name__ == "NeighbourLearner"
+    loaded[0].close()

@@ -232,6 +232,7 @@ def _serve(args: argparse.Namespace) -> None:
             state_path=plan.state_path,
             fresh=plan.fresh,
             encoder=not args.no_encoder,
+            trusted=plan.trusted,
         )
         router.configure(
             max_pending=args.max_pending,
@@ -393,6 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite-state", action="store_true", help="with --fresh: discard an existing state"
     )
     p.add_argument("--no-encoder", action="store_true", help="accept embeddings only")
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a plug-in package whose classes the run's config may name (e.g. my_routing); "
+        "repeatable (default: torchroute's own classes only)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
