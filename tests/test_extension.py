@@ -401,6 +401,8 @@ def test_the_plugin_configs_are_cases_of_the_gpu_dry_run(plugin, capsys):
     assert [lines[name][1] for name in only] == ["single_choice", "two_arm_graph", "two_arm_graph"]
     assert all(lines[name][-1] == "ok" for name in only)
     assert int(lines["observer@two_arm_graph"][5]) > 0  # the env's draws came from the CPU
+    assert main(["--device", "cpu", "--config-dir", str(plugin / "nowhere")]) == 2
+    assert "--config-dir" in capsys.readouterr().out
 
 
 def test_the_plugin_configs_are_contract_cases(plugin):

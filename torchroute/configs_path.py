@@ -39,6 +39,8 @@ def config_dirs(
     """
     base = Path(directory or config_dir()).resolve()
     folders = [base]
+    if not extra:
+        return folders
     seen = {p.relative_to(base): base for p in base.rglob("*.yaml")}
     for item in extra:
         path = Path(item).expanduser().resolve()

@@ -105,7 +105,7 @@ def learner_configs(
     return dict(sorted(found.items()))
 
 
-def _folder(path: Path) -> Path | None:
+def learner_folder(path: Path) -> Path | None:
     """The folder of a learner config file; ``None`` for a packaged one."""
     return None if path.parent == CONFIG_DIR.resolve() else path.parent
 
@@ -119,13 +119,14 @@ def find_cases(
     per env config no other case runs on."""
     learners = learner_configs(extra, learner_dirs)
     envs = problems.env_configs(extra)
+    folders = {stem: learner_folder(p) for stem, p in learners.items()}
     cases = {
-        stem: Case(stem, protocol_env(_target_class(stem, _folder(p))), DEFAULT_TOL, _folder(p))
-        for stem, p in learners.items()
+        stem: Case(stem, protocol_env(_target_class(stem, folder)), DEFAULT_TOL, folder)
+        for stem, folder in folders.items()
         if stem not in SKIPPED_CONFIGS
     }
     cases |= {
-        name: Case(c.config, c.env, c.tol, _folder(learners[c.config]))
+        name: Case(c.config, c.env, c.tol, folders[c.config])
         for name, c in OVERRIDES.items()
         if c.config in learners
     }
@@ -133,7 +134,7 @@ def find_cases(
     for stem, path in envs.items():
         if stem in used:
             continue
-        folder = problems._folder(path)
+        folder = problems.env_folder(path)
         probe = PROBES[1] if problems.is_subset_env(stem, folder) else PROBES[0]
         cases[f"{probe}@{stem}"] = Case(probe, stem, DEFAULT_TOL, None, folder)
     return cases
@@ -151,8 +152,8 @@ def pair_case(
     if config not in learners or (env not in envs and env not in problems.EXTRA_ENVS):
         return None
     tol = cases[config].tol if config in cases else DEFAULT_TOL
-    env_dir = problems._folder(envs[env]) if env in envs else None
-    return Case(config, env, tol, _folder(learners[config]), env_dir)
+    env_dir = problems.env_folder(envs[env]) if env in envs else None
+    return Case(config, env, tol, learner_folder(learners[config]), env_dir)
 
 
 #: learner configs not checked, with the reason (none at present)

@@ -121,7 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the checks; returns the exit status (0: all passed, 1: failures, 2: no device)."""
+    """Run the checks; returns the exit status (0: all passed, 1: failures, 2: no device, or
+    a config folder that is missing or holds a config of the same name as another)."""
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -138,11 +139,15 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace, device: torch.device) -> int:
     start = time.perf_counter()
     extra, learner_dirs = args.config_dir or [], [args.learner_dir] if args.learner_dir else []
-    cases = find_cases(extra, learner_dirs) if extra or learner_dirs else dict(CASES)
-    names = list(cases) if args.only is None else args.only
-    for name in names:
-        if name not in cases and (pair := pair_case(name, cases, extra, learner_dirs)):
-            cases[name] = pair
+    try:
+        cases = find_cases(extra, learner_dirs) if extra or learner_dirs else dict(CASES)
+        names = list(cases) if args.only is None else args.only
+        for name in names:
+            if name not in cases and (pair := pair_case(name, cases, extra, learner_dirs)):
+                cases[name] = pair
+    except ValueError as exc:  # a missing or clashing config folder
+        print(f"error: {exc}")
+        return 2
     failures = [f"unknown case {n!r}" for n in names if n not in cases]
     names = [n for n in names if n in cases]
     if args.only is None:

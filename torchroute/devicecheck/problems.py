@@ -121,13 +121,13 @@ def find_envs(extra: Sequence[str | Path] = ()) -> dict[str, Callable[[str, int]
     """``{config stem: builder(device, rounds)}`` of every env config of
     :func:`env_configs` (packaged and ``extra``)."""
     return {
-        stem: functools.partial(_config_env, stem, _folder(path))
+        stem: functools.partial(_config_env, stem, env_folder(path))
         for stem, path in env_configs(extra).items()
     }
 
 
-def _folder(path: Path) -> Path | None:
-    """The folder of a config file; ``None`` for the packaged env configs."""
+def env_folder(path: Path) -> Path | None:
+    """The folder of an env config file; ``None`` for the packaged env configs."""
     return None if path.parent == ENV_CONFIG_DIR.resolve() else path.parent
 
 
