@@ -1,8 +1,19 @@
 """A new protocol plugs in without library changes: a two-arm graph-feedback env and a
 learner that asks to observe its neighbour, both defined only here, run through
-``simulate``, the experiment runner (results, curves, checkpoints, resume) and ``report``."""
+``simulate``, the experiment runner (results, curves, checkpoints, resume) and ``report``.
+
+The plug-in tests write these classes as a user's package (``graph_ext``, in a temporary
+folder put on ``sys.path``) with a config folder of its own (a learner, an env, a data
+loader and presets), given to the command line with ``--config-dir``: nothing of the
+library, its configs or the test helpers is edited or written.
+"""
 
 from __future__ import annotations
+
+import inspect
+import sys
+import textwrap
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -214,44 +225,6 @@ def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
         load_sections(RunOptions.from_config(extension_cfg).report_sections)
 
 
-def test_a_learner_config_in_another_folder_is_a_gpu_check_case(tmp_path, capsys):
-    """The GPU dry run (``--device cpu``) checks a learner config it finds in
-    ``--learner-dir``, on the tiny env of its protocol with the default tolerance."""
-    from benchmarks import gpu_check
-
-    learners = tmp_path / "learner"
-    learners.mkdir()
-    (learners / "observer.yaml").write_text(
-        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
-    )
-    cases = gpu_check.find_cases(learners)
-    assert cases == {
-        "observer": gpu_check.Case("observer", "single_choice", gpu_check.DEFAULT_TOL, learners)
-    }
-    argv = ["--device", "cpu", "--learner-dir", str(learners), "--only", "observer"]
-    status = gpu_check.main([*argv, "--rounds", "6", "--workers", "0", "--no-throughput"])
-    out = capsys.readouterr().out
-    assert status == 0, out
-    line = next(x for x in out.splitlines() if x.startswith("observer "))
-    assert line.split()[1] == "single_choice" and line.endswith("ok")
-
-
-def test_a_learner_config_is_a_learner_contract_case(tmp_path):
-    """The learner contract tests make a case of a config whose class no hand-written
-    entry covers: built from the config alone on a tiny problem of the test's sizes."""
-    from tests.learners.helpers import config_specs
-
-    (tmp_path / "observer.yaml").write_text(
-        "_target_: tests.test_extension.NeighbourLearner.from_problem\n_partial_: true\n"
-    )
-    specs = config_specs(tmp_path)
-    assert list(specs) == ["config:observer"]
-    learner = specs["config:observer"].build(4, 3, 5, 0)
-    assert isinstance(learner, NeighbourLearner) and learner.sums.shape == (4, 3)
-    decision = learner.act(Context(x=torch.ones(4, 1, 5)))
-    assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
-
-
 def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
     from torchroute.cli import main
 
@@ -264,22 +237,243 @@ def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
     assert "is not a function" in capsys.readouterr().err
 
 
-def test_the_test_only_learner_is_served_from_its_run(tmp_path):
+# ------------------------------------------------------------------ a plug-in package
+PLUGIN_HEADER = '''"""graph_ext: a plug-in of torchroute (a graph-feedback env, a learner, data)."""
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from torchroute.data.table import RoutingTable
+from torchroute.envs import Env
+from torchroute.learners import Learner
+from torchroute.types import Context, Decision, Feedback, Problem
+
+MEANS = (0.3, 0.7)
+
+
+def tiny_table(n=60, k=4, d=6, seed=0):
+    """A random routing table: ``n`` queries, ``k`` models, ``d``-d embeddings."""
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(n, d, generator=g)
+    scores = torch.sigmoid(emb @ torch.randn(d, k, generator=g))
+    split = ["train"] * (n // 2) + ["val"] * (n // 6) + ["test"] * (n - n // 2 - n // 6)
+    return RoutingTable(
+        scores=scores, costs=torch.rand(n, k, generator=g) * 1e-3,
+        arm_names=[f"arm{i}" for i in range(k)], query_ids=[f"q{i}" for i in range(n)],
+        split=split, embeddings=emb,
+    )
+
+'''
+#: the plug-in's own config folder: {relative path: text}
+PLUGIN_CONFIGS = {
+    "learner/observer.yaml": """\
+        # Greedy on empirical means; asks to observe the arm it did not play.
+        _target_: graph_ext.NeighbourLearner.from_problem
+        _partial_: true
+        """,
+    "learner/subset_picker.yaml": """\
+        # A packaged subset learner under a name of the plug-in's.
+        _target_: torchroute.learners.RandomSubset.from_problem
+        _partial_: true
+        """,
+    "env/two_arm_graph.yaml": """\
+        # Two Bernoulli arms (0.3, 0.7); playing one may reveal the other.
+        _target_: graph_ext.TwoArmGraphEnv
+        horizon: 30
+        """,
+    "data/graph_table.yaml": """\
+        # A small random routing table of the plug-in.
+        _target_: graph_ext.tiny_table
+        n: 60
+        """,
+    "experiment/graph_demo.yaml": """\
+        # @package _global_
+        # The observer and a packaged learner on the two-arm graph env.
+        defaults:
+          - /learner@learners.observer: observer
+          - /learner@learners.random: random
+          - override /env: two_arm_graph
+        name: graph_demo
+        data: null
+        encoder: null
+        rhos: [0.0]
+        reference: observer
+        """,
+    "experiment/graph_table.yaml": """\
+        # @package _global_
+        # The observer on the packaged single-choice env over the plug-in's table.
+        defaults:
+          - /learner@learners.observer: observer
+          - override /data: graph_table
+        name: graph_table
+        encoder: null
+        features:
+          pca_dim: 3
+        rhos: [0.0]
+        reference: observer
+        """,
+}
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """The config folder of the plug-in package ``graph_ext`` (importable meanwhile)."""
+    package = tmp_path / "site" / "graph_ext"
+    package.mkdir(parents=True)
+    source = [inspect.getsource(c) for c in (TwoArmGraphEnv, NeighbourLearner)]
+    (package / "__init__.py").write_text(PLUGIN_HEADER + "\n\n".join(source))
+    configs = tmp_path / "graph_configs"
+    for name, text in PLUGIN_CONFIGS.items():
+        (configs / name).parent.mkdir(parents=True, exist_ok=True)
+        (configs / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield configs
+    for name in [m for m in sys.modules if m == "graph_ext" or m.startswith("graph_ext.")]:
+        del sys.modules[name]
+
+
+def _package_files() -> list[Path]:
+    from torchroute.configs_path import config_dir
+
+    return sorted(config_dir().rglob("*"))
+
+
+def test_a_plugin_runs_from_its_own_config_folder(plugin, tmp_path, capsys):
+    """``torchroute simulate --config-dir`` finds the plug-in's preset, learner and env."""
+    from torchroute.cli import main
+
+    before = _package_files()
+    out = tmp_path / "out"
+    argv = ["simulate", "--config-dir", str(plugin), "experiment=graph_demo", f"out_dir={out}"]
+    assert main([*argv, "seeds=[0,1]", "~logger", "progress=false", "log_every=10"]) == 0
+    printed = capsys.readouterr().out
+    results = pd.read_csv(out / "results.csv")
+    assert sorted(set(results["learner"])) == ["observer", "random"]
+    observer = results[results["learner"] == "observer"]
+    assert (observer["observed_per_round"] == 2.0).all() and len(observer) == 2
+    assert (results[results["learner"] == "random"]["observed_per_round"] == 1.0).all()
+    assert (observer["avg_regret"].to_numpy() < 0.2).all()  # it learns both means
+    assert "observer" in printed and "observed_per_round" in printed  # the report
+    assert _package_files() == before  # nothing written into the library's configs
+
+
+def test_without_the_config_folder_the_plugin_preset_is_unknown(plugin, tmp_path, capsys):
+    from torchroute.cli import main
+
+    argv = ["simulate", "experiment=graph_demo", f"out_dir={tmp_path / 'o'}", "~logger"]
+    assert main(argv) == 2
+    assert "unknown option 'graph_demo' of config group 'experiment'" in capsys.readouterr().err
+    assert main([*argv, "--config-dir", str(tmp_path / "nowhere")]) == 2
+    assert "--config-dir" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_a_config_folder_may_not_shadow_a_packaged_config(tmp_path, capsys):
+    from torchroute.cli import main
+
+    (tmp_path / "configs" / "learner").mkdir(parents=True)
+    (tmp_path / "configs" / "learner" / "linucb.yaml").write_text("alpha: 9.0\n")
+    argv = ["simulate", "--config-dir", str(tmp_path / "configs"), f"out_dir={tmp_path / 'o'}"]
+    assert main([*argv, "--cfg"]) == 2
+    err = capsys.readouterr().err
+    assert "learner/linucb.yaml is also in" in err and "give it another name" in err
+
+
+def test_the_plugin_configs_are_cases_of_the_gpu_dry_run(plugin, capsys):
+    """The device check's CPU dry run (``--device cpu``) with ``--config-dir`` finds the
+    plug-in's learner (a case on the env of its protocol) and env (a case of the probe
+    learner), and runs the learner on the plug-in's env when asked by ``learner@env``."""
+    from torchroute.devicecheck.cases import DEFAULT_TOL, Case, find_cases
+    from torchroute.devicecheck.main import main
+
+    cases = find_cases([plugin])
+    assert cases["observer"] == Case("observer", "single_choice", DEFAULT_TOL, plugin / "learner")
+    assert cases["random@two_arm_graph"] == Case(
+        "random", "two_arm_graph", DEFAULT_TOL, None, plugin / "env"
+    )
+    assert "observer" not in find_cases()  # only with the folder
+    only = ["observer", "random@two_arm_graph", "observer@two_arm_graph"]
+    argv = ["--device", "cpu", "--config-dir", str(plugin), "--only", *only, "--rounds", "6"]
+    status = main([*argv, "--workers", "0", "--no-throughput"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert [lines[name][1] for name in only] == ["single_choice", "two_arm_graph", "two_arm_graph"]
+    assert all(lines[name][-1] == "ok" for name in only)
+    assert int(lines["observer@two_arm_graph"][5]) > 0  # the env's draws came from the CPU
+    assert main(["--device", "cpu", "--config-dir", str(plugin / "nowhere")]) == 2
+    assert "--config-dir" in capsys.readouterr().out
+
+
+def test_the_plugin_configs_are_contract_cases(plugin):
+    """The learner contract tests make a case of a plug-in config whose class no
+    hand-written entry covers (built from the config alone on a tiny problem); the env and
+    subset-learner contracts find the plug-in's env and subset configs."""
+    from tests.learners.helpers import config_specs
+    from tests.learners.test_subset_contract import _subset_configs
+
+    specs = config_specs(plugin / "learner")
+    assert list(specs) == ["config:observer"]
+    learner = specs["config:observer"].build(4, 3, 5, 0)
+    assert type(learner).__name__ == "NeighbourLearner" and learner.sums.shape == (4, 3)
+    decision = learner.act(Context(x=torch.ones(4, 1, 5)))
+    assert decision.action.shape == (4, 1) and bool(decision.observe.sum(-1).eq(2).all())
+    # the env contract's and the subset contract's discovery take the folder too
+    from tests.envs.test_contract import config_env_specs
+
+    env_specs = config_env_specs([plugin])
+    assert set(env_specs) == {*config_env_specs(), "two_arm_graph"}
+    env = env_specs["two_arm_graph"].build([2, 0], torch.float64)
+    assert type(env).__name__ == "TwoArmGraphEnv" and env.seeds.tolist() == [2, 0]
+    from torchroute.learners import RandomSubset
+
+    assert _subset_configs([plugin]) == {**_subset_configs(), "subset_picker": RandomSubset}
+
+
+class Started(Exception):
+    """Raised once the router is loaded: ``torchroute serve`` would start the server now."""
+
+
+def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch, capsys):
     """A plug-in learner is served like a shipped one once its package is trusted
-    (``trusted=``); without it the run folder's ``_target_`` is refused, not imported."""
-    from tests.conftest import make_table, tiny_run_config
+    (``--trust``, ``trusted=``); without it the run folder's ``_target_`` is refused, not
+    imported."""
+    import torchroute.serve
+    from torchroute.cli import main
     from torchroute.run import ConfigError
     from torchroute.serve import load_router
 
-    node = {"_target_": "tests.test_extension.NeighbourLearner.from_problem", "_partial_": True}
-    run_config(tiny_run_config(tmp_path / "run", {"observer": node}, "rhos=[0]"))
+    out = tmp_path / "run"
+    argv = ["simulate", "--config-dir", str(plugin), "experiment=graph_table", f"out_dir={out}"]
+    assert main([*argv, "seeds=[0]", "~logger", "progress=false", "report=false"]) == 0
     with pytest.raises(ConfigError, match="is not one of torchroute's own classes"):
-        load_router(tmp_path / "run", state_path=tmp_path / "r.pt")
-    router = load_router(tmp_path / "run", state_path=tmp_path / "r.pt", trusted=("tests.",))
-    assert isinstance(router.learner, NeighbourLearner)
+        load_router(out, state_path=tmp_path / "r.pt")
+    router = load_router(out, state_path=tmp_path / "r.pt", trusted=("graph_ext.",))
+    assert type(router.learner).__name__ == "NeighbourLearner"
     before = router.learner.counts.clone()
-    (decision,) = router.route(embeddings=make_table().embeddings[:1])
+    table = sys.modules["graph_ext"].tiny_table()
+    (decision,) = router.route(embeddings=table.embeddings[:1])
     router.feedback([decision["request_id"]], [0.7], [0.0])
     arm = router.arm_names.index(decision["model"])
     assert router.learner.counts[0, arm] == before[0, arm] + 1  # the routed arm's reward
     assert router.learner.counts.sum() == before.sum() + 1
+    router.close()
+    # the command line: refused without --trust, loaded with it (the server start is cut)
+    serve = ["serve", str(out), "--port", "0", "--state", str(tmp_path / "cli.pt")]
+    assert main(serve) == 2
+    assert "is not one of torchroute's own classes" in capsys.readouterr().err
+    assert main([*serve, "--trust", "graph ext"]) == 2
+    assert "--trust 'graph ext': expected a plug-in package's module path" in (
+        capsys.readouterr().err
+    )
+    loaded = []
+
+    def load_then_stop(*args, **kwargs):
+        loaded.append(load_router(*args, **kwargs))
+        raise Started
+
+    monkeypatch.setattr(torchroute.serve, "load_router", load_then_stop)
+    with pytest.raises(Started):
+        main([*serve, "--trust", "graph_ext"])
+    assert type(loaded[0].learner).__name__ == "NeighbourLearner"
+    loaded[0].close()

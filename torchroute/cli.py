@@ -27,7 +27,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from torchroute.configs_path import compose_config, config_dir
+from torchroute.configs_path import compose_config, config_dir, config_dirs
 
 log = logging.getLogger("torchroute")
 
@@ -43,15 +43,16 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     from torchroute.cli_help import diagnose, primary_config
 
     overrides = list(args.overrides if overrides is None else overrides)
-    directory = Path(args.config_dir) if args.config_dir else config_dir()
+    extra = args.config_dir or []
+    directories = config_dirs(extra)  # an extra folder that is missing or clashes: one line
     try:
-        cfg = compose_config(primary_config(args.command), overrides, directory)
+        cfg = compose_config(primary_config(args.command), overrides, extra=extra)
     except Exception as exc:
         hint = diagnose(
             args.command,
             overrides,
-            directory,
-            lambda name, overrides: compose_config(name, overrides, directory),
+            directories,
+            lambda name, overrides: compose_config(name, overrides, extra=extra),
         )
         if hint is None:
             raise
@@ -231,6 +232,7 @@ def _serve(args: argparse.Namespace) -> None:
             state_path=plan.state_path,
             fresh=plan.fresh,
             encoder=not args.no_encoder,
+            trusted=plan.trusted,
         )
         router.configure(
             max_pending=args.max_pending,
@@ -342,7 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "overrides", nargs="*", help="key=value and group=option overrides (see below)"
         )
-        p.add_argument("--config-dir", default=None, help="folder of YAML configs")
+        p.add_argument(
+            "--config-dir",
+            action="append",
+            default=None,
+            metavar="DIR",
+            help="a folder of extra configs (learner/, env/, experiment/, ...) searched "
+            "after the packaged ones; repeatable",
+        )
         p.add_argument(
             "--cfg",
             nargs="?",
@@ -385,6 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite-state", action="store_true", help="with --fresh: discard an existing state"
     )
     p.add_argument("--no-encoder", action="store_true", help="accept embeddings only")
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a plug-in package whose classes the run's config may name (e.g. my_routing); "
+        "repeatable (default: torchroute's own classes only)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(

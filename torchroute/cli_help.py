@@ -49,20 +49,23 @@ def description(path: Path) -> str:
     return text if len(text) <= 150 else text[:147].rstrip() + "..."
 
 
-def groups(directory: Path) -> dict[str, list[str]]:
-    """The config groups of a config folder and their options.
+def groups(directory: Path | Sequence[Path]) -> dict[str, list[str]]:
+    """The config groups of a config folder (or of the folders of a search path) and their
+    options.
 
     Args:
-        directory: the config folder.
+        directory: the config folder, or several (their options are pooled).
 
     Returns:
         ``{group: [option, ...]}``, both sorted by name.
     """
-    return {
-        sub.name: sorted(p.stem for p in sub.glob("*.yaml"))
-        for sub in sorted(directory.iterdir())
-        if sub.is_dir() and any(sub.glob("*.yaml"))
-    }
+    folders = [directory] if isinstance(directory, Path) else list(directory)
+    found: dict[str, set[str]] = {}
+    for folder in folders:
+        for sub in folder.iterdir():
+            if sub.is_dir() and any(sub.glob("*.yaml")):
+                found.setdefault(sub.name, set()).update(p.stem for p in sub.glob("*.yaml"))
+    return {name: sorted(found[name]) for name in sorted(found)}
 
 
 def top_level_keys(path: Path) -> list[tuple[str, str, str]]:
@@ -218,7 +221,9 @@ def closest(name: str, candidates: Sequence[str]) -> str:
     return f"; did you mean '{match[0]}'?" if match else ""
 
 
-def diagnose(command: str, overrides: Sequence[str], directory: Path, compose) -> str | None:
+def diagnose(
+    command: str, overrides: Sequence[str], directory: Path | Sequence[Path], compose
+) -> str | None:
     """A one-line explanation of why ``overrides`` do not compose, with the closest name.
 
     Checks, in order, each ``group=option`` override against the group's files, then each
@@ -227,7 +232,7 @@ def diagnose(command: str, overrides: Sequence[str], directory: Path, compose) -
     Args:
         command: the subcommand (picks the primary config).
         overrides: the command line's overrides.
-        directory: the config folder.
+        directory: the config folder, or the folders of the search path.
         compose: ``compose(name, overrides) -> DictConfig``.
 
     Returns:

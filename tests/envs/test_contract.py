@@ -9,7 +9,7 @@ by adding its config; :data:`SIZES` may shrink a self-contained env's defaults (
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from tests.conftest import make_priced_table, make_table
+from torchroute.configs_path import group_configs
 from torchroute.envs import Env, SingleChoiceEnv
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
 from torchroute.types import Context, Decision
@@ -74,8 +75,8 @@ TABLES: dict[str, Callable] = {"table_subset": make_priced_table}
 RUN_KEYS = {"split": "test", "rounds": None, "feedback": "bandit"}
 
 
-def _from_config(name: str) -> Callable[[list[int], torch.dtype], Env]:
-    node = OmegaConf.merge(OmegaConf.load(CONFIGS / f"{name}.yaml"), SIZES.get(name, {}))
+def _from_config(name: str, path: Path | None = None) -> Callable[[list[int], torch.dtype], Env]:
+    node = OmegaConf.merge(OmegaConf.load(path or CONFIGS / f"{name}.yaml"), SIZES.get(name, {}))
     resolved = OmegaConf.to_container(OmegaConf.merge(RUN_KEYS, {"env": node}), resolve=True)
     kwargs = dict(resolved["env"])
     factory = get_method(kwargs.pop("_target_"))
@@ -92,8 +93,15 @@ def _from_config(name: str) -> Callable[[list[int], torch.dtype], Env]:
     return build
 
 
+def config_env_specs(extra: Sequence[Path] = ()) -> dict[str, EnvSpec]:
+    """A case per packaged env config and per ``env/*.yaml`` of each ``extra`` config
+    folder (found, not listed)."""
+    found = group_configs("env", extra)
+    return {stem: EnvSpec(_from_config(stem, path), _random_arm) for stem, path in found.items()}
+
+
 ENVS: dict[str, EnvSpec] = {
-    **{p.stem: EnvSpec(_from_config(p.stem), _random_arm) for p in sorted(CONFIGS.glob("*.yaml"))},
+    **config_env_specs(),
     "SingleChoiceEnv(full)": EnvSpec(
         lambda order, dtype: _single_choice(order, dtype, feedback="full"), _random_arm
     ),

@@ -9,6 +9,8 @@ the simplex, trial equivariance, state-dict round trip, determinism and resume.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
+from pathlib import Path
 
 import cvxpy as cp
 import numpy as np
@@ -19,7 +21,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 import torchroute.learners
-from torchroute.configs_path import config_dir
+from torchroute.configs_path import config_dir, group_configs
 from torchroute.envs.subset import SubsetEnv
 from torchroute.functional.projections import safe_box
 from torchroute.learners import OMDApproachability
@@ -33,12 +35,13 @@ F64 = torch.float64
 R, K, N, D, M = 4, 6, 2, 2, 3
 
 
-def _subset_configs() -> dict[str, type[SubsetLearner]]:
-    """``{config stem: learner class}`` of every ``configs/learner/*.yaml`` whose
-    ``_target_`` builds a :class:`SubsetLearner` (found, not listed: a new config is
-    tested without editing this file)."""
+def _subset_configs(extra: Sequence[Path] = ()) -> dict[str, type[SubsetLearner]]:
+    """``{config stem: learner class}`` of every packaged learner config (and of the
+    ``learner/`` of each ``extra`` config folder) whose ``_target_`` builds a
+    :class:`SubsetLearner` (found, not listed: a new config is tested without editing this
+    file)."""
     found = {}
-    for path in sorted((config_dir() / "learner").glob("*.yaml")):
+    for path in group_configs("learner", extra).values():
         target = str(OmegaConf.load(path).get("_target_", ""))
         try:
             cls = get_class(target.removesuffix(".from_problem"))

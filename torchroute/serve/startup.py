@@ -10,6 +10,7 @@ with ``--overwrite-state``) and a writable folder for it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
 from dataclasses import dataclass
@@ -44,9 +45,32 @@ class ServePlan:
     fresh: bool = False
     sock: socket.socket | None = None
     limits: Limits | None = None
+    trusted: tuple[str, ...] = ()
 
 
-def _run_config(run_dir: Path) -> Any:
+#: a ``--trust`` value: a dotted module path, optionally ending in a dot
+_MODULE_PREFIX = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\.?$")
+
+
+def trusted_prefixes(values: Any) -> tuple[str, ...]:
+    """The ``--trust`` values as module prefixes (``my_routing`` -> ``my_routing.``).
+
+    Raises:
+        ServeArgsError: a value that is no dotted module path (``""``, ``my routing``,
+            ``a..b``).
+    """
+    prefixes = []
+    for value in values or ():
+        if not isinstance(value, str) or not _MODULE_PREFIX.match(value):
+            raise ServeArgsError(
+                f"--trust {value!r}: expected a plug-in package's module path, such as "
+                "my_routing or my_routing.learners"
+            )
+        prefixes.append(value if value.endswith(".") else value + ".")
+    return tuple(prefixes)
+
+
+def _run_config(run_dir: Path, trusted: tuple[str, ...] = ()) -> Any:
     config = run_dir / "config.yaml"
     if not config.is_file():
         raise ServeArgsError(f"{config} not found: give the out_dir of a simulate run")
@@ -57,9 +81,9 @@ def _run_config(run_dir: Path) -> Any:
     # a run folder is data: refuse a _target_ that is not torchroute's before anything else
     plain = OmegaConf.to_container(cfg, resolve=False)
     for name, node in (plain.get("learners") or {}).items():
-        check_trusted(node, f"learners.{name}", str(config))
+        check_trusted(node, f"learners.{name}", str(config), trusted)
     if plain.get("encoder") is not None:
-        check_trusted(plain["encoder"], "encoder", str(config))
+        check_trusted(plain["encoder"], "encoder", str(config), trusted)
     return cfg
 
 
@@ -167,7 +191,8 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
         if not 0 <= args.port <= 65535:
             raise ServeArgsError(f"--port must be in 0..65535, got {args.port}")
         limits = _limits(args)
-    cfg = _run_config(run_dir)
+    trusted = trusted_prefixes(getattr(args, "trust", None))
+    cfg = _run_config(run_dir, trusted)
     learner, rho, seed = _choose(cfg, args.learner, args.rho, args.seed, run_dir)
     if args.state is not None:
         state = Path(args.state)
@@ -180,7 +205,7 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
     if export:
         if not log_path(state).is_file():
             raise ServeArgsError(f"no decision log {log_path(state)} to export (see --state)")
-        return ServePlan(learner, rho, seed, state, None, ())
+        return ServePlan(learner, rho, seed, state, None, (), trusted=trusted)
     existing = state_files(state)
     if args.fresh and existing and not args.overwrite_state:
         raise ServeArgsError(
@@ -216,7 +241,7 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
         for path in existing:
             path.unlink()
     clean_temp_files(state)
-    return ServePlan(learner, rho, seed, state, token, hosts, fresh, sock, limits)
+    return ServePlan(learner, rho, seed, state, token, hosts, fresh, sock, limits, trusted)
 
 
 def _limits(args: Any) -> Limits:

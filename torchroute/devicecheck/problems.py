@@ -1,8 +1,9 @@
 """Small problems for the device checks: one builder per environment, float64.
 
-The envs are found from ``configs/env/*.yaml`` (:func:`find_envs`): each config is built
-on the tiny problem of its protocol with :data:`CONFIG_OVERRIDES` for its sizes, so a new
-env config is checked without editing this file.
+The envs are found from the ``env/*.yaml`` configs of the packaged config folder and of
+any extra config folders (:func:`find_envs`): each config is built on the tiny problem of
+its protocol with :data:`CONFIG_OVERRIDES` for its sizes, so a new env config is checked
+without editing this file.
 
 Every builder takes ``(device, rounds)`` and builds the same world on any device (all set-up
 randomness comes from CPU generators with fixed seeds), so a CPU env and a device env of
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from hydra.utils import get_method, instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
+from torchroute.configs_path import config_dir, group_configs
 from torchroute.data.table import RoutingTable
 from torchroute.envs import Env, SubsetEnv
 
@@ -59,8 +61,8 @@ def routing_table(rounds: int, seed: int = 0) -> RoutingTable:
     )
 
 
-#: the folder of the env configs enumerated by :func:`find_envs`
-ENV_CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "env"
+#: the folder of the packaged env configs
+ENV_CONFIG_DIR = config_dir() / "env"
 #: per-env overrides of its config on the tiny problem (sizes, and a budget the tiny table
 #: can reach); every other value is the config's
 CONFIG_OVERRIDES: dict[str, dict[str, Any]] = {
@@ -84,7 +86,8 @@ def env_from_config(
     directory: Path | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Env:
-    """The env of ``<directory>/<stem>.yaml`` (default configs/env/) on the tiny problem.
+    """The env of ``<directory>/<stem>.yaml`` (default: the packaged env configs) on the
+    tiny problem.
 
     An env whose factory takes a ``table`` is called as the runner calls a table env, with
     :func:`routing_table`, the ``rho`` x ``seed`` grid ``RHO`` x ``SEEDS``, ``device`` and
@@ -106,19 +109,36 @@ def env_from_config(
     return factory(seeds=list(SEEDS), device=device, dtype=F64)
 
 
-def find_envs(directory: Path | None = None) -> dict[str, Callable[[str, int], Env]]:
-    """``{config stem: builder(device, rounds)}`` of every env config of ``directory``
-    (default configs/env/) but :data:`SKIPPED_ENV_CONFIGS`."""
-    folder = directory or ENV_CONFIG_DIR
+def env_configs(extra: Sequence[str | Path] = ()) -> dict[str, Path]:
+    """``{config stem: file}`` of every ``env/*.yaml`` of the packaged configs and of the
+    ``extra`` config folders (:func:`torchroute.configs_path.config_dirs`) but
+    :data:`SKIPPED_ENV_CONFIGS`."""
+    found = group_configs("env", extra)
+    return {stem: path for stem, path in found.items() if stem not in SKIPPED_ENV_CONFIGS}
+
+
+def find_envs(extra: Sequence[str | Path] = ()) -> dict[str, Callable[[str, int], Env]]:
+    """``{config stem: builder(device, rounds)}`` of every env config of
+    :func:`env_configs` (packaged and ``extra``)."""
     return {
-        stem: functools.partial(_config_env, stem, directory)
-        for stem in sorted(p.stem for p in folder.glob("*.yaml"))
-        if stem not in SKIPPED_ENV_CONFIGS
+        stem: functools.partial(_config_env, stem, env_folder(path))
+        for stem, path in env_configs(extra).items()
     }
+
+
+def env_folder(path: Path) -> Path | None:
+    """The folder of an env config file; ``None`` for the packaged env configs."""
+    return None if path.parent == ENV_CONFIG_DIR.resolve() else path.parent
 
 
 def _config_env(stem: str, directory: Path | None, device: str, rounds: int) -> Env:
     return env_from_config(stem, device, rounds, directory)
+
+
+def is_subset_env(stem: str, directory: Path | None = None) -> bool:
+    """Whether the env of config ``stem`` is a subset-routing env (a :class:`SubsetEnv`),
+    found by building it on the CPU for two rounds."""
+    return isinstance(env_from_config(stem, "cpu", 2, directory), SubsetEnv)
 
 
 def single_choice_full(device: str, rounds: int) -> Env:
@@ -147,8 +167,13 @@ EXTRA_ENVS: dict[str, Callable[[str, int], Env]] = {
     "single_choice_full": single_choice_full,
     "subset": subset,
 }
-#: every env of the check: each config of configs/env/ (found, not listed) and the extras
+#: every env of the check: each packaged env config (found, not listed) and the extras
 ENVS: dict[str, Callable[[str, int], Env]] = {**find_envs(), **EXTRA_ENVS}
+
+
+def all_envs(extra: Sequence[str | Path] = ()) -> dict[str, Callable[[str, int], Env]]:
+    """:data:`ENVS` and the env configs of the ``extra`` config folders."""
+    return {**find_envs(extra), **EXTRA_ENVS}
 
 
 def tiny_oracle(arm_names: tuple[str, ...]) -> nn.Module:
