@@ -24,7 +24,7 @@ def _args(out_dir, cache_dir, *extra):
         "experiment=default",
         f"out_dir={out_dir}",
         f"cache_dir={cache_dir}",
-        "data.num_queries=240",
+        "data.num_queries=120",
         "rhos=[0,400,900]",
         "seeds=[0,1]",
         "log_every=10",

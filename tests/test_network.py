@@ -37,10 +37,14 @@ def _offline_command_prefix(trace: Path) -> list[str]:
         )
     unshare = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-r", "-n"]  # -r: userns
     strace = ["strace", "-f", "-qq", "-e", "trace=connect", "-e", "signal=none"]
-    prefix = [*unshare, *strace]
-    probe = subprocess.run(
-        [*prefix, "-o", os.devnull, "true"], capture_output=True, text=True, timeout=60
-    )
+    # --seccomp-bpf stops the traced processes at connect() only (the same calls are
+    # traced, without a stop at every other system call); older strace lacks it
+    for prefix in ([*unshare, *strace, "--seccomp-bpf"], [*unshare, *strace]):
+        probe = subprocess.run(
+            [*prefix, "-o", os.devnull, "true"], capture_output=True, text=True, timeout=60
+        )
+        if probe.returncode == 0:
+            break
     if probe.returncode != 0:
         reason = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.skip(

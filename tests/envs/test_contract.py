@@ -107,15 +107,9 @@ ENVS: dict[str, EnvSpec] = {
     ),
 }
 NAMES = sorted(ENVS)
-_SHARED = "the step noise is drawn from one shared generator, not per trial"
-_F64 = "returns float64 outcomes from a float32 env"
-#: contract breaches the configs show today: ``(test, case) -> reason`` (strict xfail, so a
-#: fix makes the test fail until its entry is removed)
-KNOWN: dict[tuple[str, str], str] = {
-    ("equivariance", "low_rank_experts"): _SHARED,
-    ("equivariance", "trec_subset"): _SHARED,
-    ("dtype-float32", "low_rank_experts"): _F64,
-}
+#: contract breaches the configs show: ``(test, case) -> reason`` (strict xfail, so a fix
+#: makes the test fail until its entry is removed); none today
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _case(test: str, name: str, *more) -> object:

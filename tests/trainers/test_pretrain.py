@@ -99,6 +99,7 @@ def test_pretrain_artifact_loads_without_lightning(tmp_path):
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
 
 
+@pytest.mark.slow  # three processes import torch and Lightning (~40 s); make test-all runs it
 def test_pretrain_ddp_on_two_cpu_processes(tmp_path):
     torch.save(tiny_table(n=120), tmp_path / "table.pt")
     script = tmp_path / "ddp_run.py"

@@ -7,7 +7,10 @@ writing and the report depend on this interface only.
 
 Noise is drawn in :meth:`Env.step` from its ``generator`` argument only, through the entry
 points of :mod:`torchroute.functional.random` (a ``torch.Generator`` shared by the trials,
-or per-trial streams whose keys come from :meth:`Env.trials`). :meth:`Env.select_trials`
+or per-trial streams whose keys come from :meth:`Env.trials`); an env with step noise draws
+it from :func:`torchroute.envs.streams.trial_source` of that argument, so that each trial's
+noise is its own whichever the run passes (permuting the trials permutes the noise, and a
+trial alone draws what it draws among others). :meth:`Env.select_trials`
 returns the env of a subset of the trials, each seeing exactly what it sees in the whole
 env; the runner uses it for trial chunks and ``torchrun`` shards.
 
@@ -27,7 +30,8 @@ A minimal environment::
             return Context(x=torch.ones(2, 1, 1))
 
         def step(self, context, decision, generator=None):
-            reward = uniform(generator, (2, 1, 2))
+            streams = trial_source(generator, env_noise_keys(self.trials()))
+            reward = uniform(streams, (2, 1, 2))
             observed = F.one_hot(decision.action, 2).bool()
             chosen = reward.gather(-1, decision.action[..., None])[..., 0]
             feedback = Feedback(torch.where(observed, reward, 0.0), observed, only_played=True)

@@ -49,6 +49,7 @@ from torchroute.checks import check_number
 from torchroute.data.splits import random_split
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.envs.streams import env_noise_keys, trial_source
 from torchroute.functional.random import Source, normal
 from torchroute.functional.sampling import sample_multinomial
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem
@@ -135,7 +136,10 @@ class LowRankExperts(Env):
         ``context(t).x [R, 1, D]`` (``D = max(dims)``); the outcome has ``reward``,
         ``expected_reward``, ``regret`` (vs the per-query best expert), ``comparator_regret``
         (vs the policy ``softmax(q^T c W* q)``), ``linearized_regret`` (eq. 9, per round),
-        ``policy_term`` (``<g_t, W_t>``) ``[R, 1]`` and ``expert_reward [R, 1, M]``.
+        ``policy_term`` (``<g_t, W_t>``) ``[R, 1]`` and ``expert_reward [R, 1, M]``, computed
+        in float64 and returned in ``dtype``. A trial's step noise (item draw, reward noise)
+        comes from its own stream (:func:`torchroute.envs.streams.trial_source`), so it does
+        not depend on the trials beside it.
     """
 
     curve_keys = ("regret", "linearized_regret")
@@ -226,6 +230,8 @@ class LowRankExperts(Env):
         self.coef = torch.zeros(
             self.num_trials, horizon, num_experts, device=self._device, dtype=big
         )
+        # [R] keys of the trials' own noise streams (from their labels, :meth:`trials`)
+        self.noise_keys = env_noise_keys(self.trials(), self._device)
 
     @staticmethod
     def _world(seed: int, d: int, d_max: int, cfg: dict) -> dict[str, Tensor]:
@@ -302,7 +308,7 @@ class LowRankExperts(Env):
         env.dims, env.seeds = self.dims[idx], self.seeds[idx]
         on = idx.to(self._device)
         names = ("embed", "item_rewards", "item_logits", "comparator", "reward_matrix", "queries")
-        for name in (*names, "coef"):
+        for name in (*names, "coef", "noise_keys"):
             setattr(env, name, getattr(self, name)[on])
         return env
 
@@ -393,13 +399,14 @@ class LowRankExperts(Env):
         means, xi, item_reward = self.expected_rewards(context.x)  # [R, B, M]
         action = decision.action
         r, b = action.shape
+        streams = trial_source(generator, self.noise_keys)  # each trial's own noise
         if self.generator == "well_specified":
             clean = means.gather(-1, action[..., None])[..., 0]
         else:
             xi_played = xi.gather(2, action[..., None, None].expand(r, b, 1, xi.shape[-1]))
-            item = sample_multinomial(xi_played[:, :, 0], generator)  # [R, B]
+            item = sample_multinomial(xi_played[:, :, 0], streams)  # [R, B]
             clean = item_reward.gather(-1, item.reshape(r, b, 1))[..., 0]
-        eps = normal(generator, (r, b), dtype=torch.float64, device=self.device)
+        eps = normal(streams, (r, b), dtype=torch.float64, device=self.device)
         reward = clean + self.noise * eps
         observed = torch.nn.functional.one_hot(action, self.num_arms).bool()
         reward_k = torch.where(observed, reward[..., None], 0.0).to(self.dtype)
@@ -422,6 +429,8 @@ class LowRankExperts(Env):
             "policy_term": -(coef * log_pi).sum(-1),
             "expert_reward": means,
         }
+        # computed in float64, reported in the env's dtype (a no-op for float64 runs)
+        outcome = {key: value.to(self.dtype) for key, value in outcome.items()}
         return Feedback(reward_k, observed, only_played=True), outcome
 
     def logged_feedback(

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from torchroute.envs.base import Env
+from torchroute.envs.streams import env_noise_keys, trial_source
 from torchroute.envs.subset.opt import solve_opt
 from torchroute.functional.projections import box_distance, safe_box
 from torchroute.functional.random import Source, gamma
@@ -117,7 +118,9 @@ class SubsetEnv(Env):
     #: rounds of a block share one value distribution (``qT_value_<p>`` is meaningful)
     stationary_blocks: bool = True
     #: attributes with a leading trial dimension (what :meth:`select_trials` slices)
-    _trial_tensors: tuple[str, ...] = ("means", "costs", "lower", "upper", "q_opt", "last_probs")
+    _trial_tensors: tuple[str, ...] = (
+        "means", "costs", "lower", "upper", "q_opt", "last_probs", "noise_keys",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -152,6 +155,8 @@ class SubsetEnv(Env):
         self.last_probs = torch.full(
             (self.num_trials, self.num_arms), 1.0 / self.num_arms, device=device
         )
+        # [R] keys of the trials' own noise streams (from their labels, :meth:`trials`)
+        self.noise_keys = env_noise_keys(self.trials(), device)
 
     # ----------------------------------------------------------------- set-up
     def _opt_inputs(self, r: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,13 +246,19 @@ class SubsetEnv(Env):
         return min(t * p // self.horizon, p - 1)
 
     def values(self, t: int, context: Context, generator: Source) -> Tensor:
-        """The facet values ``V^(t)`` of round ``t``, ``[R, N, K]`` float64."""
+        """The facet values ``V^(t)`` of round ``t``, ``[R, N, K]`` float64.
+
+        The Beta noise of each trial comes from its own stream
+        (:func:`torchroute.envs.streams.trial_source` of ``generator``), so a trial's values
+        do not depend on the trials beside it.
+        """
         mean = self.means[:, self.block(t)]
         if self.kappa is None:
             return mean
         m = mean.clamp(1e-6, 1 - 1e-6)
-        a = gamma(generator, self.kappa * m)
-        b = gamma(generator, self.kappa * (1 - m))
+        streams = trial_source(generator, self.noise_keys)
+        a = gamma(streams, self.kappa * m)
+        b = gamma(streams, self.kappa * (1 - m))
         return a / (a + b).clamp_min(1e-300)
 
     def check_decision(self, decision: Decision) -> None:
