@@ -85,15 +85,28 @@ print(json.dumps(out))
 """
 
 
-def _probe(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE) -> dict:
+def _start(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE):
+    """A probe in a fresh process (not waited for)."""
     env = {**os.environ, "TORCHROUTE_KERNEL_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
     if cxx is not None:
         env["CXX"] = cxx
-    done = subprocess.run(
-        [sys.executable, "-c", probe, kernel], env=env, capture_output=True, text=True, timeout=900
+    return subprocess.Popen(
+        [sys.executable, "-c", probe, kernel],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -7 would be SIGBUS
-    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _result(process: subprocess.Popen) -> dict:
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, (process.returncode, stderr[-2000:])  # -7 would be SIGBUS
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _probe(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE) -> dict:
+    return _result(_start(cache, kernel, cxx, probe))
 
 
 @pytest.fixture(scope="module")
@@ -118,53 +131,80 @@ def _plant(built: Path, cache: Path, keep: int | None = None) -> Path:
     return target
 
 
-def test_no_compiler_explicit_fused_is_a_one_line_error(tmp_path):
-    out = _probe(tmp_path / "cache", "fused", MISSING_CXX)
+@pytest.fixture(scope="module")
+def probes(built: Path, tmp_path_factory) -> dict[str, dict]:
+    """The fast cases, each in its own process, all started at once (they mostly wait for
+    imports, so they share the cores): ``name -> the probe's JSON``."""
+    root = tmp_path_factory.mktemp("kernel_caches")
+    whole = root / "whole"
+    _plant(built, whole)
+    truncated = root / "truncated"
+    _plant(built, truncated, keep=built.stat().st_size // 3)
+    blocker = root / "file"
+    blocker.write_text("not a folder")
+    cases = {
+        "no_cxx_fused": (root / "empty1", "fused", MISSING_CXX, PROBE),
+        "no_cxx_auto": (root / "empty2", "auto", MISSING_CXX, PROBE),
+        "solver_no_cxx_auto": (root / "empty3", "auto", MISSING_CXX, GRAPH_PROBE),
+        "solver_no_cxx_fused": (root / "empty4", "fused", MISSING_CXX, GRAPH_PROBE),
+        "solver_cached": (whole, "auto", MISSING_CXX, GRAPH_PROBE),
+        "cached": (whole, "fused", MISSING_CXX, PROBE),
+        "truncated": (truncated, "fused", MISSING_CXX, PROBE),
+        "unwritable": (blocker / "cache", "fused", None, PROBE),  # the compiler is there
+    }
+    started = {name: _start(*case) for name, case in cases.items()}
+    out = {name: _result(process) for name, process in started.items()}
+    out["truncated"]["target_ok"] = rk.cached_library_ok(truncated / built.name)
+    out["unwritable"]["blocker"] = str(blocker)
+    return out
+
+
+def test_no_compiler_explicit_fused_is_a_one_line_error(probes):
+    out = probes["no_cxx_fused"]
     assert "kernel" not in out
     assert "\n" not in out["error"] and "could not be built or loaded" in out["error"]
     assert MISSING_CXX in out["error"]
 
 
-def test_no_compiler_auto_falls_back_to_eager_with_one_warning(tmp_path):
-    out = _probe(tmp_path / "cache", "auto", MISSING_CXX)
+def test_no_compiler_auto_falls_back_to_eager_with_one_warning(probes):
+    out = probes["no_cxx_auto"]
     assert out["kernel"] == "torch"
     assert len(out["warnings"]) == 1  # two learners built, one warning
     assert "using the eager torch path" in out["warnings"][0]
 
 
-def test_solver_without_compiler_is_eager_with_one_warning(tmp_path):
-    out = _probe(tmp_path / "cache", "auto", MISSING_CXX, GRAPH_PROBE)
+def test_solver_without_compiler_is_eager_with_one_warning(probes):
+    out = probes["solver_no_cxx_auto"]
     assert out["equals_eager"]  # three calls, one build attempt, one warning
     assert len(out["warnings"]) == 1 and "using the eager torch path" in out["warnings"][0]
 
 
-def test_solver_without_compiler_explicit_fused_is_a_one_line_error(tmp_path):
-    out = _probe(tmp_path / "cache", "fused", MISSING_CXX, GRAPH_PROBE)
+def test_solver_without_compiler_explicit_fused_is_a_one_line_error(probes):
+    out = probes["solver_no_cxx_fused"]
     assert "\n" not in out["error"] and "could not be built or loaded" in out["error"]
     assert MISSING_CXX in out["error"]
 
 
-def test_solver_uses_a_cached_library_without_a_compiler(built, tmp_path):
-    cache = tmp_path / "cache"
-    _plant(built, cache)
-    out = _probe(cache, "auto", MISSING_CXX, GRAPH_PROBE)
+def test_solver_uses_a_cached_library_without_a_compiler(probes):
+    out = probes["solver_cached"]
     assert out["warnings"] == [] and out["max_gap"] < 1e-5  # fused: eager's up to rounding
 
 
-def test_cached_library_is_loaded_without_a_compiler(built, tmp_path):
-    cache = tmp_path / "cache"
-    _plant(built, cache)
-    out = _probe(cache, "fused", MISSING_CXX)
+def test_cached_library_is_loaded_without_a_compiler(probes):
+    out = probes["cached"]
     assert out["kernel"] == "fused" and out["warnings"] == []
     assert out["max_err"] < 1e-12
 
 
-def test_truncated_cache_entry_is_never_loaded(built, tmp_path):
-    cache = tmp_path / "cache"
-    target = _plant(built, cache, keep=built.stat().st_size // 3)
-    assert not rk.cached_library_ok(target)
-    out = _probe(cache, "fused", MISSING_CXX)  # cannot rebuild: an error, not a SIGBUS
-    assert "could not be built or loaded" in out["error"]
+def test_truncated_cache_entry_is_never_loaded(probes):
+    out = probes["truncated"]
+    assert not out["target_ok"]
+    assert "could not be built or loaded" in out["error"]  # cannot rebuild: not a SIGBUS
+
+
+def test_unwritable_cache_is_a_one_line_error(probes):
+    out = probes["unwritable"]
+    assert "\n" not in out["error"] and out["blocker"] in out["error"]
 
 
 @pytest.mark.slow
@@ -173,13 +213,6 @@ def test_truncated_cache_entry_without_compiler_auto_is_eager(built, tmp_path):
     _plant(built, cache, keep=built.stat().st_size // 3)
     out = _probe(cache, "auto", MISSING_CXX)
     assert out["kernel"] == "torch" and len(out["warnings"]) == 1
-
-
-def test_unwritable_cache_is_a_one_line_error(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
-    out = _probe(blocker / "cache", "fused")  # the compiler is there; the cache cannot be made
-    assert "\n" not in out["error"] and str(blocker) in out["error"]
 
 
 @pytest.mark.slow
