@@ -40,6 +40,9 @@ def test_every_oracle_node_of_a_preset_gets_the_seed(preset):
     assert RunOptions.from_config(other).digest() != RunOptions.from_config(cfg).digest()
     if preset != "cabs_table1":
         assert plain["learners"]["cabs_d_identity"]["graph"] == "identity"
+        ablated, chosen = plain["learners"]["cabs_d_nosurrogates"], plain["learners"]["cabs_d"]
+        assert ablated["surrogates"] == "none" and "surrogates" not in chosen
+        assert {k: v for k, v in ablated.items() if k != "surrogates"} == chosen
 
 
 def _oracle_run(out_dir, seed: int, *extra: str):

@@ -67,10 +67,8 @@ def test_verdict_rule():
 
 
 def test_relation_verdicts_over_runs():
-    runs = {
-        f"seed{k}": _run({"cabs_d": 0.6, "linucb": 0.5, "lints": 0.7, "cabs_d_identity": 0.59}, k)
-        for k in range(3)
-    }
+    offsets = {"cabs_d": 0.6, "linucb": 0.5, "lints": 0.7, "cabs_d_identity": 0.59}
+    runs = {f"seed{k}": _run({**offsets, "cabs_d_nosurrogates": 0.62}, k) for k in range(3)}
     table = relation_verdicts(runs)
     rel = table.set_index(["relation", "regime"])
     assert rel.loc[("`cabs_d` > `linucb`", "low"), "verdict"] == "PASS"
@@ -81,6 +79,12 @@ def test_relation_verdicts_over_runs():
     assert rel.loc[("`cabs_d` > `linucb`", "all"), "mean"] == pytest.approx(hand)
     assert "± " in rel.loc[("`cabs_d` > `linucb`", "all"), "seed1"]
     assert "surrogates: `cabs_d` - `cabs_d_identity`" in set(table["relation"])
+    nosur = "surrogates: `cabs_d` - `cabs_d_nosurrogates`"
+    pairs = [paired_differences(f, "cabs_d", "cabs_d_nosurrogates") for f in runs.values()]
+    assert rel.loc[(nosur, "high"), "mean"] == pytest.approx(
+        np.mean([p.loc["high", "mean"] for p in pairs])
+    )
+    assert rel.loc[(nosur, "all"), "verdict"] == "FAIL"  # cabs_d is 0.02 below it
     assert not any("cabs_c" in r for r in table["relation"])  # absent learners: no row
     text = "\n".join(verdict_lines(runs))
     assert "- `cabs_d` > `linucb`: PASS in every regime" in text

@@ -40,6 +40,8 @@ Solver = Literal["ridge", "neural"]
 TARGETS = ("ips", "plain", "ips_weights")
 #: ``CABSC(graph=...)`` values (``"oracle"`` is accepted as an alias of ``"paper"``).
 GRAPHS = (*GRAPH_RULES, "identity", "complete")
+#: ``CABSC(surrogates=...)`` values.
+SURROGATES = ("oracle", "none")
 
 
 def make_solver(
@@ -136,6 +138,11 @@ class CABSC(Learner):
             features are the encoder embedding itself).
         eps_floor: minimum probability (CABS Assumption 4.5).
         neural: :class:`NeuralUCB` arguments for ``solver="neural"``.
+        surrogates: ``"oracle"`` (the paper: the kept surrogates train the regression
+            solver) or ``"none"`` (an ablation: the graph, its distribution ``p`` and the
+            surrogates returned by :meth:`learn` are as with ``"oracle"``, but the
+            regression solver is fed the played arm's reward only, and the de-bias means
+            stay 0).
 
     Shapes:
         ``act``: ``x [R, B, d]``, ``embedding [R, B, e]`` -> ``probs [R, B, K]``,
@@ -159,6 +166,7 @@ class CABSC(Learner):
         oracle_input: Literal["embedding", "x"] = "embedding",
         eps_floor: float = 1e-3,
         neural: dict[str, Any] | None = None,
+        surrogates: Literal["oracle", "none"] = "oracle",
     ) -> None:
         super().__init__(num_trials, num_arms)
         name = type(self).__name__
@@ -170,6 +178,7 @@ class CABSC(Learner):
             ("iqr", iqr, ("keep_large", "drop_large", "off")),
             ("graph", graph, (*GRAPHS, "oracle")),
             ("oracle_input", oracle_input, ("embedding", "x")),
+            ("surrogates", surrogates, SURROGATES),
         ):
             if value not in allowed:
                 raise ValueError(f"{name}: {arg} must be one of {allowed}, got {value!r}")
@@ -179,6 +188,7 @@ class CABSC(Learner):
         self.dim, self.gamma, self.eps_floor = int(dim), float(gamma), float(eps_floor)
         graph = "paper" if graph == "oracle" else graph
         self.targets, self.iqr, self.graph, self.oracle_input = targets, iqr, graph, oracle_input
+        self.surrogate_feed = surrogates
         self.rs = make_solver(
             solver, num_trials, num_arms, dim, lam, neural, weighted=targets == "ips_weights"
         )
@@ -297,7 +307,11 @@ class CABSC(Learner):
         feedback: Feedback,
         generator: Source = None,
     ) -> tuple[dict[str, Tensor], Tensor, Tensor]:
-        """Steps 5–7 of CABS-C; returns ``(metrics, s [R, B, K], mask [R, B, K])``."""
+        """Steps 5–7 of CABS-C; returns ``(metrics, s [R, B, K], mask [R, B, K])``.
+
+        ``mask``: the surrogates the IQR rule keeps (fed to the regression solver unless
+        ``surrogates="none"``).
+        """
         x = context.x
         dtype = self.bias.dtype
         played = torch.nn.functional.one_hot(action, self.num_arms).bool()  # [R, B, K]
@@ -306,7 +320,9 @@ class CABSC(Learner):
         # synthetic bandit) gives its reward as the score.
         y_all = feedback.reward if feedback.score is None else feedback.score
         score = y_all.to(dtype).gather(2, action[..., None])[..., 0]
-        s, mask = self.surrogates(context, graph, action, score)
+        s, kept = self.surrogates(context, graph, action, score)
+        # surrogates="none": the same graph and surrogates, none of them fed to the regression
+        mask = kept if self.surrogate_feed == "oracle" else torch.zeros_like(kept)
         r_hat = solver_predict(self.rs, x).to(dtype)  # before the update
         # De-bias with the running mean of s - r^ (step 6); B contexts add their sums at once.
         m = mask.to(dtype)
@@ -339,4 +355,4 @@ class CABSC(Learner):
             "surrogates": m.sum(-1).mean(1),
             "played_prob": p.gather(2, action[..., None])[..., 0].mean(1),
         }
-        return metrics, s, mask
+        return metrics, s, kept

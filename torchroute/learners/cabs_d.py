@@ -180,7 +180,10 @@ class CABSD(Learner):
             for NeuralUCB (``nu = 1``); none for SquareCB (``gamma``, ``mu`` above).
         meta: ``"paper"`` or ``"single_ix"``.
         **cabs_c: further :class:`CABSC` arguments (``targets``, ``iqr``, ``graph``,
-            ``oracle_input``, ``eps_floor``).
+            ``oracle_input``, ``eps_floor``, ``surrogates``). With ``surrogates="none"``
+            only CABS-C's regression goes without the surrogates: the graph, CABS-C's
+            distribution and the meta-learner's loss estimates (which read the surrogates
+            of the played arm's neighbourhood) are computed as with ``"oracle"``.
 
     Shapes:
         as :class:`CABSC`; ``log_weights`` ``[R, 2, L]`` (``L = 1`` for ``single_ix``);

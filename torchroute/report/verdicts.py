@@ -53,9 +53,12 @@ PAPER_RELATIONS: tuple[Relation, ...] = (
     Relation("neural_ucb_full", ">=", "cabs_d_neural"),
 )
 
-#: the surrogates' own contribution: CABS-D against CABS-D on the identity graph
+#: the surrogates' contribution: CABS-D against CABS-D on the identity graph (an upper bound:
+#: the graph also shapes CABS-C's exploration) and against CABS-D whose regression is fed no
+#: surrogate (``surrogates: none``: the same graph and exploration)
 SURROGATE_RELATIONS: tuple[Relation, ...] = (
     Relation("cabs_d", ">", "cabs_d_identity", "surrogates: `cabs_d` - `cabs_d_identity`"),
+    Relation("cabs_d", ">", "cabs_d_nosurrogates", "surrogates: `cabs_d` - `cabs_d_nosurrogates`"),
     Relation(
         "cabs_d_neural",
         ">",
