@@ -163,42 +163,6 @@ def test_half_copy_widths_within_bound_and_kept_current():
     assert np.all(np.abs(quad.numpy() - exact) <= bound + 1e-5 * exact)
 
 
-def np_packed(a_inv: np.ndarray) -> np.ndarray:
-    """``[R, K, P]``: row ``i`` of each matrix from column ``i - i % 32`` on, rows in order."""
-    d = a_inv.shape[-1]
-    return np.concatenate([a_inv[..., i, i - i % TILE :] for i in range(d)], axis=-1)
-
-
-@pytest.mark.parametrize("d", [1, 5, 32, 33, 70, 129])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_packed_copy_gives_the_same_bits_and_is_kept_current(d, dtype):
-    rng = np.random.default_rng(d)
-    m = rng.normal(size=(R, K, d, d))
-    a_inv = np.linalg.inv(m @ np.swapaxes(m, -1, -2) / d + np.eye(d))
-    a_inv = (a_inv + np.swapaxes(a_inv, -1, -2)) / 2
-    a_t, th_t = t(a_inv, dtype), t(rng.normal(size=(R, K, d)), dtype)
-    packed = rk.packed_copy(a_t)
-    assert rk.packed_size(d) == packed.shape[-1] == sum(d - (i - i % TILE) for i in range(d))
-    np.testing.assert_array_equal(packed.numpy(), np_packed(a_t.numpy()))
-    plain, fresh = [a_t.clone(), th_t.clone()], [a_t.clone(), th_t.clone()]
-    for _ in range(6):  # the update writes the packed rows as it writes A^{-1}'s
-        x = t(rng.normal(size=(R, d)), dtype)
-        arm = torch.from_numpy(rng.integers(0, K, size=R))
-        reward = t(rng.uniform(size=(R, K)), dtype)
-        observed = torch.from_numpy(rng.uniform(size=(R, K)) < 0.8)
-        rk.sherman_morrison_played_(*plain, x, arm, reward, observed)
-        rk.sherman_morrison_played_(*fresh, x, arm, reward, observed, packed=packed)
-        assert torch.equal(plain[0], fresh[0]) and torch.equal(plain[1], fresh[1])
-        assert torch.equal(packed, rk.packed_copy(fresh[0]))
-        xs = t(rng.normal(size=(R, 2, d)), dtype)
-        prior = rk.prior_scales(*fresh)
-        want = rk.linucb_scores(*fresh, xs, 0.7, prior)
-        assert torch.equal(rk.linucb_scores(*fresh, xs, 0.7, prior, packed=packed), want)
-        noise = torch.rand(R, 2, K, generator=torch.Generator().manual_seed(d))
-        acts = [rk.linucb_act(*fresh, xs, 0.7, noise, prior, packed=p) for p in (None, packed)]
-        assert torch.equal(acts[0][0], acts[1][0]) and torch.equal(acts[0][1], acts[1][1])
-
-
 def test_threads_do_not_change_results(monkeypatch):
     rng = np.random.default_rng(4)
     a_inv, theta = np_state(rng, 1.0, 5)
@@ -234,8 +198,6 @@ def test_errors():
         rk.sherman_morrison_played_(a_inv, theta, x, torch.tensor([0, 3]), reward, observed)
     with pytest.raises(ValueError, match="contiguous CPU"):
         rk.linucb_scores(a_inv.transpose(-1, -2), theta, x[:, None], 1.0)
-    with pytest.raises(ValueError, match=r"packed must be \(2, 3, 16\)"):
-        rk.linucb_scores(a_inv, theta, x[:, None], 1.0, packed=torch.zeros(2, 3, 9))
     with pytest.raises(ValueError, match="must be"):
         rk.linucb_scores(a_inv, theta, torch.zeros(2, 1, 5), 1.0)
     with pytest.raises(ValueError, match="float32"):

@@ -47,45 +47,18 @@ T *scratch(int64_t size) {
 
 constexpr int64_t kTile = 32;  // rows (and columns) per diagonal block of the quadratic form
 
-// Row i of a symmetric A [d, d], as a pointer indexed by column j >= the first column of i's
-// kTile block: the full row-major layout, or the packed block upper triangle (row i keeps
-// columns i0..d-1, i0 = i - i % kTile, rows one after the other: packed_size(d) values).
-template <typename T>
-struct FullRows {
-    const T *a;
-    int64_t d;
-    const T *operator()(int64_t i) const { return a + i * d; }
-};
-
-inline int64_t packed_offset(int64_t i, int64_t d) {
-    const int64_t b = i / kTile, r = i % kTile;
-    return kTile * d * b - kTile * kTile * (b * (b - 1) / 2) + r * (d - b * kTile);
-}
-
-inline int64_t packed_size(int64_t d) { return packed_offset(d, d); }
-
-template <typename T>
-struct PackedRows {
-    const T *p;
-    int64_t d;
-    const T *operator()(int64_t i) const { return p + packed_offset(i, d) - (i - i % kTile); }
-};
-
 // x^T A x for a symmetric A [d, d] from its block upper triangle: with the rows cut into
 // blocks of kTile, diag[j] = sum_{i in block(j)} x_i A_ij and upper[j] = the same sum over the
 // rows of the blocks before j's, so x^T A x = sum_j x_j (diag[j] + 2 upper[j]). Rows are added
-// four at a time (axpy form: no reduction chain in the inner loop). Reads about half of A;
-// the same operations in the same order from either layout (rows: FullRows or PackedRows), so
-// both give the same bits. The packed layout streams: on a busy 2-core EPYC the full layout's
-// gappy half read took as long as reading all of A, the packed one half that.
-template <typename T, typename Rows>
-T quad_form_rows(const Rows &rows, const T *x, int64_t d, T *diag, T *upper) {
+// four at a time (axpy form: no reduction chain in the inner loop). Reads about half of A.
+template <typename T>
+T quad_form(const T *a, const T *x, int64_t d, T *diag, T *upper) {
     for (int64_t j = 0; j < d; ++j) diag[j] = upper[j] = 0;
     for (int64_t i0 = 0; i0 < d; i0 += kTile) {
         const int64_t i1 = i0 + kTile < d ? i0 + kTile : d;
         int64_t i = i0;
         for (; i + 4 <= i1; i += 4) {
-            const T *r0 = rows(i), *r1 = rows(i + 1), *r2 = rows(i + 2), *r3 = rows(i + 3);
+            const T *r0 = a + i * d, *r1 = r0 + d, *r2 = r1 + d, *r3 = r2 + d;
             const T x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
 #pragma omp simd
             for (int64_t j = i0; j < i1; ++j)
@@ -95,7 +68,7 @@ T quad_form_rows(const Rows &rows, const T *x, int64_t d, T *diag, T *upper) {
                 upper[j] += x0 * r0[j] + x1 * r1[j] + x2 * r2[j] + x3 * r3[j];
         }
         for (; i < i1; ++i) {
-            const T *r0 = rows(i);
+            const T *r0 = a + i * d;
             const T x0 = x[i];
 #pragma omp simd
             for (int64_t j = i0; j < i1; ++j) diag[j] += x0 * r0[j];
@@ -107,11 +80,6 @@ T quad_form_rows(const Rows &rows, const T *x, int64_t d, T *diag, T *upper) {
 #pragma omp simd reduction(+ : quad)
     for (int64_t j = 0; j < d; ++j) quad += x[j] * (diag[j] + 2 * upper[j]);
     return quad;
-}
-
-template <typename T>
-T quad_form(const T *a, const T *x, int64_t d, T *diag, T *upper) {
-    return quad_form_rows(FullRows<T>{a, d}, x, d, diag, upper);
 }
 
 // IEEE half <-> float, one value (the fallback of the vector loops below).
@@ -208,30 +176,12 @@ T dot(const T *a, const T *b, int64_t d) {
 //   (then x^T A^{-1} x = c |x|^2 without reading A); -1 once it has an observation.
 // half [R, K, d, d], half_scale [R]: float16 copies of half_scale_r * A^{-1} (upper block
 //   triangle kept current), read for the widths instead of A^{-1} (float32 only).
-// packed [R, K, packed_size(d)]: the block upper triangle of each A^{-1} in the packed layout
-//   (PackedRows), kept current, read for the widths instead of A^{-1} (the same bits).
 template <typename T>
 struct Shortcuts {
     T *prior;
     uint16_t *half;
     const T *half_scale;
-    T *packed;
 };
-
-// x^T A^{-1} x of one arm (index r * K + k) of trial r, read from the copy the shortcuts offer:
-// the float16 one, else the packed one, else A^{-1} itself.
-template <typename T>
-T arm_quad(const T *a_inv, const Shortcuts<T> &cut, int64_t arm, int64_t r, const T *x, int64_t d,
-           T *work) {
-    if constexpr (std::is_same_v<T, float>) {
-        if (cut.half)
-            return quad_form_half(cut.half + arm * d * d, x, d, cut.half_scale[r], work, work + d);
-    }
-    if (cut.packed)
-        return quad_form_rows(PackedRows<T>{cut.packed + arm * packed_size(d), d}, x, d, work,
-                              work + d);
-    return quad_form(a_inv + arm * d * d, x, d, work, work + d);
-}
 
 // out [R, B, K] = x^T theta_k + alpha_r sqrt(max(x^T A_k^{-1} x, 0)), alpha_r = alpha when
 // alpha_r is null (one value for all trials).
@@ -252,7 +202,16 @@ void scores(const T *a_inv, const T *theta, const T *x, double alpha, const T *a
                     quad = prior * dot(xb, xb, d);
                 } else {
                     mean = dot(theta + arm * d, xb, d);
-                    quad = arm_quad(a_inv, cut, arm, r, xb, d, work);
+                    if constexpr (std::is_same_v<T, float>) {
+                        if (cut.half) {
+                            quad = quad_form_half(cut.half + arm * d * d, xb, d,
+                                                  cut.half_scale[r], work, work + d);
+                        } else {
+                            quad = quad_form(a_inv + arm * d * d, xb, d, work, work + d);
+                        }
+                    } else {
+                        quad = quad_form(a_inv + arm * d * d, xb, d, work, work + d);
+                    }
                 }
                 const T width = std::sqrt(quad > 0 ? quad : T(0));
                 out[(r * b_total + b) * k_total + k] = mean + scale * width;
@@ -296,17 +255,12 @@ int64_t sherman_morrison_played(T *a_inv, T *theta, const T *x, const int64_t *a
         uint16_t *half = cut.half ? cut.half + (r * k_total + k) * d * d : nullptr;
         const float half_scale = cut.half ? float(cut.half_scale[r]) : 0.0f;
         (void)half_scale;
-        T *packed = cut.packed ? cut.packed + (r * k_total + k) * packed_size(d) : nullptr;
         for (int64_t i = 0; i < d; ++i) {
             T *row = a + i * d;
             const T c = ax[i];
 #pragma omp simd
             for (int64_t j = 0; j < d; ++j) row[j] -= s * (c * ax[j]);
             th[i] += step * c;
-            if (packed) {  // the row's part of the block upper triangle, from its block's column
-                const int64_t j0 = i - i % kTile;
-                std::memcpy(packed + packed_offset(i, d), row + j0, (d - j0) * sizeof(T));
-            }
             if constexpr (std::is_same_v<T, float>) {
                 if (half) {  // the block upper triangle, from the first column of i's block
                     const int64_t j0 = i - i % kTile;
@@ -329,27 +283,25 @@ T *ptr(const std::optional<at::Tensor> &t) {
 template <typename T>
 Shortcuts<T> shortcuts(const std::optional<at::Tensor> &prior,
                        const std::optional<at::Tensor> &half,
-                       const std::optional<at::Tensor> &half_scale,
-                       const std::optional<at::Tensor> &packed) {
+                       const std::optional<at::Tensor> &half_scale) {
     return Shortcuts<T>{ptr<T>(prior),
                         half.has_value() ? static_cast<uint16_t *>(half->data_ptr()) : nullptr,
-                        ptr<T>(half_scale), ptr<T>(packed)};
+                        ptr<T>(half_scale)};
 }
 
 void linucb_scores_op(const at::Tensor &a_inv, const at::Tensor &theta, const at::Tensor &x,
                       double alpha, const std::optional<at::Tensor> &alpha_r,
                       const std::optional<at::Tensor> &prior, const std::optional<at::Tensor> &half,
-                      const std::optional<at::Tensor> &half_scale,
-                      const std::optional<at::Tensor> &packed, const at::Tensor &out,
+                      const std::optional<at::Tensor> &half_scale, const at::Tensor &out,
                       int64_t threads) {
     const int64_t r = a_inv.size(0), k = a_inv.size(1), d = a_inv.size(3), b = x.size(1);
     if (a_inv.scalar_type() == at::kFloat) {
         scores(a_inv.data_ptr<float>(), theta.data_ptr<float>(), x.data_ptr<float>(), alpha,
-               ptr<float>(alpha_r), shortcuts<float>(prior, half, half_scale, packed),
+               ptr<float>(alpha_r), shortcuts<float>(prior, half, half_scale),
                out.data_ptr<float>(), r, k, b, d, threads);
     } else {
         scores(a_inv.data_ptr<double>(), theta.data_ptr<double>(), x.data_ptr<double>(), alpha,
-               ptr<double>(alpha_r), shortcuts<double>(prior, half, half_scale, packed),
+               ptr<double>(alpha_r), shortcuts<double>(prior, half, half_scale),
                out.data_ptr<double>(), r, k, b, d, threads);
     }
 }
@@ -384,13 +336,11 @@ void pick(const T *scores, const N *noise, int64_t *action, T *probs, int64_t ro
 void linucb_act_op(const at::Tensor &a_inv, const at::Tensor &theta, const at::Tensor &x,
                    double alpha, const std::optional<at::Tensor> &alpha_r,
                    const std::optional<at::Tensor> &prior, const std::optional<at::Tensor> &half,
-                   const std::optional<at::Tensor> &half_scale,
-                   const std::optional<at::Tensor> &packed, const at::Tensor &noise,
+                   const std::optional<at::Tensor> &half_scale, const at::Tensor &noise,
                    const at::Tensor &action, const at::Tensor &probs, int64_t threads) {
     const int64_t r = a_inv.size(0), k = a_inv.size(1), b = x.size(1);
     const at::Tensor scores = at::empty({r, b, k}, a_inv.options());
-    linucb_scores_op(a_inv, theta, x, alpha, alpha_r, prior, half, half_scale, packed, scores,
-                     threads);
+    linucb_scores_op(a_inv, theta, x, alpha, alpha_r, prior, half, half_scale, scores, threads);
     int64_t *act = action.data_ptr<int64_t>();
     auto run_pick = [&](auto *s, auto *p) {
         if (noise.scalar_type() == at::kFloat) {
@@ -411,20 +361,19 @@ int64_t sherman_morrison_played_op(const at::Tensor &a_inv, const at::Tensor &th
                                    const at::Tensor &reward, const at::Tensor &observed,
                                    const std::optional<at::Tensor> &prior,
                                    const std::optional<at::Tensor> &half,
-                                   const std::optional<at::Tensor> &half_scale,
-                                   const std::optional<at::Tensor> &packed, int64_t threads) {
+                                   const std::optional<at::Tensor> &half_scale, int64_t threads) {
     const int64_t r = a_inv.size(0), k = a_inv.size(1), d = a_inv.size(3);
     const int64_t *arms = arm.data_ptr<int64_t>();
     const bool *seen = observed.data_ptr<bool>();
     if (a_inv.scalar_type() == at::kFloat) {
         return sherman_morrison_played(a_inv.data_ptr<float>(), theta.data_ptr<float>(),
                                        x.data_ptr<float>(), arms, reward.data_ptr<float>(), seen,
-                                       shortcuts<float>(prior, half, half_scale, packed), r, k, d,
+                                       shortcuts<float>(prior, half, half_scale), r, k, d,
                                        threads);
     }
     return sherman_morrison_played(a_inv.data_ptr<double>(), theta.data_ptr<double>(),
                                    x.data_ptr<double>(), arms, reward.data_ptr<double>(), seen,
-                                   shortcuts<double>(prior, half, half_scale, packed), r, k, d, threads);
+                                   shortcuts<double>(prior, half, half_scale), r, k, d, threads);
 }
 
 }  // namespace
@@ -432,17 +381,16 @@ int64_t sherman_morrison_played_op(const at::Tensor &a_inv, const at::Tensor &th
 TORCH_LIBRARY(torchroute_ridge, m) {
     m.def(
         "linucb_scores(Tensor a_inv, Tensor theta, Tensor x, float alpha, Tensor? alpha_r, "
-        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor? packed, Tensor(a!) out, "
-        "int threads) -> ()",
+        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor(a!) out, int threads) -> ()",
         &linucb_scores_op);
     m.def(
         "linucb_act(Tensor a_inv, Tensor theta, Tensor x, float alpha, Tensor? alpha_r, "
-        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor? packed, Tensor noise, "
-        "Tensor(a!) action, Tensor(b!) probs, int threads) -> ()",
+        "Tensor? prior, Tensor? half, Tensor? half_scale, Tensor noise, Tensor(a!) action, "
+        "Tensor(b!) probs, int threads) -> ()",
         &linucb_act_op);
     m.def(
         "sherman_morrison_played(Tensor(a!) a_inv, Tensor(b!) theta, Tensor x, Tensor arm, "
         "Tensor reward, Tensor observed, Tensor(c!)? prior, Tensor(d!)? half, "
-        "Tensor? half_scale, Tensor(e!)? packed, int threads) -> int",
+        "Tensor? half_scale, int threads) -> int",
         &sherman_morrison_played_op);
 }

@@ -18,12 +18,6 @@ Two optional shortcuts, kept current by the update:
 - ``prior [R, K]`` (:func:`prior_scales`): ``c >= 0`` while an arm is still at its prior
   ``A^{-1} = c I, theta = 0``; its width is then ``sqrt(c |x|^2)`` without reading ``A^{-1}``
   (exact: the same number up to rounding);
-- ``packed [R, K, P]`` (:func:`packed_copy`, ``P =`` :func:`packed_size` ``(d)``, about
-  ``0.62 d^2`` at ``d = 128``): the block upper triangle of each ``A^{-1}`` stored row after
-  row, read for the widths instead of ``A^{-1}``. The same numbers in the same order, so the
-  same bits, but one contiguous stream instead of a half read with gaps: on a busy 2-core
-  EPYC the gappy read of ``A^{-1}`` took as long as reading all of it, the packed copy half
-  that. It costs ``P / d^2`` more memory and the update writes it too;
 - ``half [R, K, d, d]`` (:func:`half_copy`, float32 only): float16 copies of
   ``lambda_r A^{-1}`` (entries in ``[-1, 1]`` since ``0 < A^{-1} <= I / lambda``) read for
   the widths instead of ``A^{-1}``, half the bytes again; ``A^{-1}`` itself is still
@@ -246,20 +240,15 @@ def check_tensor(name: str, t: Tensor | None, dtype: torch.dtype, shape: tuple[i
 
 
 def _shortcuts(
-    a_inv: Tensor,
-    prior: Tensor | None,
-    half: Tensor | None,
-    half_scale: Tensor | None,
-    packed: Tensor | None = None,
+    a_inv: Tensor, prior: Tensor | None, half: Tensor | None, half_scale: Tensor | None
 ) -> None:
-    """Check the optional prior scales, float16 and packed copies the kernel reads."""
+    """Check the optional prior scales and float16 copies the kernel reads."""
     r, k, d, _ = a_inv.shape
     if half is not None and (a_inv.dtype != torch.float32 or half_scale is None):
         raise ValueError("fused ridge kernel: half copies need float32 a_inv and a half_scale")
     check_tensor("prior", prior, a_inv.dtype, (r, k))
     check_tensor("half", half, torch.float16, (r, k, d, d))
     check_tensor("half_scale", half_scale if half is not None else None, a_inv.dtype, (r,))
-    check_tensor("packed", packed, a_inv.dtype, (r, k, packed_size(d)))
 
 
 def prior_scales(a_inv: Tensor, theta: Tensor) -> Tensor:
@@ -281,31 +270,6 @@ def prior_scales(a_inv: Tensor, theta: Tensor) -> Tensor:
     return torch.where(at_prior, c, torch.full_like(c, -1.0)).contiguous()
 
 
-TILE = 32  # rows per diagonal block of the quadratic form (kTile in ridge_kernel.cpp)
-
-
-@cache
-def packed_size(d: int) -> int:
-    """Values per matrix of the packed block upper triangle: row ``i`` keeps ``d - i0``."""
-    return sum(d - (i - i % TILE) for i in range(d))
-
-
-@cache
-def _packed_index(d: int) -> Tensor:
-    """Flat indices into a ``d x d`` matrix of the packed layout, row after row."""
-    return torch.cat([i * d + torch.arange(i - i % TILE, d) for i in range(d)])
-
-
-def packed_copy(a_inv: Tensor) -> Tensor:
-    """The packed block upper triangle: ``[R, K, d, d]`` -> ``[R, K, P]``, ``P = packed_size(d)``.
-
-    Row ``i`` keeps columns ``i0, ..., d - 1`` with ``i0 = i - i % 32`` (the first column
-    of its block of 32 rows), rows one after the other.
-    """
-    r, k, d, _ = a_inv.shape
-    return a_inv.reshape(r, k, d * d).index_select(-1, _packed_index(d)).contiguous()
-
-
 def half_copy(a_inv: Tensor, scale: Tensor) -> Tensor:
     """Float16 ``scale_r A^{-1}``: ``[R, K, d, d]``, ``[R]`` -> ``[R, K, d, d]`` float16."""
     return (a_inv * scale[:, None, None, None]).to(torch.float16).contiguous()
@@ -319,7 +283,6 @@ def linucb_scores(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
-    packed: Tensor | None = None,
 ) -> Tensor:
     """LinUCB scores ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)`` in one call.
 
@@ -332,8 +295,6 @@ def linucb_scores(
         prior: optional ``[R, K]`` from :func:`prior_scales`.
         half, half_scale: optional ``[R, K, d, d]`` float16 from :func:`half_copy` and its
             ``[R]`` scale; the widths then read ``half`` instead of ``a_inv``.
-        packed: optional ``[R, K, P]`` from :func:`packed_copy`; the widths then read it
-            instead of ``a_inv`` (the same bits; ``half`` goes first when both are given).
 
     Returns:
         ``[R, B, K]`` scores, in ``a_inv``'s dtype.
@@ -350,7 +311,7 @@ def linucb_scores(
     alpha_value = 0.0 if alpha_r is not None else float(alpha)
     check_tensor("alpha", alpha_r, dtype, (r,))
     out = torch.empty(r, b, k, dtype=dtype)
-    _shortcuts(a_inv, prior, half, half_scale, packed)
+    _shortcuts(a_inv, prior, half, half_scale)
     kernel_library().linucb_scores(
         a_inv,
         theta,
@@ -360,7 +321,6 @@ def linucb_scores(
         prior,
         half,
         half_scale if half is not None else None,
-        packed,
         out,
         _threads(r * k * b * d * d // 2, r),
     )
@@ -376,7 +336,6 @@ def linucb_act(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
-    packed: Tensor | None = None,
     *,
     state_checked: bool = False,
 ) -> tuple[Tensor, Tensor]:
@@ -387,7 +346,7 @@ def linucb_act(
     :func:`~torchroute.functional.sampling.argmax_random_ties` with the same draws.
 
     Args:
-        a_inv, theta, x, alpha, prior, half, half_scale, packed: as :func:`linucb_scores`.
+        a_inv, theta, x, alpha, prior, half, half_scale: as :func:`linucb_scores`.
         noise: ``[R, B, K]`` float32 or float64 uniforms in ``[0, 1)``.
         state_checked: the caller vouches for ``a_inv``, ``theta`` and the shortcuts
             (contiguous CPU tensors of one float dtype and matching shapes, as a fused
@@ -404,7 +363,7 @@ def linucb_act(
     if not state_checked:
         check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
         check_tensor("theta", theta, dtype, (r, k, d))
-        _shortcuts(a_inv, prior, half, half_scale, packed)
+        _shortcuts(a_inv, prior, half, half_scale)
     check_tensor("x", x, dtype, (r, b, d))
     if noise.dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fused ridge kernel: noise must be float32 or float64, got {noise.dtype}")
@@ -422,7 +381,6 @@ def linucb_act(
         prior,
         half,
         half_scale if half is not None else None,
-        packed,
         noise,
         action,
         probs,
@@ -441,7 +399,6 @@ def sherman_morrison_played_(
     prior: Tensor | None = None,
     half: Tensor | None = None,
     half_scale: Tensor | None = None,
-    packed: Tensor | None = None,
     *,
     state_checked: bool = False,
 ) -> None:
@@ -450,8 +407,8 @@ def sherman_morrison_played_(
     For ``k = arm_r`` with ``observed[r, k]``: ``A_k <- A_k + x x^T``, ``b_k <- b_k + y x``
     with ``y = reward[r, k]``; with ``ax = A_k^{-1} x`` and ``s = 1 / (1 + x^T ax)``,
     ``theta_k += s (y - x^T theta_k) ax`` and ``A_k^{-1} -= s ax ax^T``. A trial whose
-    played arm is not observed is left unchanged (its reward is not read). ``prior``,
-    ``half`` and ``packed`` (see :func:`linucb_scores`) are kept current.
+    played arm is not observed is left unchanged (its reward is not read). ``prior`` and
+    ``half`` (see :func:`linucb_scores`) are kept current.
 
     Args:
         a_inv: ``[R, K, d, d]`` symmetric (float32 or float64, CPU, contiguous).
@@ -460,7 +417,7 @@ def sherman_morrison_played_(
         arm: ``[R]`` int64, the arm each trial played.
         reward: ``[R, K]`` rewards (only the played, observed cell is read).
         observed: ``[R, K]`` bool.
-        prior, half, half_scale, packed: optional shortcuts, updated in place.
+        prior, half, half_scale: optional shortcuts, updated in place.
         state_checked: as :func:`linucb_act` (the checks of the state are skipped).
     """
     r, k, d, _ = a_inv.shape
@@ -470,7 +427,7 @@ def sherman_morrison_played_(
     if not state_checked:
         check_tensor("a_inv", a_inv, dtype, (r, k, d, d))
         check_tensor("theta", theta, dtype, (r, k, d))
-        _shortcuts(a_inv, prior, half, half_scale, packed)
+        _shortcuts(a_inv, prior, half, half_scale)
     check_tensor("x", x, dtype, (r, d))
     check_tensor("arm", arm, torch.long, (r,))
     check_tensor("reward", reward, dtype, (r, k))
@@ -485,7 +442,6 @@ def sherman_morrison_played_(
         prior,
         half,
         half_scale if half is not None else None,
-        packed,
         _threads(3 * r * d * d, r),
     )
     if bad:

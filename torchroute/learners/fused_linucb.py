@@ -17,9 +17,6 @@ The shortcuts live outside the buffers (``state_dict`` is unchanged) and are reb
 ``data_ptr`` or ``_version`` moved: ``load_state_dict``, ``.to()``, an eager update).
 Everything but a bandit round with one context (``only_played``, ``B = 1``) takes the
 eager update.
-``kernel="fused"`` reads the widths from a packed copy of the block upper triangle of each
-``A^{-1}`` (:func:`~torchroute.functional.ridge_kernel.packed_copy`: the same bits, one
-contiguous stream; about 0.62x the memory of ``a_inv`` more at ``d = 128``).
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from torchroute.functional.ridge_kernel import (
     kernel_available,
     kernel_library,
     linucb_act,
-    packed_copy,
     prior_scales,
 )
 from torchroute.functional.ridge_kernel import sherman_morrison_played_ as _played_update_
@@ -70,13 +66,12 @@ def check_kernel(owner: str, kernel: str) -> Kernel:
 
 @dataclass
 class _Shortcuts:
-    """The kernels' ``prior``/``half``/``packed`` tensors and the state they were built from."""
+    """The kernels' ``prior``/``half`` tensors and the state they were built from."""
 
     stamp: tuple
     prior: Tensor
     half: Tensor | None = None
     half_scale: Tensor | None = None
-    packed: Tensor | None = None
 
 
 def _stamp(a_inv: Tensor, theta: Tensor) -> tuple:
@@ -108,8 +103,6 @@ def _shortcuts(learner: LinUCB) -> tuple[Tensor, Tensor, _Shortcuts]:
             lam = torch.as_tensor(learner.lam, dtype=a_inv.dtype).expand(learner.num_trials)
             cached.half_scale = lam.contiguous()
             cached.half = half_copy(a_inv, cached.half_scale)
-        else:
-            cached.packed = packed_copy(a_inv)
         learner.__dict__["_fused_shortcuts"] = cached
     return a_inv, theta, cached
 
@@ -130,7 +123,6 @@ def fused_act(learner: LinUCB, context: Context, generator: Source = None) -> De
         cut.prior,
         cut.half,
         cut.half_scale,
-        cut.packed,
         state_checked=True,
     )
     return Decision(probs=probs, action=action)
@@ -160,7 +152,6 @@ def fused_update(
         cut.prior,
         cut.half,
         cut.half_scale,
-        cut.packed,
         state_checked=True,
     )
     learner._tick(context)
