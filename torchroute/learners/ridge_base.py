@@ -97,19 +97,43 @@ class RidgeLearner(Learner):
             self._update_arms(action, x[:, 0], reward[:, 0], weight[:, 0])
         elif 2 * slots <= self.num_arms:
             # A few arms observed per trial (e.g. the played arm plus surrogates): one
-            # gathered update per slot, the j-th observed arm of every trial (arms are
-            # independent, so this is the dense update restricted to the observed arms).
-            # The host read of the slot count is free on the CPU; elsewhere the dense
-            # update keeps shapes static.
-            order = observed[:, 0].to(torch.int8).argsort(-1, descending=True)
-            for slot in range(slots):
-                self._update_arms(order[:, slot : slot + 1], x[:, 0], reward[:, 0], weight[:, 0])
+            # gathered update of the observed (trial, arm) pairs (arms are independent, so
+            # this is the dense update restricted to the observed arms). The host reads of
+            # the slot count and of the pairs are free on the CPU; elsewhere the dense update
+            # keeps shapes static.
+            self._update_pairs(observed[:, 0], x[:, 0], reward[:, 0], weight[:, 0])
         else:
             xs = x[:, None].expand(r, self.num_arms, b, self.dim)  # [R, K, B, d]
             self.a_inv, self.theta = woodbury(
                 self.a_inv, self.theta, xs, reward.transpose(1, 2), weight.transpose(1, 2)
             )
         self._tick(context)
+
+    def _update_pairs(self, observed: Tensor, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        """Sherman–Morrison on every observed ``(trial, arm)`` pair at once: ``observed``,
+        ``reward`` and ``weight`` ``[R, K]``, ``x [R, d]``.
+
+        Updates ``P = observed.sum()`` matrices, each with the context of its trial; the
+        others are not read. A round in which most trials observe one arm and a few observe
+        several (surrogates) costs ``P`` matrices instead of ``R`` times the largest count.
+        """
+        trial, arm = observed.nonzero(as_tuple=True)  # [P] each, trial-major
+        flat = trial * self.num_arms + arm  # rows of the [R*K] views
+        a_flat, t_flat = self._flat_views()
+        a_sel = a_flat.index_select(0, flat)  # [P, d, d], a copy
+        t_sel = t_flat.index_select(0, flat)  # [P, d]
+        sherman_morrison_(a_sel, t_sel, x[trial], reward[trial, arm], weight[trial, arm])
+        a_flat.index_copy_(0, flat, a_sel)
+        t_flat.index_copy_(0, flat, t_sel)
+
+    def _flat_views(self) -> tuple[Tensor, Tensor]:
+        """``a_inv`` as ``[R*K, d, d]`` and ``theta`` as ``[R*K, d]`` views (made contiguous)."""
+        r, k, d = self.num_trials, self.num_arms, self.dim
+        if not self.a_inv.is_contiguous():
+            self.a_inv = self.a_inv.contiguous()
+        if not self.theta.is_contiguous():
+            self.theta = self.theta.contiguous()
+        return self.a_inv.view(r * k, d, d), self.theta.view(r * k, d)
 
     def _update_arms(self, arm: Tensor, x: Tensor, reward: Tensor, weight: Tensor) -> None:
         """Sherman–Morrison on one arm per trial: ``arm [R, 1]``, ``x [R, d]``, ``reward`` and
