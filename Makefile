@@ -8,6 +8,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXPERIMENT ?= default
+# pytest-xdist worker processes of `make test` (0: run the tests in pytest's own process)
+TEST_WORKERS ?= 2
 OUT ?= outputs/$(EXPERIMENT)
 
 export HF_HUB_OFFLINE ?= 1
@@ -27,8 +29,8 @@ install: $(VENV)/.installed
 run: install  ## the first run: baselines, CABS-D, HPG and best-of-2 routing on the built-in benchmark
 	$(VENV)/bin/torchroute simulate experiment=$(EXPERIMENT) out_dir=$(OUT) $(ARGS)
 
-test: install  ## the test suite (fast, CPU, wandb offline)
-	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow"
+test: install  ## the test suite (fast, CPU, wandb offline), on TEST_WORKERS processes
+	WANDB_MODE=offline $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-all: install  ## also the slow tests
 	WANDB_MODE=offline $(PY) -m pytest -q
