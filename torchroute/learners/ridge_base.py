@@ -118,44 +118,34 @@ class RidgeLearner(Learner):
         several (surrogates) costs ``P`` matrices instead of ``R`` times the largest count.
         """
         trial, arm = observed.nonzero(as_tuple=True)  # [P] each, trial-major
-        flat = trial * self.num_arms + arm  # rows of the [R*K] views
-        a_flat, t_flat = self._flat_views()
-        a_sel = a_flat.index_select(0, flat)  # [P, d, d], a copy
-        t_sel = t_flat.index_select(0, flat)  # [P, d]
-        sherman_morrison_(a_sel, t_sel, x[trial], reward[trial, arm], weight[trial, arm])
-        a_flat.index_copy_(0, flat, a_sel)
-        t_flat.index_copy_(0, flat, t_sel)
+        rows = trial * self.num_arms + arm  # rows of the [R*K] views
+        self._update_rows(rows, x[trial], reward[trial, arm], weight[trial, arm])
 
-    def _flat_views(self) -> tuple[Tensor, Tensor]:
-        """``a_inv`` as ``[R*K, d, d]`` and ``theta`` as ``[R*K, d]`` views (made contiguous)."""
+    def _update_rows(self, rows: Tensor, x: Tensor, y: Tensor, w: Tensor) -> None:
+        """Sherman–Morrison on the ``(trial, arm)`` rows ``rows [P]`` of the ``[R*K]`` views:
+        contexts ``x [P, d]``, targets ``y [P]`` and weights ``w [P]``.
+
+        The gathered copy is updated in place while it is still in cache and ``index_copy_``
+        writes it back (index_select and the in-place update are the faster choices; see
+        benchmarks/linucb_throughput.py).
+        """
         r, k, d = self.num_trials, self.num_arms, self.dim
         if not self.a_inv.is_contiguous():
             self.a_inv = self.a_inv.contiguous()
         if not self.theta.is_contiguous():
             self.theta = self.theta.contiguous()
-        return self.a_inv.view(r * k, d, d), self.theta.view(r * k, d)
+        a_flat, t_flat = self.a_inv.view(r * k, d, d), self.theta.view(r * k, d)
+        a_sel = a_flat.index_select(0, rows)  # [P, d, d], a copy
+        t_sel = t_flat.index_select(0, rows)  # [P, d]
+        sherman_morrison_(a_sel, t_sel, x, y, w)
+        a_flat.index_copy_(0, rows, a_sel)
+        t_flat.index_copy_(0, rows, t_sel)
 
     def _update_arms(self, arm: Tensor, x: Tensor, reward: Tensor, weight: Tensor) -> None:
         """Sherman–Morrison on one arm per trial: ``arm [R, 1]``, ``x [R, d]``, ``reward`` and
         ``weight`` ``[R, K]`` (weight 0: unchanged).
 
-        Reads and writes ``d x d`` per trial instead of ``K d x d``: the gathered copy is
-        updated in place while it is still in cache and ``index_copy_`` writes it back
-        (index_select and the in-place update are the faster choices; see
-        benchmarks/linucb_throughput.py).
+        Reads and writes ``d x d`` per trial instead of ``K d x d`` (:meth:`_update_rows`).
         """
-        r, k, d = x.shape[0], self.num_arms, self.dim
-        flat = torch.arange(r, device=x.device) * k + arm[:, 0]  # [R] rows of the [R*K] views
-        if not self.a_inv.is_contiguous():
-            self.a_inv = self.a_inv.contiguous()
-        if not self.theta.is_contiguous():
-            self.theta = self.theta.contiguous()
-        a_flat = self.a_inv.view(r * k, d, d)
-        t_flat = self.theta.view(r * k, d)
-        a_sel = a_flat.index_select(0, flat)  # [R, d, d], a copy
-        t_sel = t_flat.index_select(0, flat)  # [R, d]
-        y = reward.gather(1, arm)[:, 0]
-        w = weight.gather(1, arm)[:, 0]
-        sherman_morrison_(a_sel, t_sel, x, y, w)
-        a_flat.index_copy_(0, flat, a_sel)
-        t_flat.index_copy_(0, flat, t_sel)
+        flat = torch.arange(x.shape[0], device=x.device) * self.num_arms + arm[:, 0]  # [R]
+        self._update_rows(flat, x, reward.gather(1, arm)[:, 0], weight.gather(1, arm)[:, 0])
