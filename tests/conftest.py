@@ -6,12 +6,24 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# On pytest-xdist workers the cores are shared: each worker (and what it starts) gets its
+# share of them, as two workers of two threads each on two cores would oversubscribe them.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+
+import torch  # noqa: E402  (after the thread setting above)
+
+if _WORKERS > 1:
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# the tests read no package list from their wandb runs: not listing ~1,500 packages per run
+os.environ.setdefault("WANDB__SAVE_REQUIREMENTS", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("TORCHROUTE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))

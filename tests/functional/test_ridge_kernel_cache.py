@@ -21,92 +21,120 @@ from torchroute.functional import ridge_kernel as rk
 
 MISSING_CXX = "/nonexistent/bin/c++"
 
-# Prints a JSON line: the learner's kernel, the warnings, and one round's scores of the
-# fused kernel against a float64 numpy LinUCB score (or the one-line error).
-PROBE = r"""
-import json, sys, warnings
+# The probes: each returns a JSON-able dict. ``linucb``: the learner's kernel, the warnings,
+# and one round's scores of the fused kernel against a float64 numpy LinUCB score (or the
+# one-line error). ``graph``: the SquareCB-G solver, "auto" (the default) or "fused": whether
+# the result is the eager path's bit for bit, the warnings, or the one-line error.
+PROBES = r"""
+import json, os, sys, warnings
 import numpy as np
 import torch
 from torchroute.functional import ridge_kernel as rk
+from torchroute.functional.graph_program import graph_squarecb_probs
 from torchroute.learners import LinUCB
 
-kernel = sys.argv[1]
-out = {}
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        learners = [LinUCB(2, 3, 5, kernel=kernel).double() for _ in range(2)]
-    except rk.KernelUnavailableError as err:
-        out["error"] = str(err)
-        learners = []
-out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-if learners:
-    out["kernel"] = learners[0].kernel
-    if learners[0].kernel != "torch":
-        g = torch.Generator().manual_seed(0)
-        a = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)
-        a_inv = torch.linalg.inv(a @ a.transpose(-1, -2) + torch.eye(5, dtype=torch.float64))
-        theta = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)
-        x = torch.randn(2, 1, 5, generator=g, dtype=torch.float64)
-        got = rk.linucb_scores(a_inv.contiguous(), theta, x, 0.7).numpy()
-        A, T, X = a_inv.numpy(), theta.numpy(), x.numpy()
-        want = np.einsum("rkd,rbd->rbk", T, X) + 0.7 * np.sqrt(
-            np.einsum("rbd,rkde,rbe->rbk", X, A, X)
-        )
-        out["max_err"] = float(np.abs(got - want).max())
-print(json.dumps(out))
+
+def linucb(kernel):
+    out = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            learners = [LinUCB(2, 3, 5, kernel=kernel).double() for _ in range(2)]
+        except rk.KernelUnavailableError as err:
+            out["error"] = str(err)
+            learners = []
+    out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if learners:
+        out["kernel"] = learners[0].kernel
+        if learners[0].kernel != "torch":
+            g = torch.Generator().manual_seed(0)
+            a = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)
+            a_inv = torch.linalg.inv(a @ a.transpose(-1, -2) + torch.eye(5, dtype=torch.float64))
+            theta = torch.randn(2, 3, 5, generator=g, dtype=torch.float64)
+            x = torch.randn(2, 1, 5, generator=g, dtype=torch.float64)
+            got = rk.linucb_scores(a_inv.contiguous(), theta, x, 0.7).numpy()
+            A, T, X = a_inv.numpy(), theta.numpy(), x.numpy()
+            want = np.einsum("rkd,rbd->rbk", T, X) + 0.7 * np.sqrt(
+                np.einsum("rbd,rkde,rbe->rbk", X, A, X)
+            )
+            out["max_err"] = float(np.abs(got - want).max())
+    return out
+
+
+def graph(kernel):
+    g = torch.Generator().manual_seed(0)
+    f = torch.rand(30, 11, generator=g)
+    edges = torch.rand(30, 11, 11, generator=g) < 0.3
+    out = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            runs = [graph_squarecb_probs(f, edges, 2.0, kernel=kernel) for _ in range(3)]
+            eager = graph_squarecb_probs(f, edges, 2.0, kernel="torch")
+            out["equals_eager"] = all(torch.equal(p, eager) for p in runs)
+            out["max_gap"] = max(float((p - eager).abs().max()) for p in runs)
+        except rk.KernelUnavailableError as err:
+            out["error"] = str(err)
+    out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    return out
+
+
+# Each case runs in a child forked after the imports (nothing of the kernel is loaded yet),
+# so it starts as a fresh process would, without paying the imports again.
+children = {}
+for name, case in json.loads(sys.argv[1]).items():
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ["TORCHROUTE_KERNEL_CACHE"] = case["cache"]
+            if case["cxx"] is not None:
+                os.environ["CXX"] = case["cxx"]
+            result = {"linucb": linucb, "graph": graph}[case["probe"]](case["kernel"])
+            with open(case["out"], "w") as f:
+                json.dump(result, f)
+            code = 0
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    children[pid] = name
+status = {}
+for pid, name in children.items():
+    _, code = os.waitpid(pid, 0)
+    status[name] = os.waitstatus_to_exitcode(code)  # -7 would be SIGBUS
+print(json.dumps(status))
 """
 
 
-# The SquareCB-G solver: "auto" (the default) and "fused"; prints whether the result is
-# the eager path's bit for bit, the warnings, or the one-line error.
-GRAPH_PROBE = r"""
-import json, sys, warnings
-import torch
-from torchroute.functional import ridge_kernel as rk
-from torchroute.functional.graph_program import graph_squarecb_probs
-
-kernel = sys.argv[1]
-g = torch.Generator().manual_seed(0)
-f = torch.rand(30, 11, generator=g)
-graph = torch.rand(30, 11, 11, generator=g) < 0.3
-out = {}
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        runs = [graph_squarecb_probs(f, graph, 2.0, kernel=kernel) for _ in range(3)]
-        eager = graph_squarecb_probs(f, graph, 2.0, kernel="torch")
-        out["equals_eager"] = all(torch.equal(p, eager) for p in runs)
-        out["max_gap"] = max(float((p - eager).abs().max()) for p in runs)
-    except rk.KernelUnavailableError as err:
-        out["error"] = str(err)
-out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-print(json.dumps(out))
-"""
-
-
-def _start(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE):
-    """A probe in a fresh process (not waited for)."""
-    env = {**os.environ, "TORCHROUTE_KERNEL_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    if cxx is not None:
-        env["CXX"] = cxx
-    return subprocess.Popen(
-        [sys.executable, "-c", probe, kernel],
+def _run_probes(cases: dict[str, dict], tmp: Path) -> dict[str, dict]:
+    """Run ``{name: {cache, kernel, cxx, probe}}``, each case as a fresh process (forked from
+    one that did the imports), all at once: ``name -> the probe's JSON``."""
+    for name, case in cases.items():
+        case["cache"], case["out"] = str(case["cache"]), str(tmp / f"{name}.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBES, json.dumps(cases)],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
+        timeout=900,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
+    status = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(code == 0 for code in status.values()), (status, done.stderr[-3000:])
+    return {name: json.loads((tmp / f"{name}.json").read_text()) for name in cases}
 
 
-def _result(process: subprocess.Popen) -> dict:
-    stdout, stderr = process.communicate(timeout=900)
-    assert process.returncode == 0, (process.returncode, stderr[-2000:])  # -7 would be SIGBUS
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
-def _probe(cache: Path, kernel: str, cxx: str | None = None, probe: str = PROBE) -> dict:
-    return _result(_start(cache, kernel, cxx, probe))
+def _probe(cache: Path, kernel: str, cxx: str | None = None, probe: str = "linucb") -> dict:
+    """One case in its own process."""
+    tmp = cache.parent
+    case = {"cache": cache, "kernel": kernel, "cxx": cxx, "probe": probe}
+    return _run_probes({"probe": case}, tmp)["probe"]
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +161,7 @@ def _plant(built: Path, cache: Path, keep: int | None = None) -> Path:
 
 @pytest.fixture(scope="module")
 def probes(built: Path, tmp_path_factory) -> dict[str, dict]:
-    """The fast cases, each in its own process, all started at once (they mostly wait for
-    imports, so they share the cores): ``name -> the probe's JSON``."""
+    """The fast cases, each in a fresh process, all at once: ``name -> the probe's JSON``."""
     root = tmp_path_factory.mktemp("kernel_caches")
     whole = root / "whole"
     _plant(built, whole)
@@ -142,18 +169,21 @@ def probes(built: Path, tmp_path_factory) -> dict[str, dict]:
     _plant(built, truncated, keep=built.stat().st_size // 3)
     blocker = root / "file"
     blocker.write_text("not a folder")
+
+    def case(cache: Path, kernel: str, cxx: str | None, probe: str) -> dict:
+        return {"cache": cache, "kernel": kernel, "cxx": cxx, "probe": probe}
+
     cases = {
-        "no_cxx_fused": (root / "empty1", "fused", MISSING_CXX, PROBE),
-        "no_cxx_auto": (root / "empty2", "auto", MISSING_CXX, PROBE),
-        "solver_no_cxx_auto": (root / "empty3", "auto", MISSING_CXX, GRAPH_PROBE),
-        "solver_no_cxx_fused": (root / "empty4", "fused", MISSING_CXX, GRAPH_PROBE),
-        "solver_cached": (whole, "auto", MISSING_CXX, GRAPH_PROBE),
-        "cached": (whole, "fused", MISSING_CXX, PROBE),
-        "truncated": (truncated, "fused", MISSING_CXX, PROBE),
-        "unwritable": (blocker / "cache", "fused", None, PROBE),  # the compiler is there
+        "no_cxx_fused": case(root / "empty1", "fused", MISSING_CXX, "linucb"),
+        "no_cxx_auto": case(root / "empty2", "auto", MISSING_CXX, "linucb"),
+        "solver_no_cxx_auto": case(root / "empty3", "auto", MISSING_CXX, "graph"),
+        "solver_no_cxx_fused": case(root / "empty4", "fused", MISSING_CXX, "graph"),
+        "solver_cached": case(whole, "auto", MISSING_CXX, "graph"),
+        "cached": case(whole, "fused", MISSING_CXX, "linucb"),
+        "truncated": case(truncated, "fused", MISSING_CXX, "linucb"),
+        "unwritable": case(blocker / "cache", "fused", None, "linucb"),  # the compiler is there
     }
-    started = {name: _start(*case) for name, case in cases.items()}
-    out = {name: _result(process) for name, process in started.items()}
+    out = _run_probes(cases, root)
     out["truncated"]["target_ok"] = rk.cached_library_ok(truncated / built.name)
     out["unwritable"]["blocker"] = str(blocker)
     return out
