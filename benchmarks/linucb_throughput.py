@@ -33,7 +33,7 @@ stretch of time:
    them this is an equivalent, not the traffic.
 
 The last lines are for scripts: ``ratio_vs_numpy_vectorised_d128`` and
-``ratio_vs_numpy_d128`` (``fused C=32`` over ``np-vec`` and ``numpy`` at ``d = 128``;
+``ratio_vs_numpy_d128`` (``fused C=16`` over ``np-vec`` and ``numpy`` at ``d = 128``;
 ``eager`` with ``--device cuda``), then ``bandwidth_fraction_d384`` (figure 3 of ``eager``
 at ``d = 384``, as before the fused kernels).
 
@@ -61,6 +61,13 @@ VM, 1 MB L2 per core, 32 MB L3, shared with other jobs at a load of 2.5-4.5: fig
   its quiet/loaded figures are in ``docs/performance.md``.
 - Chunks (``d = 128``, ``fused``; ranges over runs): ``C = 16`` 39-48k, 24: 43k, 32: 47-59k,
   48: 45k, 64: 37k; all 210 trials in one learner: 24k (150 MB of state streams from memory).
+  With the kernel as a torch extension (``at::parallel_for``) a separate choice run (every
+  ``C`` of 4, 8, 12, 16, 24, 32 beside both numpy loops, 2 quiet and 2 loaded turns of 8 s,
+  ratios over numpy / np-vec) put ``C = 16`` first in all four turns: quiet 4.52 / 2.31 and
+  3.45 / 2.34, loaded 2.68 / 1.81 and 3.36 / 1.79, against ``C = 32`` 2.93 / 1.50, 2.02 /
+  1.37, 2.32 / 1.57, 2.01 / 1.07 (the chunk's 11 MB of ``A^{-1}`` sits in the shared L3
+  beside other jobs' data; 23 MB does not), and ``C = 8`` 3.27 / 1.68 quiet (the per-round
+  Python costs more per trial). The goal figures use ``C = 16`` since.
   ``d = 384``: ``C = 1`` 5.0k, 2: 5.6k, 4: 8.1k, all 32: 3.9k (numpy 3.5k).
 - Arms at their prior (the dual form with no observation): in this workload 50.5% of the
   (trial, arm) pairs are never played (an untried arm scores ``sqrt(0.1) |x| = 0.32``, below
@@ -100,7 +107,7 @@ B = 1, R = 210 / d = 128 and R = 32 / d = 384, 2 threads):
   (1.5 vs 3.0 ms at d = 128), and updating the gathered copy in place then writing it back
   with ``index_copy_`` takes 30-40% less time than an out-of-place update with ``index_put``.
 
-``--load``: the goal figures at ``d = 128, R = 210`` (``fused C=32`` and ``eager`` over
+``--load``: the goal figures at ``d = 128, R = 210`` (``fused C=16`` and ``eager`` over
 ``numpy`` and ``np-vec``) in ``--reps`` repetitions (default 5), each a quiet turn and a
 turn with :func:`cpu_load.cpu_hog` running (one busy process per core, stopped after the
 turn), interleaved; prints the median ratios of each side with the load averages. Lines
@@ -141,7 +148,7 @@ from torchroute.types import Context, Feedback
 NUM_ARMS = 11
 ALPHA = 1.0
 LAM = 10.0
-SETTINGS = ((128, 210, 32), (384, 32, 4))  # (d, R, C: trials per learner when chunked)
+SETTINGS = ((128, 210, 16), (384, 32, 4))  # (d, R, C: trials per learner when chunked)
 POOL_ROUNDS = 64  # pre-generated rounds, cycled
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from torchroute.cli import main
 from torchroute.data import linear_contextual_table
@@ -18,7 +17,6 @@ from torchroute.data.decisions import load_decisions
 from torchroute.decision_logger import log_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.learners import LinUCB, SquareCB
-from torchroute.loop import simulate
 from torchroute.types import Context
 
 
@@ -77,39 +75,76 @@ def test_evaluate_writes_estimates_matching_a_hand_computation(logged, tmp_path,
     assert set(frame["estimator"]) >= {"ips", "snips", "dm", "dr", "switch_dr", "clipped_dr"}
 
 
-def test_frozen_target_from_a_checkpoint(logged, tmp_path):
-    """A LinUCB trained on the train split is loaded from its checkpoint, trial of rho=100."""
-    env = _env([0.0, 100.0], split="train")
-    learner = LinUCB.from_problem(env.problem(), alpha=0.1)
+def test_frozen_target_from_a_chunked_run(tmp_path):
+    """The LinUCB of a real simulate run split into one-trial chunks is read from the chunk
+    that holds the trial of rho=100 (its first seed) and judged on a log of the run's
+    features; the value is IPS of that state, loaded by hand, acting on the log."""
+    from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
+    from torchroute.checkpoint import load_checkpoint
+    from torchroute.features import FeatureMap
+    from torchroute.run import run_config
+
     run = tmp_path / "run"
-    simulate(learner, env, ckpt_path=run / "checkpoints" / "linucb.pt", progress=False)
-    node = {"_target_": "torchroute.learners.LinUCB.from_problem", "_partial_": True, "alpha": 0.1}
-    OmegaConf.save(
-        {"rhos": [0.0, 100.0], "seeds": [0], "learners": {"linucb": node}}, run / "config.yaml"
+    best = {"_target_": "torchroute.learners.BestSingleArm.from_problem", "_partial_": True}
+    learners = {"linucb": {**LINUCB_NODE, "alpha": 0.3}, "best_single": best}
+    cfg = tiny_run_config(run, learners, "trial_chunk=1", "rng=per_trial")
+    run_config(cfg)
+    table = make_table()
+    feats = FeatureMap.load(run)(table.embeddings).double()
+    env = SingleChoiceEnv(
+        table, rho=[100.0], seeds=[0], split="test", features=feats, dtype=torch.float64
     )
+    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
+    logged = save_decisions(logs[0], tmp_path / "log.parquet")
     out = tmp_path / "ope"
-    code = main(
-        [
-            "evaluate",
-            f"logs={logged}",
-            "targets=[linucb]",
-            "rhos=[100]",
-            f"checkpoint={run}",
-            "estimators=[ips]",
-            "interval=normal",
-            f"out_dir={out}",
-        ]
-    )
+    args = ["targets=[linucb,best_single]", "rhos=[100]", "estimators=[ips]", "interval=normal"]
+    code = main(["evaluate", f"logs={logged}", *args, f"checkpoint={run}", f"out_dir={out}"])
     assert code == 0
+    # rho-major grid of rhos [0, 100] x seeds [0]: the trial of rho=100 is trial 1, chunk 1
+    saved = load_checkpoint(run / "checkpoints" / "linucb.chunk1.pt")
     log = load_decisions(logged)
     x = log.features[None]  # [1, n, d]
-    one = LinUCB(1, 3, x.shape[-1], alpha=0.1).double()
-    one.load_state_dict({k: v[1:2] for k, v in learner.state_dict().items()})
+    one = LinUCB(1, 4, x.shape[-1], alpha=0.3).double()
+    one.load_state_dict(saved["learner"])
     probs = one.act(Context(x=x), torch.Generator().manual_seed(0)).probs[0]
     u = (log.score - 100 * log.cost).clamp(0, 1)
     want = float((probs[torch.arange(len(u)), log.action] * u / log.propensity).mean())
-    got = pd.read_csv(out / "ope.csv").query("target == 'linucb'")["value"].item()
+    frame = pd.read_csv(out / "ope.csv")
+    assert frame.query("target == 'linucb'")["value"].item() == pytest.approx(want, abs=1e-10)
+    assert not (run / "checkpoints" / "linucb.pt").exists()  # only the chunks were written
+    # best_single routes every query to the model with the best mean train utility at rho=100
+    train = table.rows("train")
+    arm = int((table.scores[train] - 100 * table.costs[train]).clamp(0, 1).mean(0).argmax())
+    want = float(((log.action == arm) * u / log.propensity).mean())
+    got = frame.query("target == 'best_single'")["value"].item()
     assert got == pytest.approx(want, abs=1e-10)
+
+
+def test_a_plugin_target_needs_its_config_folder_and_trust(tmp_path, logged, monkeypatch, capsys):
+    """A learner config in a --config-dir folder is a target; a class outside torchroute
+    is built only with --trust."""
+    package = tmp_path / "pkg"
+    (package / "my_targets").mkdir(parents=True)
+    (package / "my_targets" / "__init__.py").write_text(
+        "from torchroute.learners import LinUCB\n\n\nclass MyLinUCB(LinUCB):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(package))
+    configs = tmp_path / "configs"
+    (configs / "learner").mkdir(parents=True)
+    (configs / "learner" / "my_linucb.yaml").write_text(
+        "_target_: my_targets.MyLinUCB.from_problem\n_partial_: true\nalpha: 0.5\n"
+    )
+    base = [f"logs={logged}", "targets=[my_linucb]", "rhos=[0]", "bootstrap=10"]
+    folder = ["--config-dir", str(configs)]
+    assert main(["evaluate", *base, f"out_dir={tmp_path / 'a'}"]) == 2
+    assert "no learner config 'my_linucb'" in capsys.readouterr().err
+    assert main(["evaluate", *folder, *base, f"out_dir={tmp_path / 'b'}"]) == 2
+    err = capsys.readouterr().err
+    assert "my_linucb.yaml" in err and "my_targets.MyLinUCB" in err  # named, not built
+    trusted = [*folder, "--trust", "my_targets"]
+    assert main(["evaluate", *trusted, *base, f"out_dir={tmp_path / 'c'}"]) == 0
+    frame = pd.read_csv(tmp_path / "c" / "ope.csv")
+    assert np.isfinite(frame.query("target == 'my_linucb'")["value"]).all()
 
 
 def test_forward_crossfit_dr_matches_a_hand_computation(logged, tmp_path):

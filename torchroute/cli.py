@@ -275,8 +275,10 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from torchroute.evaluate import run
+    from torchroute.serve.startup import trusted_prefixes
 
-    frame = run(args.overrides)
+    config_dirs(args.config_dir or [])  # a missing or clashing folder: one line
+    frame = run(args.overrides, args.config_dir or [], trusted_prefixes(args.trust))
     print(f"wrote ope.csv, report.md and ope.png ({len(frame)} estimates)")
 
 
@@ -437,6 +439,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_serve)
     p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
     p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")
+    p.add_argument(
+        "--config-dir",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder of extra learner configs (learner/<name>.yaml) searched after the "
+        "packaged ones; repeatable",
+    )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a plug-in package whose classes a target may name (e.g. my_routing); "
+        "repeatable (default: torchroute's own classes only)",
+    )
     p.set_defaults(func=_evaluate)
     return parser
 

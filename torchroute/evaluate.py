@@ -8,9 +8,10 @@
 Keys (``key=value``; lists in brackets):
 
 - ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.data.decisions`).
-- ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``; with
-  ``checkpoint`` their trained state is loaded from that simulate run) or ``arm:<model>``
-  (always route to that model).
+- ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``, then
+  the folders of ``--config-dir``; a learner of the ``checkpoint`` run is that run's trained
+  learner, one trial per rho, read as ``serve`` reads it) or ``arm:<model>`` (always route
+  to that model). A plug-in learner's classes are built only with ``--trust MODULE``.
 - ``replay``: learner config names evaluated *learning through the log* (Li et al. 2011).
 - ``rhos``: cost sensitivities to evaluate at (utilities are recomputed from the logged
   score and cost; default: the log's rho when it has one, else 0).
@@ -113,11 +114,24 @@ def parse_options(overrides: Sequence[str]) -> DictConfig:
     return cfg
 
 
-def run(overrides: Sequence[str]) -> pd.DataFrame:
-    """Evaluate the configured targets on the log; write ``ope.csv``, ``report.md``, the plot."""
+def run(
+    overrides: Sequence[str],
+    config_dirs: Sequence[str | Path] = (),
+    trusted: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Evaluate the configured targets on the log; write ``ope.csv``, ``report.md``, the plot.
+
+    Args:
+        overrides: ``key=value`` options (see the module docstring).
+        config_dirs: folders of extra learner configs (``learner/<name>.yaml``) searched
+            after the packaged ones (``--config-dir``).
+        trusted: module prefixes (``my_routing.``) whose classes a target may name besides
+            torchroute's own (``--trust``).
+    """
     from torchroute.evaluate_targets import frozen_probs, replay_learner
 
     cfg = parse_options(overrides)
+    extra = [str(d) for d in config_dirs]
     full = load_decisions(cfg.logs)
     log = full.select(full.has_feedback)
     if log.num_decisions < 2:
@@ -154,7 +168,9 @@ def run(overrides: Sequence[str]) -> pd.DataFrame:
     if cfg.targets:
         names, probs = [], []
         for name in cfg.targets:
-            probs.append(frozen_probs(str(name), problem, x.to(device), cfg, generator).cpu())
+            probs.append(
+                frozen_probs(str(name), problem, x.to(device), cfg, generator, extra, trusted).cpu()
+            )
             names.append(str(name))
         pi = torch.cat(probs)  # [P G, n, K]
         estimators = tuple(cfg.estimators)
@@ -184,7 +200,7 @@ def run(overrides: Sequence[str]) -> pd.DataFrame:
             part = slice(j * g, (j + 1) * g)
             rows += _rows(name, "frozen", rhos, result, estimators, part)
     for name in cfg.replay:
-        learner = replay_learner(str(name), problem)
+        learner = replay_learner(str(name), problem, extra, trusted)
         keys = trial_keys(pd.DataFrame({"rho": rhos}), int(cfg.seed), stream=f"replay:{name}")
         out = replay(
             learner,

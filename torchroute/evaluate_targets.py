@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,31 +10,39 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
-from torchroute.checkpoint import CheckpointError, load_checkpoint
+from torchroute.configs_path import config_dirs
 from torchroute.learners.base import Learner
+from torchroute.run.trained import load_trained, run_options
+from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem
 
 
-def build_target(name: str, problem: Problem, node: Any = None) -> Learner:
-    """The learner of config ``configs/learner/<name>.yaml`` (or ``node``) for ``problem``.
+def learner_config(name: str, extra: Sequence[str | Path] = ()) -> tuple[Any, str]:
+    """The node of ``learner/<name>.yaml`` in the packaged configs, then in the ``extra``
+    folders (``--config-dir``), and the file it came from."""
+    folders = config_dirs(extra)
+    for folder in folders:
+        path = folder / "learner" / f"{name}.yaml"
+        if path.is_file():
+            return OmegaConf.to_container(OmegaConf.load(path)), str(path)
+    known = sorted({p.stem for folder in folders for p in (folder / "learner").glob("*.yaml")})
+    raise ValueError(f"targets: no learner config {name!r} (known: {known}); or use arm:<model>")
 
-    Only ``_target_``s under ``torchroute.`` are instantiated.
+
+def build_target(
+    name: str,
+    problem: Problem,
+    extra: Sequence[str | Path] = (),
+    trusted: Iterable[str] = (),
+) -> Learner:
+    """A fresh learner of config ``learner/<name>.yaml`` for ``problem`` (float64).
+
+    Only torchroute's own classes and those under a ``trusted`` prefix are instantiated.
     """
     from hydra.utils import instantiate
 
-    from torchroute.cli import config_dir
-
-    if node is None:
-        path = config_dir() / "learner" / f"{name}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in path.parent.glob("*.yaml"))
-            raise ValueError(
-                f"targets: no learner config {name!r} (known: {known}); or use arm:<model>"
-            )
-        node = OmegaConf.load(path)
-    target = str(node.get("_target_", ""))
-    if not target.startswith("torchroute."):
-        raise ValueError(f"targets: {name!r} has _target_ {target!r}, not a torchroute class")
+    node, source = learner_config(name, extra)
+    check_trusted(node, f"targets.{name}", source, trusted)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -48,13 +56,21 @@ def build_target(name: str, problem: Problem, node: Any = None) -> Learner:
 
 
 def frozen_probs(
-    name: str, problem: Problem, x: Tensor, cfg: DictConfig, generator: torch.Generator
+    name: str,
+    problem: Problem,
+    x: Tensor,
+    cfg: DictConfig,
+    generator: torch.Generator,
+    extra: Sequence[str | Path] = (),
+    trusted: Iterable[str] = (),
 ) -> Tensor:
     """The target's distribution on every logged context, ``[G, n, K]`` (``G`` rhos).
 
-    ``arm:<model>`` is one-hot on that model; a learner config acts once on all ``n``
-    contexts (``B = n``) without learning, from its checkpoint in ``cfg.checkpoint`` when
-    that run has one for ``name``.
+    ``arm:<model>`` is one-hot on that model; a learner acts once on all ``n`` contexts
+    (``B = n``) without learning. A learner of the run in ``cfg.checkpoint`` is that run's
+    trained learner, one trial per rho (its first seed), read as serving reads it
+    (:func:`torchroute.run.trained.load_trained`: plain, chunked and torchrun runs);
+    another name is a fresh learner of its config (:func:`build_target`).
     """
     g, n = problem.num_trials, x.shape[0]
     if name.startswith("arm:"):
@@ -64,56 +80,49 @@ def frozen_probs(
         probs = torch.zeros(g, n, problem.num_arms, dtype=torch.float64)
         probs[..., problem.arm_names.index(arm)] = 1.0
         return probs
-    node = None
-    payload = None
     if cfg.checkpoint is not None:
         run = Path(str(cfg.checkpoint))
-        ckpt = run / "checkpoints" / f"{name}.pt"
-        if not (run / "config.yaml").is_file():
-            raise FileNotFoundError(f"checkpoint={run}: no config.yaml (a simulate out_dir?)")
-        run_cfg = OmegaConf.load(run / "config.yaml")
-        if ckpt.is_file() and name in run_cfg.get("learners", {}):
-            node = run_cfg.learners[name]
-            payload = (load_checkpoint(ckpt), _trials(run_cfg, problem, ckpt))
-    learner = build_target(name, problem, node)
-    if payload is not None:
-        _load(learner, payload[0], payload[1], ckpt)
+        if name in run_options(run).learners:
+            return torch.cat(
+                [
+                    _trained_probs(run, name, rho, x, problem, generator, trusted)
+                    for rho in problem.rho.tolist()
+                ]
+            )
+    learner = build_target(name, problem, extra, trusted)
     context = Context(x=x.to(torch.float64)[None].expand(g, n, -1))  # [G, n, d]
     with torch.no_grad():
         return learner.act(context, generator).probs.double()  # [G, n, K]
 
 
-def replay_learner(name: str, problem: Problem) -> Learner:
-    """A fresh learner of config ``name`` (one trial per rho) to run through the log."""
-    return build_target(name, problem)
-
-
-def _trials(run_cfg: DictConfig, problem: Problem, path: Path) -> list[int]:
-    """The run's trial (first seed) of each rho of ``problem``, in its rho-major grid."""
-    pairs = list(itertools.product([float(r) for r in run_cfg.rhos], list(run_cfg.seeds)))
-    out = []
-    for rho in problem.rho.tolist():
-        match = [i for i, (r, _) in enumerate(pairs) if abs(r - rho) < 1e-12]
-        if not match:
-            raise CheckpointError(
-                f"{path}: the run has no trial with rho={rho} (its rhos: {list(run_cfg.rhos)})"
-            )
-        out.append(match[0])
-    return out
-
-
-def _load(learner: Learner, payload: dict, trials: list[int], path: Path) -> None:
-    if payload.get("learner_class") != type(learner).__name__:
-        raise CheckpointError(
-            f"{path} holds a {payload.get('learner_class')}, not a {type(learner).__name__}"
+def _trained_probs(
+    run: Path,
+    name: str,
+    rho: float,
+    x: Tensor,
+    problem: Problem,
+    generator: torch.Generator,
+    trusted: Iterable[str],
+) -> Tensor:
+    """``[1, n, K]``: the run's trained learner of the trial at ``rho`` on the log."""
+    trained = load_trained(run, name, rho=rho, trusted=trusted)
+    if list(trained.problem.arm_names) != list(problem.arm_names):
+        raise ValueError(
+            f"checkpoint={run}: the run's models {trained.problem.arm_names} are not the log's "
+            f"{problem.arm_names}"
         )
-    index = torch.tensor(trials)
-    state = {}
-    for key, value in payload["learner"].items():
-        if not isinstance(value, Tensor) or value.ndim == 0:
-            raise CheckpointError(f"{path}: state {key!r} has no trial dimension")
-        state[key] = value[index].clone()
-    try:
-        learner.load_state_dict(state)
-    except RuntimeError as exc:
-        raise CheckpointError(f"{path} does not fit the target built for the log: {exc}") from exc
+    if trained.problem.dim != x.shape[1]:
+        raise ValueError(
+            f"checkpoint={run}: the run's learners read d={trained.problem.dim} features but "
+            f"the log's contexts have {x.shape[1]}"
+        )
+    learner = trained.learner.to(problem.device).double()
+    with torch.no_grad():
+        return learner.act(Context(x=x.to(torch.float64)[None]), generator).probs.double()
+
+
+def replay_learner(
+    name: str, problem: Problem, extra: Sequence[str | Path] = (), trusted: Iterable[str] = ()
+) -> Learner:
+    """A fresh learner of config ``name`` (one trial per rho) to run through the log."""
+    return build_target(name, problem, extra, trusted)

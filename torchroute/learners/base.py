@@ -123,7 +123,7 @@ class Learner(nn.Module):
             )
 
     def _tick(self, context: Context) -> None:
-        self.rounds += context.batch_size
+        self.rounds.add_(context.batch_size)  # in place: no Module.__setattr__ per round
 
 
 class FixedPolicy(Learner):
