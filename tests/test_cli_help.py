@@ -113,3 +113,27 @@ def test_unknown_names_get_the_closest_one(capsys, tmp_path, monkeypatch, overri
     assert err.startswith("torchroute simulate: error: unknown ") and hint in err
     assert len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_lists_the_configs_of_config_dir_folders(capsys, tmp_path) -> None:
+    """``--config-dir DIR --help``: DIR's learners, presets and group options are listed."""
+    (tmp_path / "learner").mkdir()
+    (tmp_path / "learner" / "my_learner.yaml").write_text(
+        "# A plug-in learner of this test.\n_target_: my_pkg.Learner.from_problem\n"
+    )
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "my_preset.yaml").write_text("# A plug-in preset.\nrounds: 10\n")
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "my_env.yaml").write_text("# A plug-in env.\n_target_: my_pkg.env\n")
+    plain = _help(capsys, "simulate")
+    assert "my_learner" not in plain and "my_preset" not in plain
+    text = _help(capsys, "simulate", "--config-dir", str(tmp_path))
+    assert "my_learner A plug-in learner of this test" in text
+    assert "my_preset A plug-in preset" in text
+    assert re.search(r"env=.*\bmy_env\b", text) and str(tmp_path) in text
+    for option in _options("learner"):  # the packaged ones are still there
+        assert re.search(rf"\b{option}\b", text), option
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "--config-dir", str(tmp_path / "missing"), "--help"])
+    assert exit_.value.code == 2
+    assert "no such folder" in capsys.readouterr().err

@@ -298,14 +298,34 @@ class _ConfigParser(argparse.ArgumentParser):
     """A subcommand's parser whose help ends with the config groups, presets and keys."""
 
     config_command: str | None = None
+    #: the ``--config-dir`` folders given before ``--help``
+    extra_config_dirs: tuple[str, ...] = ()
 
     def format_help(self) -> str:
-        """The usage and options, then (read from the config folder) the configs."""
+        """The usage and options, then (read from the config folders) the configs."""
         if self.config_command and self.epilog is None:
             from torchroute.cli_help import config_help
 
-            self.epilog = config_help(self.config_command, config_dir())
+            try:
+                extra = config_dirs(self.extra_config_dirs)[1:]
+            except ValueError as exc:  # a missing or clashing folder
+                self.error(str(exc))
+            self.epilog = config_help(self.config_command, config_dir(), extra)
         return super().format_help()
+
+
+class _HelpWithConfigs(argparse.Action):
+    """``-h/--help`` of a config command: the configs listed include those of the
+    ``--config-dir`` folders given before it."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        """Print the help (with the extra folders' configs) and exit."""
+        parser.extra_config_dirs = tuple(getattr(namespace, "config_dir", None) or ())
+        parser.print_help()
+        parser.exit()
 
 
 _EXAMPLES = """\
@@ -341,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
             help=help_,
             description=help_[0].upper() + help_[1:] + ".",
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            add_help=False,
+        )
+        p.add_argument(
+            "-h",
+            "--help",
+            action=_HelpWithConfigs,
+            help="show this help (with the configs of --config-dir folders given before it)",
         )
         p.config_command = name
         p.add_argument(

@@ -151,24 +151,28 @@ how overrides work (Hydra syntax, any number, in any order):
   --cfg                        print the composed config and exit (nothing runs)"""
 
 
-def config_help(command: str, directory: Path) -> str:
+def config_help(command: str, directory: Path, extra: Sequence[Path] = ()) -> str:
     """The config part of ``torchroute <command> --help``.
 
     Args:
         command: ``simulate``, ``sweep``, ``gap`` or ``pretrain``.
         directory: the config folder.
+        extra: folders added after it (``--config-dir``): their options, presets and
+            learners are listed with the packaged ones.
 
     Returns:
         The text: how overrides work, the groups and their options (the default marked
         ``*``), the experiment presets with their descriptions, and the top-level keys
         with their defaults.
     """
+    folders = [directory, *extra]
     primary = directory / f"{primary_config(command)}.yaml"
     chosen = default_groups(primary)
-    all_groups = groups(directory)
+    all_groups = groups(folders)
     shown = [g for g in all_groups if g in chosen or (g == "learner" and command != "pretrain")]
     overrides = _PRETRAIN_OVERRIDES if command == "pretrain" else _OVERRIDES
-    lines = [overrides, "", f"config groups (from {directory}; * = the default):"]
+    source = ", ".join(str(folder) for folder in folders)
+    lines = [overrides, "", f"config groups (from {source}; * = the default):"]
     for group in shown:
         if group == "experiment":
             continue
@@ -192,14 +196,12 @@ def config_help(command: str, directory: Path) -> str:
     lines += _rows(
         [
             (p.stem + ("*" if chosen.get("experiment") == p.stem else ""), description(p))
-            for p in sorted((directory / "experiment").glob("*.yaml"))
+            for p in _files(folders, "experiment")
         ]
     )
     if "learner" in shown:
         lines += ["", "learners (+learner@learners.<name>=<option>):"]
-        lines += _rows(
-            [(p.stem, description(p)) for p in sorted((directory / "learner").glob("*.yaml"))]
-        )
+        lines += _rows([(p.stem, description(p)) for p in _files(folders, "learner")])
     lines += ["", f"keys of {primary.name} (key = default):"]
     lines += _rows(
         [
@@ -208,6 +210,11 @@ def config_help(command: str, directory: Path) -> str:
         ]
     )
     return "\n".join(lines)
+
+
+def _files(folders: Sequence[Path], group: str) -> list[Path]:
+    """The YAML files of ``group`` in every folder, sorted by name."""
+    return sorted((p for f in folders for p in (f / group).glob("*.yaml")), key=lambda p: p.stem)
 
 
 def primary_config(command: str) -> str:
