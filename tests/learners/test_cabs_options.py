@@ -303,3 +303,37 @@ def test_the_linucb_preset_builds_its_expert():
     assert (learner.standard, learner.meta) == ("linucb", "single_ix")
     assert isinstance(learner.expert, LinUCB)
     assert (learner.expert.alpha, learner.expert.lam) == (1.0, 10.0)
+
+
+def table_that_must_not_load():
+    """A data node that fails the test if a run reads it."""
+    raise AssertionError("the table was read before the learner options were checked")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"standard": "linucb", "solver": "neural", "standard_args": {"alpha": 1.0}},
+            r"standard_args of standard='linucb' \(solver='neural'\) take \['nu'\], "
+            r"got \['alpha'\]",
+        ),
+        ({"meta": "papr"}, r"meta must be one of \('paper', 'single_ix'\), got 'papr'"),
+        ({"standard": "lints", "solver": "neural"}, r"no neural Thompson sampler"),
+    ],
+)
+def test_bad_expert_options_fail_before_the_run_reads_or_writes_anything(
+    tmp_path, options, message
+):
+    """Checked by CABSD.check_options before the table is read and an oracle pre-trained."""
+    from tests.conftest import tiny_run_config
+    from torchroute.run import ConfigError, run_config
+
+    node = {"_target_": "torchroute.learners.CABSD.from_problem", "_partial_": True, **options}
+    cfg = tiny_run_config(tmp_path / "out", {"cabs_d": node})
+    cfg.data = OmegaConf.create(
+        {"_target_": "tests.learners.test_cabs_options.table_that_must_not_load"}
+    )
+    with pytest.raises(ConfigError, match=rf"^learners\.cabs_d: CABSD: .*{message}"):
+        run_config(cfg)
+    assert not (tmp_path / "out").exists()

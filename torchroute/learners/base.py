@@ -70,6 +70,16 @@ class Learner(nn.Module):
         """
         return cls(problem.num_trials, problem.num_arms, **hparams)
 
+    @classmethod
+    def check_options(cls, **hparams: Any) -> None:
+        """Checks of a config's hyper-parameters that need no problem (none by default).
+
+        A run calls it with the learner node's values before it builds the env or
+        pre-trains an oracle, so a bad option fails before anything is written; a learner
+        whose constructor is slow to reach (an oracle to pre-train first) overrides it.
+        Raises ``ValueError`` naming the option.
+        """
+
     def check_problem(self, problem: Problem, who: str = "the environment") -> None:
         """A one-line error when this learner was built for another ``R``, ``K`` or ``d``."""
         name = type(self).__name__

@@ -83,6 +83,25 @@ _STANDARD_ARGS = {
 }
 
 
+def check_standard(standard: str, solver: str, standard_args: dict[str, Any]) -> None:
+    """Raise ``ValueError`` (one line) unless ``standard`` with ``standard_args`` is a
+    standard expert of ``solver``."""
+    if standard not in STANDARDS:
+        raise ValueError(f"CABSD: standard must be one of {STANDARDS}, got {standard!r}")
+    if (standard, solver) not in _STANDARD_ARGS:
+        raise ValueError(
+            f"CABSD: solver={solver!r} takes standard 'squarecb' or 'linucb' (no neural "
+            f"Thompson sampler), got {standard!r}"
+        )
+    allowed = _STANDARD_ARGS[standard, solver]
+    unknown = sorted(set(standard_args) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"CABSD: standard_args of standard={standard!r} (solver={solver!r}) take "
+            f"{list(allowed)}, got {unknown}"
+        )
+
+
 def make_standard(
     standard: str,
     solver: str,
@@ -103,20 +122,7 @@ def make_standard(
     NeuralUCB (``nu``) on the ``neural`` arguments; the library has no neural Thompson
     sampler.
     """
-    if standard not in STANDARDS:
-        raise ValueError(f"CABSD: standard must be one of {STANDARDS}, got {standard!r}")
-    if (standard, solver) not in _STANDARD_ARGS:
-        raise ValueError(
-            f"CABSD: solver={solver!r} takes standard 'squarecb' or 'linucb' (no neural "
-            f"Thompson sampler), got {standard!r}"
-        )
-    allowed = _STANDARD_ARGS[standard, solver]
-    unknown = sorted(set(standard_args) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"CABSD: standard_args of standard={standard!r} (solver={solver!r}) take "
-            f"{list(allowed)}, got {unknown}"
-        )
+    check_standard(standard, solver, standard_args)
     if solver == "ridge":
         if standard == "squarecb":
             return SquareCB(num_trials, num_arms, dim, gamma, mu, eps_floor, lam)
@@ -230,6 +236,21 @@ class CABSD(Learner):
         self.register_buffer("log_weights", torch.zeros(num_trials, 2, copies))  # [R, 2, L]
         self.register_buffer("delta", torch.zeros(num_trials))  # Delta_t
         self._pending: tuple[Context, Tensor, Tensor, Tensor, Tensor] | None = None
+
+    @classmethod
+    def check_options(
+        cls,
+        standard: str = "squarecb",
+        standard_args: dict[str, Any] | None = None,
+        meta: str = "paper",
+        solver: str = "ridge",
+        **_: Any,
+    ) -> None:
+        """The checks of the expert and meta options that need no problem or oracle (a run
+        calls them before it builds or pre-trains anything); ``ValueError`` on a bad one."""
+        if meta not in METAS:
+            raise ValueError(f"CABSD: meta must be one of {METAS}, got {meta!r}")
+        check_standard(standard, solver, dict(standard_args or {}))
 
     @classmethod
     def from_problem(cls, problem: Problem, oracle: nn.Module | None = None, **hp: Any) -> CABSD:

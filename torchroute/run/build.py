@@ -200,6 +200,36 @@ def build_learner(
     return learner.to(problem.device)
 
 
+def _learner_class(target: Any) -> type[Learner] | None:
+    """The :class:`Learner` subclass a ``_target_`` names (``<Learner>.from_problem`` or the
+    class), or ``None`` (another callable, or one that does not import: the build reports it)."""
+    from hydra.utils import get_method
+
+    if not isinstance(target, str):
+        return None
+    try:
+        obj = get_method(current_target(target))
+    except Exception:  # hydra wraps every import error
+        return None
+    owner = obj if isinstance(obj, type) else getattr(obj, "__self__", None)
+    return owner if isinstance(owner, type) and issubclass(owner, Learner) else None
+
+
+def check_learner_options(opts: RunOptions) -> None:
+    """Each run learner's :meth:`Learner.check_options` on the values of its config node,
+    before the env is built or an oracle pre-trained (nothing is written yet)."""
+    for name in opts.run_learners:
+        node = opts.learners[name]
+        cls = _learner_class(node.get("_target_"))
+        if cls is None:
+            continue
+        values = {k: v for k, v in node.items() if not str(k).startswith("_")}
+        try:
+            cls.check_options(**values)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"learners.{name}: {exc}") from exc
+
+
 def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Learner:
     """Learner ``name`` (its config node, or ``node``) for ``env``'s trials (per-trial
     initial streams with ``rng=per_trial``)."""

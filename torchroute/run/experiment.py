@@ -26,7 +26,13 @@ from torchroute.envs.base import Env
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
-from torchroute.run.build import Built, build_env, instantiate_node, learner_for
+from torchroute.run.build import (
+    Built,
+    build_env,
+    check_learner_options,
+    instantiate_node,
+    learner_for,
+)
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import (
     check_out_dir,
@@ -101,6 +107,8 @@ def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
 
 
 def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None) -> pd.DataFrame:
+    check_learner_options(opts)  # before an oracle is pre-trained into out_dir
+
     def guard():
         check_run_folders(opts)
         check_out_dir(opts.out_dir, opts.digest(), opts.overwrite)
