@@ -337,3 +337,20 @@ def test_bad_expert_options_fail_before_the_run_reads_or_writes_anything(
     with pytest.raises(ConfigError, match=rf"^learners\.cabs_d: CABSD: .*{message}"):
         run_config(cfg)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("target", ["CABSC", "CABSD"])
+def test_bad_cabs_c_options_fail_before_the_run_reads_or_writes_anything(tmp_path, target):
+    """CABS-C's named options (also passed through by CABS-D) are checked before the table
+    is read."""
+    from tests.conftest import tiny_run_config
+    from torchroute.run import ConfigError, run_config
+
+    node = {"_target_": f"torchroute.learners.{target}.from_problem", "_partial_": True}
+    cfg = tiny_run_config(tmp_path / "out", {"cabs": {**node, "iqr": "of"}})
+    cfg.data = OmegaConf.create(
+        {"_target_": "tests.learners.test_cabs_options.table_that_must_not_load"}
+    )
+    with pytest.raises(ConfigError, match=r"^learners\.cabs: CABSC: iqr must be one of .*'of'"):
+        run_config(cfg)
+    assert not (tmp_path / "out").exists()

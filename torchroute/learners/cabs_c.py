@@ -173,15 +173,9 @@ class CABSC(Learner):
         check_number(name, "dim", dim, ge=1, integer=True)
         check_number(name, "gamma", gamma, gt=0)
         check_number(name, "eps_floor", eps_floor, ge=0, le=1.0 / num_arms)
-        for arg, value, allowed in (
-            ("targets", targets, TARGETS),
-            ("iqr", iqr, ("keep_large", "drop_large", "off")),
-            ("graph", graph, (*GRAPHS, "oracle")),
-            ("oracle_input", oracle_input, ("embedding", "x")),
-            ("surrogates", surrogates, SURROGATES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name}: {arg} must be one of {allowed}, got {value!r}")
+        CABSC.check_options(
+            targets=targets, iqr=iqr, graph=graph, oracle_input=oracle_input, surrogates=surrogates
+        )
         rho = torch.as_tensor(rho, dtype=torch.float32)
         if rho.shape != (num_trials,) or not bool((torch.isfinite(rho) & (rho >= 0)).all()):
             raise ValueError(f"{name}: rho must be [R={num_trials}] finite and >= 0")
@@ -197,6 +191,28 @@ class CABSC(Learner):
         self.register_buffer("counts", torch.zeros(num_trials, num_arms, dtype=torch.long))
         self.register_buffer("bias", torch.zeros(num_trials, num_arms))
         self._pending: tuple[Context, Tensor, Tensor] | None = None
+
+    @classmethod
+    def check_options(
+        cls,
+        targets: str = "ips",
+        iqr: str = "keep_large",
+        graph: str = "paper",
+        oracle_input: str = "embedding",
+        surrogates: str = "oracle",
+        **_: Any,
+    ) -> None:
+        """The checks of the named options (:meth:`Learner.check_options`): each must be one
+        of its values; ``ValueError`` naming the option otherwise."""
+        for arg, value, allowed in (
+            ("targets", targets, TARGETS),
+            ("iqr", iqr, ("keep_large", "drop_large", "off")),
+            ("graph", graph, (*GRAPHS, "oracle")),
+            ("oracle_input", oracle_input, ("embedding", "x")),
+            ("surrogates", surrogates, SURROGATES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"CABSC: {arg} must be one of {allowed}, got {value!r}")
 
     @classmethod
     def from_problem(cls, problem: Problem, oracle: nn.Module | None = None, **hp: Any) -> CABSC:

@@ -216,8 +216,7 @@ class CABSD(Learner):
     ) -> None:
         super().__init__(num_trials, num_arms)
         check_number(type(self).__name__, "horizon", horizon, ge=1, integer=True)
-        if meta not in METAS:
-            raise ValueError(f"CABSD: meta must be one of {METAS}, got {meta!r}")
+        CABSD.check_options(standard, standard_args, meta, solver, **cabs_c)
         self.dim, self.standard, self.meta = int(dim), standard, meta
         eps_floor = cabs_c.get("eps_floor", 1e-3)
         self.cabs_c = CABSC(
@@ -244,13 +243,15 @@ class CABSD(Learner):
         standard_args: dict[str, Any] | None = None,
         meta: str = "paper",
         solver: str = "ridge",
-        **_: Any,
+        **cabs_c: Any,
     ) -> None:
-        """The checks of the expert and meta options that need no problem or oracle (a run
-        calls them before it builds or pre-trains anything); ``ValueError`` on a bad one."""
+        """The checks of the expert, meta and CABS-C options that need no problem or oracle
+        (a run calls them before it builds or pre-trains anything, the constructor first);
+        ``ValueError`` on a bad one."""
         if meta not in METAS:
             raise ValueError(f"CABSD: meta must be one of {METAS}, got {meta!r}")
         check_standard(standard, solver, dict(standard_args or {}))
+        CABSC.check_options(**cabs_c)
 
     @classmethod
     def from_problem(cls, problem: Problem, oracle: nn.Module | None = None, **hp: Any) -> CABSD:
