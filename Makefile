@@ -13,6 +13,10 @@ TEST_WORKERS ?= 2
 OUT ?= outputs/$(EXPERIMENT)
 
 export HF_HUB_OFFLINE ?= 1
+# a dropped connection to the package index is retried rather than failing the install
+export PIP_RETRIES ?= 10
+export PIP_RESUME_RETRIES ?= 10
+export PIP_DEFAULT_TIMEOUT ?= 60
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install run test test-all bench mutate lint format docs docs-check wheel-smoke clean

@@ -12,17 +12,28 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$DIST" "$WORK"' EXIT
 before=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
 
+export PIP_RETRIES=${PIP_RETRIES:-10} PIP_RESUME_RETRIES=${PIP_RESUME_RETRIES:-10}
+# pip install, tried three times: a download cut off mid-way starts afresh
+pip_install() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$VENV/bin/python" -m pip install -q "$@" && return 0
+    echo "wheel_smoke: pip install failed (attempt $attempt of 3)"; sleep 20
+  done
+  return 1
+}
+
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
+pip_install --upgrade pip
+pip_install "$TORCH_SPEC"
 # pip must build and install the checkout without a warning
 "$VENV/bin/python" -m pip wheel -q --no-deps -w "$DIST" "$ROOT" 2>"$DIST/build.log" || {
   cat "$DIST/build.log"; exit 1; }
 if grep -i -E "warning|deprecat" "$DIST/build.log"; then
   echo "wheel_smoke: the build printed warnings"; exit 1
 fi
-"$VENV/bin/python" -m pip install -q "$DIST"/torchroute-*.whl
-"$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$DIST"/torchroute-*.whl
+pip_install "$DIST"/torchroute-*.whl
+pip_install --force-reinstall --no-deps "$DIST"/torchroute-*.whl
 after=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
 if [ "$before" != "$after" ]; then
   echo "wheel_smoke: the build left files in the checkout:"; diff <(echo "$before") <(echo "$after") || true
