@@ -97,7 +97,7 @@ def test_bce_propagation_loss_by_hand():
                     p = 1.0 / (1.0 + np.exp(-float(z[0, j].detach())))
                     t = float(scores[q, j])
                     terms.append(-(t * np.log(p) + (1 - t) * np.log(1 - p)))
-    assert float(got) == pytest.approx(np.mean(terms), rel=1e-5)
+    assert float(got.detach()) == pytest.approx(np.mean(terms), rel=1e-5)
 
 
 def test_options_round_trip_and_old_artifacts_load(tmp_path):
