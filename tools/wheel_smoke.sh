@@ -27,9 +27,18 @@ test -x "$VENV/bin/python" || python3 -m venv "$VENV"
 pip_install --upgrade pip
 pip_install "$TORCH_SPEC"
 # pip must build and install the checkout without a warning
-"$VENV/bin/python" -m pip wheel -q --no-deps -w "$DIST" "$ROOT" 2>"$DIST/build.log" || {
-  cat "$DIST/build.log"; exit 1; }
-if grep -i -E "warning|deprecat" "$DIST/build.log"; then
+# (tried three times as well: the isolated build environment downloads the build backend)
+built=no
+for attempt in 1 2 3; do
+  if "$VENV/bin/python" -m pip wheel -q --no-deps -w "$DIST" "$ROOT" 2>"$DIST/build.log"; then
+    built=yes; break
+  fi
+  echo "wheel_smoke: pip wheel failed (attempt $attempt of 3)"; sleep 20
+done
+[ "$built" = yes ] || { cat "$DIST/build.log"; exit 1; }
+# (pip's own notes on the network, a retried or resumed download, are not the build's)
+if grep -i -E "warning|deprecat" "$DIST/build.log" \
+  | grep -v -E "Retrying \(|resume incomplete download|Connection interrupted|Location '.*' is ignored"; then
   echo "wheel_smoke: the build printed warnings"; exit 1
 fi
 pip_install "$DIST"/torchroute-*.whl
