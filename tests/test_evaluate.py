@@ -120,6 +120,50 @@ def test_frozen_target_from_a_chunked_run(tmp_path):
     assert got == pytest.approx(want, abs=1e-10)
 
 
+def test_frozen_targets_of_every_rho_read_the_run_once(tmp_path, monkeypatch):
+    """Two rhos of a plain run's LinUCB: its checkpoint and problem.pt are read once, and
+    each rho's value is IPS of that trial's rows of the checkpoint, sliced by hand."""
+    import torchroute.run.trained as trained
+    from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
+    from torchroute.checkpoint import load_checkpoint
+    from torchroute.features import FeatureMap
+    from torchroute.run import run_config
+
+    run = tmp_path / "run"
+    run_config(tiny_run_config(run, {"linucb": {**LINUCB_NODE, "alpha": 0.3}}))
+    table = make_table()
+    feats = FeatureMap.load(run)(table.embeddings).double()
+    env = SingleChoiceEnv(
+        table, rho=[0.0], seeds=[0], split="test", features=feats, dtype=torch.float64
+    )
+    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
+    logged = save_decisions(logs[0], tmp_path / "log.parquet")
+    reads: list[str] = []
+    real = trained.load_checkpoint
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trained, "load_checkpoint", counted)
+    args = ["targets=[linucb]", "rhos=[0,100]", "estimators=[ips]", "interval=normal"]
+    out = tmp_path / "ope"
+    assert main(["evaluate", f"logs={logged}", *args, f"checkpoint={run}", f"out_dir={out}"]) == 0
+    assert sorted(reads) == ["linucb.pt", "problem.pt"]
+    saved = load_checkpoint(run / "checkpoints" / "linucb.pt")["learner"]
+    log = load_decisions(logged)
+    x = log.features[None]  # [1, n, d]
+    frame = pd.read_csv(out / "ope.csv")
+    for trial, rho in enumerate((0.0, 100.0)):  # rho-major grid, one seed
+        one = LinUCB(1, 4, x.shape[-1], alpha=0.3).double()
+        one.load_state_dict({k: v[trial : trial + 1] for k, v in saved.items()})
+        probs = one.act(Context(x=x), torch.Generator().manual_seed(0)).probs[0]
+        u = (log.score - rho * log.cost).clamp(0, 1)
+        want = float((probs[torch.arange(len(u)), log.action] * u / log.propensity).mean())
+        got = frame.query("target == 'linucb' and rho == @rho")["value"].item()
+        assert got == pytest.approx(want, abs=1e-10)
+
+
 def test_a_plugin_target_needs_its_config_folder_and_trust(tmp_path, logged, monkeypatch, capsys):
     """A learner config in a --config-dir folder is a target; a class outside torchroute
     is built only with --trust."""

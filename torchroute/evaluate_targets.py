@@ -83,9 +83,10 @@ def frozen_probs(
     if cfg.checkpoint is not None:
         run = Path(str(cfg.checkpoint))
         if name in run_options(run).learners:
+            cache: dict[Path, Any] = {}  # the run's files, read once for all rhos
             return torch.cat(
                 [
-                    _trained_probs(run, name, rho, x, problem, generator, trusted)
+                    _trained_probs(run, name, rho, x, problem, generator, trusted, cache)
                     for rho in problem.rho.tolist()
                 ]
             )
@@ -103,9 +104,10 @@ def _trained_probs(
     problem: Problem,
     generator: torch.Generator,
     trusted: Iterable[str],
+    cache: dict[Path, Any],
 ) -> Tensor:
     """``[1, n, K]``: the run's trained learner of the trial at ``rho`` on the log."""
-    trained = load_trained(run, name, rho=rho, trusted=trusted)
+    trained = load_trained(run, name, rho=rho, trusted=trusted, cache=cache)
     if list(trained.problem.arm_names) != list(problem.arm_names):
         raise ValueError(
             f"checkpoint={run}: the run's models {trained.problem.arm_names} are not the log's "

@@ -84,6 +84,7 @@ def load_trained(
     *,
     fresh: bool = False,
     trusted: Iterable[str] = (),
+    cache: dict[Path, Any] | None = None,
 ) -> TrainedTrial:
     """The learner ``learner`` of trial ``(rho, seed)`` of the run in ``run_dir``.
 
@@ -94,6 +95,9 @@ def load_trained(
         seed: the trial's seed (default: the first of ``seeds``).
         fresh: a fresh learner of the config (no checkpoint read).
         trusted: module prefixes besides torchroute's own whose ``_target_``s may be built.
+        cache: the run's files already read (``problem.pt`` and checkpoints, by path),
+            filled as they are read: calls for several trials of one run that share it read
+            each file once.
 
     Raises:
         FileNotFoundError: no ``config.yaml`` in ``run_dir``.
@@ -107,14 +111,22 @@ def load_trained(
     node = trained_node(opts.learners[name], run_dir)
     check_trusted(node, f"learners.{name}", str(run_dir / "config.yaml"), trusted)
     rho, seed, trial = trial_of(opts, rho, seed)
-    whole, layout = saved_problem(run_dir)
+    cache = {} if cache is None else cache
+    whole, layout = _read_once(cache, run_dir / PROBLEM_FILE, lambda: saved_problem(run_dir))
     problem = trial_problem(whole, trial)
     factory = partial(_build, node, name=name)
     model = factory(problem)
     if not fresh:
         path, index, size = checkpoint_of(run_dir, name, trial, whole.num_trials, layout)
-        load_trial(model, load_checkpoint(path), index, size, path)
+        load_trial(model, _read_once(cache, path, lambda: load_checkpoint(path)), index, size, path)
     return TrainedTrial(model, factory, problem, whole, opts, name, rho, seed, trial)
+
+
+def _read_once(cache: dict[Path, Any], path: Path, read: Callable[[], Any]) -> Any:
+    """``cache[path]``, read by ``read()`` the first time."""
+    if path not in cache:
+        cache[path] = read()
+    return cache[path]
 
 
 def _build(node: dict, problem: Problem, name: str) -> Learner:
