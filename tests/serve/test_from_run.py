@@ -66,6 +66,11 @@ def test_unknown_trials_learners_and_missing_checkpoints_are_one_line_errors(run
         load_router(copy)
     fresh = load_router(copy, fresh=True, state_path=tmp_path / "fresh.pt")
     torch.testing.assert_close(fresh.learner.theta, torch.zeros_like(fresh.learner.theta))
+    # without the feature map the run cannot be served: said before the (missing)
+    # checkpoint is looked for or a learner built
+    (copy / "features.pt").unlink()
+    with pytest.raises(ConfigError, match=r"serving needs a run on a routing table"):
+        load_router(copy)
 
 
 def test_serve_cli_reports_a_missing_checkpoint_in_one_line(run_dir, tmp_path, capsys):

@@ -18,7 +18,8 @@ from torchroute.envs.subset.base import SubsetProblem
 from torchroute.features import FEATURES_FILE, FeatureMap
 from torchroute.run.build import instantiate_node
 from torchroute.run.options import ConfigError
-from torchroute.run.trained import load_trained
+from torchroute.run.outdir import PROBLEM_FILE
+from torchroute.run.trained import load_trained, run_options, saved_problem
 from torchroute.run.trust import check_trusted
 from torchroute.serve.router import Router
 from torchroute.serve.subset_router import SubsetRouter
@@ -62,12 +63,16 @@ def load_router(
             or a run without a table.
     """
     run_dir = Path(run_dir)
-    trained = load_trained(run_dir, learner, rho, seed, fresh=fresh, trusted=trusted)
-    whole, opts, name = trained.whole, trained.opts, trained.name
+    run_options(run_dir)  # a folder without config.yaml is not a run: say so first
+    # refused before any learner is built: a run without the features serving maps
+    whole, layout = saved_problem(run_dir)
     subset = isinstance(whole, SubsetProblem)
     has_features = subset or (run_dir / FEATURES_FILE).is_file()
     if not has_features or whole.embed_dim is None:
         raise ConfigError(f"{run_dir}: serving needs a run on a routing table with embeddings")
+    read = {run_dir / PROBLEM_FILE: (whole, layout)}
+    trained = load_trained(run_dir, learner, rho, seed, fresh=fresh, trusted=trusted, cache=read)
+    opts, name = trained.opts, trained.name
     encode = None
     if encoder and opts.encoder is not None and opts.encoder.get("encoder") is not None:
         encoder_node = opts.encoder["encoder"]
