@@ -325,6 +325,16 @@ def test_gap_options_read_a_good_section_and_name_the_presets():
         GapOptions.from_config(None, presets)
 
 
+def test_gap_without_a_section_names_the_presets_of_config_dir_folders(tmp_path, capsys):
+    folder = tmp_path / "configs" / "experiment"
+    folder.mkdir(parents=True)
+    (folder / "my_gap.yaml").write_text("# @package _global_\ngap:\n  rhos: [0]\n")
+    argv = ["gap", "--config-dir", str(tmp_path / "configs"), f"out_dir={tmp_path / 'out'}"]
+    code, err = _run(capsys, argv)
+    assert code == 2 and "experiment=my_gap" in err and "experiment=hpg_gap_simulator" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_full_disk_is_a_one_line_error_and_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
     import errno
     import os

@@ -154,7 +154,7 @@ def _gap(args: argparse.Namespace) -> None:
     cfg = _compose(args)
     if cfg is None:
         return
-    frame = run_gap(cfg)
+    frame = run_gap(cfg, args.config_dir or [])
     print(f"wrote {Path(cfg.out_dir) / 'gap.csv'}")
     print(relative_improvements(frame).to_string(index=False))
 

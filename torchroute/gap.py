@@ -18,7 +18,8 @@ columns ``table, split, rho, policy_class, gap``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -117,13 +118,14 @@ def _subset(rows: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(rows, size=limit, replace=False))
 
 
-def run_gap(cfg: DictConfig | RunOptions) -> pd.DataFrame:
+def run_gap(cfg: DictConfig | RunOptions, config_dirs: Sequence[str | Path] = ()) -> pd.DataFrame:
     """The gap table of ``cfg`` (a ``simulate`` config with a ``gap`` section); writes
-    ``<out_dir>/gap.csv`` and returns it."""
+    ``<out_dir>/gap.csv`` and returns it. ``config_dirs``: the ``--config-dir`` folders the
+    config was composed with (their presets are named when ``cfg`` has no ``gap`` section)."""
     opts = cfg if isinstance(cfg, RunOptions) else RunOptions.from_config(cfg, need_learners=False)
     node = opts.config.get("gap")
     g = GapOptions.from_config(
-        None if node is None else dict(node), gap_presets(config_dir())
+        None if node is None else dict(node), gap_presets(config_dir(), *config_dirs)
     )  # every gap key checked before the table is read or a file written
     held_out = g.held_out
     check_run_folders(opts, gap_or_sweep=True)

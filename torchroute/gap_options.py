@@ -18,13 +18,16 @@ class GapConfigError(ValueError):
     """The ``gap`` section of a config is missing or holds a bad value (named as ``gap.<key>``)."""
 
 
-def gap_presets(config_dir: str | Path) -> list[str]:
-    """The experiment presets in ``config_dir/experiment`` that have a ``gap:`` section."""
-    folder = Path(config_dir) / "experiment"
+def gap_presets(*config_dirs: str | Path) -> list[str]:
+    """The experiment presets in ``<folder>/experiment`` of each of ``config_dirs`` that have
+    a ``gap:`` section."""
     return sorted(
-        p.stem
-        for p in folder.glob("*.yaml")
-        if any(line.startswith("gap:") for line in p.read_text().splitlines())
+        {
+            p.stem
+            for folder in config_dirs
+            for p in (Path(folder) / "experiment").glob("*.yaml")
+            if any(line.startswith("gap:") for line in p.read_text().splitlines())
+        }
     )
 
 
