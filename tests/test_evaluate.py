@@ -75,13 +75,24 @@ def test_evaluate_writes_estimates_matching_a_hand_computation(logged, tmp_path,
     assert set(frame["estimator"]) >= {"ips", "snips", "dm", "dr", "switch_dr", "clipped_dr"}
 
 
+def _log_on_run_features(run: Path, table, rho: float, path: Path) -> Path:
+    """A SquareCB decision log on ``table``'s test split, in the features of ``run``."""
+    from torchroute.features import FeatureMap
+
+    feats = FeatureMap.load(run)(table.embeddings).double()
+    env = SingleChoiceEnv(
+        table, rho=[rho], seeds=[0], split="test", features=feats, dtype=torch.float64
+    )
+    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
+    return save_decisions(logs[0], path)
+
+
 def test_frozen_target_from_a_chunked_run(tmp_path):
     """The LinUCB of a real simulate run split into one-trial chunks is read from the chunk
     that holds the trial of rho=100 (its first seed) and judged on a log of the run's
     features; the value is IPS of that state, loaded by hand, acting on the log."""
     from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
     from torchroute.checkpoint import load_checkpoint
-    from torchroute.features import FeatureMap
     from torchroute.run import run_config
 
     run = tmp_path / "run"
@@ -90,12 +101,7 @@ def test_frozen_target_from_a_chunked_run(tmp_path):
     cfg = tiny_run_config(run, learners, "trial_chunk=1", "rng=per_trial")
     run_config(cfg)
     table = make_table()
-    feats = FeatureMap.load(run)(table.embeddings).double()
-    env = SingleChoiceEnv(
-        table, rho=[100.0], seeds=[0], split="test", features=feats, dtype=torch.float64
-    )
-    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
-    logged = save_decisions(logs[0], tmp_path / "log.parquet")
+    logged = _log_on_run_features(run, table, 100.0, tmp_path / "log.parquet")
     out = tmp_path / "ope"
     args = ["targets=[linucb,best_single]", "rhos=[100]", "estimators=[ips]", "interval=normal"]
     code = main(["evaluate", f"logs={logged}", *args, f"checkpoint={run}", f"out_dir={out}"])
@@ -126,18 +132,11 @@ def test_frozen_targets_of_every_rho_read_the_run_once(tmp_path, monkeypatch):
     import torchroute.run.trained as trained
     from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
     from torchroute.checkpoint import load_checkpoint
-    from torchroute.features import FeatureMap
     from torchroute.run import run_config
 
     run = tmp_path / "run"
     run_config(tiny_run_config(run, {"linucb": {**LINUCB_NODE, "alpha": 0.3}}))
-    table = make_table()
-    feats = FeatureMap.load(run)(table.embeddings).double()
-    env = SingleChoiceEnv(
-        table, rho=[0.0], seeds=[0], split="test", features=feats, dtype=torch.float64
-    )
-    logs, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
-    logged = save_decisions(logs[0], tmp_path / "log.parquet")
+    logged = _log_on_run_features(run, make_table(), 0.0, tmp_path / "log.parquet")
     reads: list[str] = []
     real = trained.load_checkpoint
 
