@@ -86,6 +86,20 @@ def test_relation_verdicts_over_runs():
     )
     assert rel.loc[(nosur, "all"), "verdict"] == "FAIL"  # cabs_d is 0.02 below it
     assert not any("cabs_c" in r for r in table["relation"])  # absent learners: no row
+    assert (table["runs"] == 3).all()
+
+
+def test_relations_judged_on_the_runs_that_have_their_learners():
+    runs = {"o0": _run({"cabs_d": 0.6, "linucb": 0.5, "lints": 0.7}, 0)}
+    runs.update({f"o{k}": _run({"cabs_d": 0.6, "linucb": 0.5}, k) for k in (1, 2)})
+    rel = relation_verdicts(runs).set_index(["relation", "regime"])
+    lints = rel.loc[("`cabs_d` > `lints`", "all")]
+    assert lints["runs"] == 1 and lints["o1"] == lints["o2"] == "-"
+    assert lints["mean"] == pytest.approx(
+        paired_differences(runs["o0"], "cabs_d", "lints").loc["all", "mean"]
+    )
+    assert rel.loc[("`cabs_d` > `linucb`", "all"), "runs"] == 3
+    assert "nan" not in "\n".join(verdict_lines(runs))
     text = "\n".join(verdict_lines(runs))
     assert "- `cabs_d` > `linucb`: PASS in every regime" in text
     assert "- `cabs_d` > `lints`: FAIL (low, medium, high)" in text

@@ -90,7 +90,8 @@ def relation_verdicts(
         metric: the result column compared.
 
     Returns:
-        columns ``relation``, ``regime``, one ``d +- se`` text column per run, ``mean``
+        columns ``relation``, ``regime``, one ``d +- se`` text column per run (``-`` where
+        that run lacks one of the two learners), ``runs`` (how many were judged), ``mean``
         (of the runs' mean differences), ``min``, ``max`` (the spread over runs),
         ``verdict`` (``PASS`` / ``FAIL``, see the module docstring).
     """
@@ -109,9 +110,11 @@ def relation_verdicts(
             diffs = [float(p.loc[regime, "mean"]) for p in per_run.values()]
             ses = [float(p.loc[regime, "se"]) for p in per_run.values()]
             row: dict[str, object] = {"relation": rel.text, "regime": regime}
+            row.update(dict.fromkeys(runs, "-"))
             for name, d, s in zip(per_run, diffs, ses):
                 row[name] = f"{d:+.4f} ± {s:.4f}"
             row.update(
+                runs=len(per_run),
                 mean=sum(diffs) / len(diffs),
                 min=min(diffs),
                 max=max(diffs),
