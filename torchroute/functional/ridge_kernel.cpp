@@ -25,16 +25,21 @@
 
 namespace {
 
-// item(0..n-1) on up to `threads` of torch's intra-op threads (the caller alone for 1).
+// item(0..n-1) on up to `threads` of torch's intra-op threads (the caller alone for 1). The
+// threads claim one item at a time from a shared counter rather than a fixed share each, so a
+// thread that the machine does not schedule holds up only the item it has claimed: the others
+// (the caller included) take the rest.
 template <typename F>
 void run(int64_t n, int64_t threads, const F &item) {
     if (threads <= 1 || n <= 1) {
         for (int64_t i = 0; i < n; ++i) item(i);
         return;
     }
-    const int64_t grain = (n + threads - 1) / threads;  // at most `threads` chunks
-    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) item(i);
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+             i = next.fetch_add(1, std::memory_order_relaxed))
+            item(i);
     });
 }
 
