@@ -87,6 +87,9 @@ def test_relation_verdicts_over_runs():
     assert rel.loc[(nosur, "all"), "verdict"] == "FAIL"  # cabs_d is 0.02 below it
     assert not any("cabs_c" in r for r in table["relation"])  # absent learners: no row
     assert (table["runs"] == 3).all()
+    text = "\n".join(verdict_lines(runs))
+    assert "- `cabs_d` > `linucb`: PASS in every regime" in text
+    assert "- `cabs_d` > `lints`: FAIL (low, medium, high)" in text
 
 
 def test_relations_judged_on_the_runs_that_have_their_learners():
@@ -100,9 +103,6 @@ def test_relations_judged_on_the_runs_that_have_their_learners():
     )
     assert rel.loc[("`cabs_d` > `linucb`", "all"), "runs"] == 3
     assert "nan" not in "\n".join(verdict_lines(runs))
-    text = "\n".join(verdict_lines(runs))
-    assert "- `cabs_d` > `linucb`: PASS in every regime" in text
-    assert "- `cabs_d` > `lints`: FAIL (low, medium, high)" in text
 
 
 def test_report_over_several_runs(tmp_path):
