@@ -12,7 +12,8 @@
    ``features.pt``;
 6. :func:`run_learner` runs each learner over the trial pieces of this rank
    (:mod:`torchroute.run.shards`, :mod:`torchroute.run.ranks`) with
-   :func:`torchroute.loop.simulate`;
+   :func:`torchroute.loop.simulate`, ``jobs`` of them at once in worker processes
+   (:mod:`torchroute.run.jobs`);
 7. rank 0 merges the pieces and writes ``runs/<learner>/``, ``results.csv``, ``curves.csv``;
 8. ``cli`` prints the report (:func:`torchroute.report.write_report`).
 """

@@ -7,7 +7,8 @@ and writes the run folder (:mod:`torchroute.run.outdir`). A plain run (one proce
 with the tracker attached live. Otherwise every piece runs with its own env, learner and
 checkpoint; rank 0 gathers the pieces of every rank, merges them, replays the merged logs
 into the tracker and writes ``runs/<learner>/``. A failure on any rank is raised on every
-rank (no rank waits forever).
+rank (no rank waits forever). With ``jobs > 1`` the learners run in that many worker
+processes at once (:mod:`torchroute.run.jobs`), each as it would here.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from torchroute.run.build import (
     instantiate_node,
     learner_for,
 )
+from torchroute.run.jobs import map_in_processes
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import (
     check_out_dir,
@@ -101,7 +103,17 @@ def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
             f"torchrun (WORLD_SIZE={ranks.world_size}) shards the trials and needs "
             "rng=per_trial (with one shared generator a trial's numbers depend on the others)"
         )
+    if ranks.world_size > 1 and opts.jobs > 1:
+        raise ConfigError(
+            f"jobs={opts.jobs} with torchrun (WORLD_SIZE={ranks.world_size}): torchrun splits "
+            "the trials over its ranks, jobs the learners over processes; use one (jobs=1)"
+        )
     device = ranks.device(opts.torch_device())
+    if opts.jobs > 1 and device.type != "cpu":
+        raise ConfigError(
+            f"jobs={opts.jobs} runs learners in parallel CPU processes; on device={device} "
+            "they run one after the other with the trials batched on the device: set jobs=1"
+        )
     with ranks.group(device):
         return _run(opts, ranks, device, built)
 
@@ -151,19 +163,23 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
             problem.dim,
             env.num_arms,
         )
-    summaries, curves = [], []
-    for name in opts.run_learners:
-        reused = None
-        if opts.resume and name != resume_name:
+    finished = {}  # learners that resume finds done in out_dir by this configuration
+    for name in opts.run_learners if opts.resume else ():
+        if name != resume_name:
             run_dir, digest = opts.out_dir / "runs" / name, opts.digest(name)
-            reused = ranks.on_rank0(lambda: reusable(run_dir, digest))  # noqa: B023
-        if reused is not None:
-            summary, curve = reused
-            learners.pop(name)
-        else:
-            summary, curve = run_learner(job, name, learners.pop(name))
-        summaries.append(summary)
-        curves.append(curve)
+            found = ranks.on_rank0(lambda: reusable(run_dir, digest))  # noqa: B023
+            if found is not None:
+                finished[name] = found
+                learners.pop(name)
+    to_run = [name for name in opts.run_learners if name not in finished]
+    if opts.jobs > 1 and len(to_run) > 1:
+        learners.clear()  # each worker builds its own: build_learner seeds the same weights
+        finished.update(map_in_processes(run_learner, job, to_run, opts.jobs))
+    else:
+        for name in to_run:
+            finished[name] = run_learner(job, name, learners.pop(name))
+    summaries = [finished[name][0] for name in opts.run_learners]
+    curves = [finished[name][1] for name in opts.run_learners]
     results = pd.concat(summaries, ignore_index=True)
     if ranks.is_main:
         write_csv_atomic(opts.out_dir / "results.csv", results)

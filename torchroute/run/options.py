@@ -140,6 +140,8 @@ class RunOptions:
         data, encoder, env, logger: config nodes (``None`` when unset).
         device: the configured device name (``cpu``, ``cuda``, ``cuda:N``, ``auto``).
         dtype: ``torch.float32`` or ``torch.float64``.
+        jobs: how many learners run at once, each in its own process
+            (:mod:`torchroute.run.jobs`; 1: one after the other in this process).
     """
 
     config: Mapping[str, Any]
@@ -161,6 +163,7 @@ class RunOptions:
     loop_seed: int
     rng: str
     trial_chunk: int | None
+    jobs: int
     log_every: int
     ckpt_every: int | None
     resume: str | None
@@ -216,6 +219,7 @@ class RunOptions:
                 "trial_chunk needs rng=per_trial (with one shared generator a trial's numbers "
                 "depend on the trials beside it)"
             )
+        jobs = _positive_int({"jobs": c.get("jobs", 1)}, "jobs", optional=False)
         log_every = _positive_int(c, "log_every", optional=False)
         ckpt_every = _positive_int(c, "ckpt_every", optional=True)
         device = str(c.get("device", "cpu"))
@@ -249,6 +253,7 @@ class RunOptions:
             loop_seed=loop_seed,
             rng=rng,
             trial_chunk=chunk,
+            jobs=jobs,  # type: ignore[arg-type]
             log_every=log_every,  # type: ignore[arg-type]
             ckpt_every=ckpt_every,
             resume=None if not c.get("resume") else str(c["resume"]),

@@ -1,0 +1,129 @@
+"""``jobs=N``: the learners of a run in N worker processes give the files of one process.
+
+The reference is the same configuration run in this process, one learner after the other
+(``jobs=1``); a two-process run must write the same ``results.csv``, ``curves.csv``,
+``runs/<learner>/`` and checkpoints. Failures: a learner that raises, a worker that dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import tiny_run_config
+from torchroute.checkpoint import load_checkpoint
+from torchroute.learners import EpsilonGreedy
+from torchroute.run import ConfigError, run_config
+from torchroute.run.jobs import threads_per_job
+
+
+def _node(target: str, **hparams) -> dict:
+    return {"_target_": target, "_partial_": True, **hparams}
+
+
+LEARNERS = {
+    "lints": _node("torchroute.learners.LinTS.from_problem"),
+    "squarecb": _node("torchroute.learners.SquareCB.from_problem"),
+    "neural_ucb": _node(
+        "torchroute.learners.NeuralUCB.from_problem", hidden=8, capacity=16, batch_size=4
+    ),
+    "epsilon_greedy": _node("torchroute.learners.EpsilonGreedy.from_problem"),
+}
+
+
+class RaisingLearner(EpsilonGreedy):
+    """Epsilon-greedy that raises at its third update (a learner whose run fails)."""
+
+    def update(self, context, decision, feedback, generator=None):
+        if int(self.rounds.max()) == 2:
+            raise ValueError("planted failure in update")
+        return super().update(context, decision, feedback, generator)
+
+
+class DyingLearner(EpsilonGreedy):
+    """Epsilon-greedy whose process exits at its third update (a worker killed mid-run)."""
+
+    def update(self, context, decision, feedback, generator=None):
+        if int(self.rounds.max()) == 2:
+            os._exit(3)
+        return super().update(context, decision, feedback, generator)
+
+
+def _run(out_dir, learners=LEARNERS, *extra: str) -> pd.DataFrame:
+    cfg = tiny_run_config(out_dir, learners, "rhos=[0,500,900]", "seeds=[0,1]", *extra)
+    return run_config(cfg)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one_process")
+    return out, _run(out)
+
+
+def test_two_processes_write_the_files_of_one(reference, tmp_path, caplog):
+    out, whole = reference
+    with caplog.at_level(logging.INFO, logger="torchroute.run.jobs"):
+        parallel = _run(tmp_path, LEARNERS, "jobs=2")
+    threads = threads_per_job(2)
+    assert f"4 learners in 2 processes of {threads} intra-op thread(s) each" in caplog.text
+    pd.testing.assert_frame_equal(parallel, whole, check_exact=True)
+    for name in ("results.csv", "curves.csv"):
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / name), pd.read_csv(out / name), check_exact=True
+        )
+    for learner in LEARNERS:
+        for name in ("summary.csv", "curve.csv", "fingerprint.json"):
+            left, right = tmp_path / "runs" / learner / name, out / "runs" / learner / name
+            assert left.read_bytes() == right.read_bytes(), (learner, name)
+        ours = load_checkpoint(tmp_path / "checkpoints" / f"{learner}.pt")["learner"]
+        theirs = load_checkpoint(out / "checkpoints" / f"{learner}.pt")["learner"]
+        assert ours.keys() == theirs.keys()
+        for key, value in theirs.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(ours[key], value), (learner, key)
+
+
+def test_a_failing_learner_is_raised_and_the_others_keep_their_results(tmp_path):
+    learners = {
+        "lints": LEARNERS["lints"],
+        "broken": _node(f"{__name__}.RaisingLearner.from_problem"),
+        "squarecb": LEARNERS["squarecb"],
+    }
+    with pytest.raises(ValueError, match="planted failure in update"):
+        _run(tmp_path, learners, "jobs=2")
+    assert (tmp_path / "runs" / "lints" / "summary.csv").is_file()  # ran beside it, kept
+    assert not (tmp_path / "runs" / "broken").exists()
+    assert not (tmp_path / "results.csv").exists()
+
+
+def test_a_worker_that_dies_is_a_one_line_error_naming_the_unfinished(tmp_path):
+    learners = {"dies": _node(f"{__name__}.DyingLearner.from_problem")}
+    learners["lints"] = LEARNERS["lints"]
+    with pytest.raises(ChildProcessError, match=r"jobs=2: a worker process died before \["):
+        _run(tmp_path, learners, "jobs=2")
+    assert not (tmp_path / "results.csv").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "two", "true"])
+def test_bad_jobs_are_one_line_errors(tmp_path, value):
+    with pytest.raises(ConfigError, match=r"jobs must be an integer >= 1, got"):
+        _run(tmp_path, LEARNERS, f"jobs={value}")
+    assert not tmp_path.joinpath("config.yaml").exists()
+
+
+def test_jobs_do_not_go_with_torchrun(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError, match=r"jobs=2 with torchrun \(WORLD_SIZE=2\)"):
+        _run(tmp_path, LEARNERS, "jobs=2", "rng=per_trial")
+
+
+def test_threads_are_shared_out_between_the_jobs():
+    assert threads_per_job(2, threads=2) == 1
+    assert threads_per_job(2, threads=16) == 8
+    assert threads_per_job(3, threads=16) == 5
+    assert threads_per_job(4, threads=2) == 1  # never below one

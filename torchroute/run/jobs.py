@@ -1,0 +1,103 @@
+"""Learners of one run in parallel worker processes (the ``jobs`` key of ``simulate``).
+
+The learners of a run are independent: each starts from its own initial weights and its
+own generator seeded with ``loop_seed``, on the same env. ``jobs=N`` therefore runs them in
+``N`` spawned processes at once. Each worker receives the run's :class:`~torchroute.run.
+experiment.Job` (the env built once by the parent) when it starts, sets torch's intra-op
+threads to :func:`threads_per_job`, and takes the next learner when it finishes one;
+it writes that learner's ``runs/<learner>/``, checkpoints and decision logs itself, and
+sends back its summary and curve. A learner's numbers are those of a single process run
+with the same number of threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_payload: Any = None  # the worker's Job, set once by _start_worker
+
+
+def threads_per_job(jobs: int, threads: int | None = None) -> int:
+    """Intra-op threads of each of ``jobs`` workers: ``threads`` (default torch's current
+    setting) shared out, at least one."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return max(1, threads // jobs)
+
+
+def _start_worker(payload: Any, threads: int, level: int) -> None:
+    global _payload
+    torch.set_num_threads(threads)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    _payload = payload
+
+
+def _call(fn: Callable[[Any, str], T], name: str) -> T:
+    return fn(_payload, name)
+
+
+def map_in_processes(
+    fn: Callable[[Any, str], T], payload: Any, names: list[str], jobs: int
+) -> dict[str, T]:
+    """``{name: fn(payload, name)}``, the calls spread over ``jobs`` spawned processes.
+
+    ``fn`` must be importable (a module-level function) and ``payload`` picklable; the
+    payload is sent once per worker. The first call that raises (in ``names`` order) cancels
+    the calls not yet started, is logged at once, and is raised here once the running calls
+    end (a learner that was running finishes and keeps its results); a worker that dies
+    (killed, out of memory) is a :class:`ChildProcessError` naming the calls that did not
+    finish.
+    """
+    threads = threads_per_job(jobs)
+    workers = min(jobs, len(names))
+    log.info(
+        "%d learners in %d processes of %d intra-op thread(s) each", len(names), workers, threads
+    )
+    context = multiprocessing.get_context("spawn")
+    level = logging.getLogger().getEffectiveLevel()
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(payload, threads, level),
+    ) as pool:
+        futures = {pool.submit(_call, fn, name): name for name in names}
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            for future in pending:
+                future.cancel()
+            running = sorted(futures[f] for f in pending if not f.cancelled())
+            log.error(
+                "%s failed (%s); waiting for %s to finish (their results are kept)",
+                futures[failed[0]],
+                failed[0].exception(),
+                running or "no other learner",
+            )
+            wait(pending)
+            error = failed[0].exception()
+            if isinstance(error, BrokenProcessPool):
+                unfinished = [n for f, n in futures.items() if not _finished(f)]
+                raise ChildProcessError(
+                    f"jobs={jobs}: a worker process died before {unfinished} finished "
+                    "(killed, or out of memory: try fewer jobs)"
+                ) from error
+            raise error  # type: ignore[misc]
+    return {futures[f]: f.result() for f in futures}
+
+
+def _finished(future: Any) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+__all__ = ["map_in_processes", "threads_per_job"]
