@@ -127,3 +127,18 @@ def test_threads_are_shared_out_between_the_jobs():
     assert threads_per_job(2, threads=16) == 8
     assert threads_per_job(3, threads=16) == 5
     assert threads_per_job(4, threads=2) == 1  # never below one
+
+
+def test_workers_split_into_chunks_and_log_decisions_as_one_process(tmp_path):
+    """``jobs`` beside ``trial_chunk`` and ``log_decisions``: the same files and logs."""
+    learners = {name: LEARNERS[name] for name in ("lints", "squarecb")}
+    extra = ("rng=per_trial", "trial_chunk=4", "log_decisions=true")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(one, learners, *extra)
+    _run(two, learners, *extra, "jobs=2")
+    logs = sorted(p.relative_to(one) for p in (one / "decisions").rglob("*") if p.is_file())
+    assert len(logs) == 2 * 6  # one log per learner and trial
+    for path in [*logs, "results.csv", "curves.csv"]:
+        assert (one / path).read_bytes() == (two / path).read_bytes(), path
+    checkpoints = sorted(p.name for p in (two / "checkpoints").iterdir())
+    assert checkpoints == sorted(f"{n}.chunk{c}.pt" for n in learners for c in (0, 1))
