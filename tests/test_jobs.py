@@ -142,3 +142,13 @@ def test_workers_split_into_chunks_and_log_decisions_as_one_process(tmp_path):
         assert (one / path).read_bytes() == (two / path).read_bytes(), path
     checkpoints = sorted(p.name for p in (two / "checkpoints").iterdir())
     assert checkpoints == sorted(f"{n}.chunk{c}.pt" for n in learners for c in (0, 1))
+
+
+def test_one_learner_left_runs_here_as_in_one_process(reference, tmp_path):
+    """With ``jobs=2`` but a single learner to run no worker starts; the calling process
+    builds it again (it kept none while checking) and writes what one process writes."""
+    out, _ = reference
+    _run(tmp_path, {"lints": LEARNERS["lints"]}, "jobs=2")
+    for name in ("summary.csv", "curve.csv"):
+        ours, theirs = tmp_path / "runs" / "lints" / name, out / "runs" / "lints" / name
+        assert ours.read_bytes() == theirs.read_bytes(), name

@@ -150,7 +150,11 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
         first_env = job.piece_env(pieces[0])
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
-    learners = {name: learner_for(opts, name, first_env) for name in opts.run_learners}
+    learners: dict[str, Learner | None] = {}
+    for name in opts.run_learners:  # every learner built (checked) before anything is written
+        learner = learner_for(opts, name, first_env)
+        learners[name] = learner if opts.jobs == 1 else None  # a worker builds its own
+        del learner
     ranks.barrier()  # every rank validated before rank 0 writes
     if ranks.is_main:
         write_inputs(opts, env.problem(), built.feature_map, job.layout)
@@ -172,11 +176,10 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
                 finished[name] = found
                 learners.pop(name)
     to_run = [name for name in opts.run_learners if name not in finished]
-    if opts.jobs > 1 and len(to_run) > 1:
-        learners.clear()  # each worker builds its own: build_learner seeds the same weights
+    if opts.jobs > 1 and len(to_run) > 1:  # build_learner seeds the same weights there
         finished.update(map_in_processes(run_learner, job, to_run, opts.jobs))
     else:
-        for name in to_run:
+        for name in to_run:  # (with jobs > 1 and one learner left, built again here)
             finished[name] = run_learner(job, name, learners.pop(name))
     summaries = [finished[name][0] for name in opts.run_learners]
     curves = [finished[name][1] for name in opts.run_learners]
