@@ -87,14 +87,16 @@ def test_two_processes_write_the_files_of_one(reference, tmp_path, caplog):
                 assert torch.equal(ours[key], value), (learner, key)
 
 
-def test_a_failing_learner_is_raised_and_the_others_keep_their_results(tmp_path):
+def test_a_failing_learner_is_raised_and_the_others_keep_their_results(tmp_path, caplog):
     learners = {
         "lints": LEARNERS["lints"],
         "broken": _node(f"{__name__}.RaisingLearner.from_problem"),
         "squarecb": LEARNERS["squarecb"],
     }
-    with pytest.raises(ValueError, match="planted failure in update"):
+    logs = caplog.at_level(logging.INFO, logger="torchroute.run.jobs")
+    with logs, pytest.raises(ValueError, match="planted failure in update"):
         _run(tmp_path, learners, "jobs=2")
+    assert "broken failed (planted failure in update); waiting for" in caplog.text
     assert (tmp_path / "runs" / "lints" / "summary.csv").is_file()  # ran beside it, kept
     assert not (tmp_path / "runs" / "broken").exists()
     assert not (tmp_path / "results.csv").exists()
@@ -129,13 +131,15 @@ def test_threads_are_shared_out_between_the_jobs():
     assert threads_per_job(4, threads=2) == 1  # never below one
 
 
-def test_workers_split_into_chunks_and_log_decisions_as_one_process(tmp_path):
+def test_workers_split_into_chunks_and_log_decisions_as_one_process(tmp_path, caplog):
     """``jobs`` beside ``trial_chunk`` and ``log_decisions``: the same files and logs."""
     learners = {name: LEARNERS[name] for name in ("lints", "squarecb")}
     extra = ("rng=per_trial", "trial_chunk=4", "log_decisions=true")
     one, two = tmp_path / "one", tmp_path / "two"
     _run(one, learners, *extra)
-    _run(two, learners, *extra, "jobs=2")
+    with caplog.at_level(logging.INFO, logger="torchroute.run.jobs"):
+        _run(two, learners, *extra, "jobs=2")
+    assert "2 learners in 2 processes" in caplog.text
     logs = sorted(p.relative_to(one) for p in (one / "decisions").rglob("*") if p.is_file())
     assert len(logs) == 2 * 6  # one log per learner and trial
     for path in [*logs, "results.csv", "curves.csv"]:
