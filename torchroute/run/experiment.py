@@ -150,11 +150,12 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
         first_env = job.piece_env(pieces[0])
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
-    learners: dict[str, Learner | None] = {}
-    for name in opts.run_learners:  # every learner built (checked) before anything is written
+    learners: dict[str, Learner] = {}
+    for name in opts.run_learners:  # each built (options checked) before anything is written
         learner = learner_for(opts, name, first_env)
-        learners[name] = learner if opts.jobs == 1 else None  # a worker builds its own
-        del learner
+        if opts.jobs == 1:  # with jobs > 1 the worker running it builds it again (same seed)
+            learners[name] = learner
+        del learner  # freed before the next one is built
     ranks.barrier()  # every rank validated before rank 0 writes
     if ranks.is_main:
         write_inputs(opts, env.problem(), built.feature_map, job.layout)
@@ -167,20 +168,21 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
             problem.dim,
             env.num_arms,
         )
-    finished = {}  # learners that resume finds done in out_dir by this configuration
+    # learners that resume finds done in out_dir by this configuration, then those run here
+    finished: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
     for name in opts.run_learners if opts.resume else ():
         if name != resume_name:
             run_dir, digest = opts.out_dir / "runs" / name, opts.digest(name)
             found = ranks.on_rank0(lambda: reusable(run_dir, digest))  # noqa: B023
             if found is not None:
                 finished[name] = found
-                learners.pop(name)
+                learners.pop(name, None)
     to_run = [name for name in opts.run_learners if name not in finished]
-    if opts.jobs > 1 and len(to_run) > 1:  # build_learner seeds the same weights there
+    if opts.jobs > 1 and len(to_run) > 1:
         finished.update(map_in_processes(run_learner, job, to_run, opts.jobs))
-    else:
-        for name in to_run:  # (with jobs > 1 and one learner left, built again here)
-            finished[name] = run_learner(job, name, learners.pop(name))
+    else:  # (jobs > 1 with one learner left: run_learner builds it here)
+        for name in to_run:
+            finished[name] = run_learner(job, name, learners.pop(name, None))
     summaries = [finished[name][0] for name in opts.run_learners]
     curves = [finished[name][1] for name in opts.run_learners]
     results = pd.concat(summaries, ignore_index=True)
