@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from torchroute.configs_path import compose_config, config_dir
 from torchroute.envs import SingleChoiceEnv
 from torchroute.learners import Learner
-from torchroute.run import build_learner
+from torchroute.report.verdicts import PAPER_RELATIONS, SURROGATE_RELATIONS
+from torchroute.run import RunOptions, build_learner
 
 PRESETS = sorted((config_dir() / "experiment").glob("*.yaml"))
 #: presets whose header names the pretrain command compose with pretrain.yaml
@@ -88,6 +89,21 @@ def test_bad_hyper_parameters_are_named_when_built(tiny_table, override, message
 def test_routerbench_preset_is_the_210_trial_grid():
     cfg = compose_config("simulate", ["experiment=routerbench_baselines"])
     assert len(cfg.seeds) == 10 and list(cfg.rhos) == list(range(0, 1001, 50))
+
+
+def test_open_llm_preset_runs_every_paper_relation_and_null_runs_every_learner():
+    opts = RunOptions.from_config(compose_config("simulate", ["experiment=cabs_table2_openllm"]))
+    defined = set(opts.learners)
+    identity = next(r for r in SURROGATE_RELATIONS if r.b == "cabs_d_identity")
+    for rel in (*PAPER_RELATIONS, identity):
+        if {rel.a, rel.b} <= defined:
+            assert {rel.a, rel.b} <= set(opts.run_learners), rel
+    assert {"cabs_d", "linucb", "lints", "epsilon_greedy", "cabs_c", "linucb_full"} <= set(
+        opts.run_learners
+    )
+    assert defined - set(opts.run_learners) == {"cabs_d_paper", "cabs_d_nosurrogates"}
+    everything = compose_config("simulate", ["experiment=cabs_table2_openllm", "run_learners=null"])
+    assert set(RunOptions.from_config(everything).run_learners) == defined
 
 
 @pytest.mark.parametrize("name", LEARNERS)
