@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from torchroute.errors import UserError
+
 Pooling = Literal["mean", "cls"]
 TruncationSide = Literal["left", "right"]
 
@@ -31,7 +33,7 @@ MINILM_ALIASES = frozenset({"minilm", "all-MiniLM-L6-v2", MINILM_NAME})
 _FALLBACK_MAX_LENGTH = 512
 
 
-class EncoderNotFoundError(OSError):
+class EncoderNotFoundError(UserError, OSError):
     """An encoder could not be found locally and the hub is unreachable or offline."""
 
 

@@ -7,12 +7,13 @@ from typing import Any
 
 import torch
 
+from torchroute.errors import UserError
 from torchroute.io import atomic_write
 
 FORMAT = 1
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be used: unreadable, truncated, or from another run."""
 
 

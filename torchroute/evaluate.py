@@ -41,6 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from torchroute.data.decisions import DecisionLog, load_decisions
+from torchroute.errors import UserError
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
@@ -69,7 +70,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class EvaluateError(ValueError):
+class EvaluateError(UserError, ValueError):
     """A bad ``torchroute evaluate`` option; the message names the key."""
 
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from torchroute.errors import UserError
 
-class GapConfigError(ValueError):
+
+class GapConfigError(UserError, ValueError):
     """The ``gap`` section of a config is missing or holds a bad value (named as ``gap.<key>``)."""
 
 

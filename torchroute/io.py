@@ -11,6 +11,8 @@ from typing import IO
 
 import pandas as pd
 
+from torchroute.errors import UserError
+
 
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "wb") -> Iterator[IO]:
@@ -61,7 +63,7 @@ def write_csv_atomic(path: str | Path, frame: pd.DataFrame) -> Path:
     return Path(path)
 
 
-class NotWritableError(ValueError):
+class NotWritableError(UserError, ValueError):
     """A folder that a command must write into cannot be written."""
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from torchroute.errors import UserError
+
 #: columns a single-choice run writes together; one without the others is a damaged file
 SINGLE_CHOICE = ("avg_utility", "accuracy", "avg_cost")
 #: columns that may never be missing in a row
@@ -24,7 +26,7 @@ MEASURED = ("rho", "seed", "rounds", "round", "accuracy", "trial")
 BOX_BOUNDS = ("lower_", "upper_")
 
 
-class ResultsFileError(ValueError):
+class ResultsFileError(UserError, ValueError):
     """A results or curves file of a run is unreadable, truncated or has bad cells."""
 
 

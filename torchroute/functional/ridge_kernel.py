@@ -56,6 +56,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchroute.errors import UserError
+
 #: The extension's sources: the LinUCB steps and the SquareCB-G solver (``graph_kernel.py``).
 _SOURCES = tuple(Path(__file__).with_name(n) for n in ("ridge_kernel.cpp", "graph_kernel.cpp"))
 _FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++20")
@@ -64,7 +66,7 @@ _NAMESPACE = "torchroute_ridge"  # the TORCH_LIBRARY namespace of ridge_kernel.c
 GRAIN = 32768
 
 
-class KernelUnavailableError(ValueError):
+class KernelUnavailableError(UserError, ValueError):
     """The fused kernel could not be built or loaded (the message says why, in one line)."""
 
 

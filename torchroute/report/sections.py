@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from torchroute.errors import UserError
+
 #: ``(results, curves, out_dir) -> markdown lines``
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
 
@@ -26,7 +28,7 @@ DEFAULT_SECTIONS: tuple[str, ...] = (
 )
 
 
-class SectionError(ValueError):
+class SectionError(UserError, ValueError):
     """A ``report_sections`` entry that does not name an importable callable."""
 
 

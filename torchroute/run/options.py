@@ -19,13 +19,15 @@ from typing import Any
 
 import torch
 
+from torchroute.errors import UserError
+
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
 #: the values ``features.source`` accepts
 FEATURE_SOURCES = ("pca", "raw", "oracle")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """The experiment configuration asks for something impossible; names the key."""
 
 

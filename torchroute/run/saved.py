@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from torchroute.errors import UserError
 from torchroute.types import Problem, TrainSplit
 
 _TRAIN_FIELDS = ("features", "scores", "costs", "embeddings")
@@ -22,7 +23,7 @@ _SUBSET_FIELDS = ("draws", "costs", "lower", "upper", "num_facets", "context_nam
 _SUBSET_TRIAL_FIELDS = ("costs", "lower", "upper")
 
 
-class SavedProblemError(ValueError):
+class SavedProblemError(UserError, ValueError):
     """A ``problem.pt`` that does not hold what this torchroute needs (an older format)."""
 
 

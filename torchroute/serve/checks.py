@@ -7,12 +7,14 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from torchroute.errors import UserError
 
-class UnknownModelError(ValueError):
+
+class UnknownModelError(UserError, ValueError):
     """A model name the router does not serve."""
 
 
-class DuplicateModelError(ValueError):
+class DuplicateModelError(UserError, ValueError):
     """A model name the router already serves."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchroute.checks import check_number
+from torchroute.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Limits:
             check_number("Limits", name, getattr(self, name), ge=1, integer=True)
 
 
-class LimitError(ValueError):
+class LimitError(UserError, ValueError):
     """A request over a :class:`Limits` bound; ``status`` is 413 or 422."""
 
     def __init__(self, message: str, status: int = 413) -> None:

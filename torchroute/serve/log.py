@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from torchroute.errors import UserError
+
 PENDING, ANSWERED, EXPIRED, DROPPED = 0, 1, 2, 3
 
 _SCHEMA = """
@@ -76,7 +78,7 @@ def clean_temp_files(state_path: str | Path) -> list[Path]:
     return stale
 
 
-class LogError(ValueError):
+class LogError(UserError, ValueError):
     """A decision log that cannot be used: another configuration, or unreadable."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from torchroute.errors import UserError
 from torchroute.run.trust import check_trusted
 from torchroute.serve.limits import Limits
 from torchroute.serve.log import DecisionLog, LogError, clean_temp_files, log_path
@@ -28,7 +29,7 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")
 
 
-class ServeArgsError(ValueError):
+class ServeArgsError(UserError, ValueError):
     """A flag of ``torchroute serve`` that cannot work; nothing was started or written."""
 
 

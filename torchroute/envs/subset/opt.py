@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchroute.errors import UserError
 
-class UnreachableTargetError(ValueError):
+
+class UnreachableTargetError(UserError, ValueError):
     """The target box misses every cost vector the routing policies can reach."""
 
 

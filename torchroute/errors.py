@@ -1,0 +1,22 @@
+"""The errors that mean "the user asked for something that cannot work".
+
+Every error raised where input is checked (a config key, a flag, a table, a run folder, a
+checkpoint, a decision log, an HTTP body) derives from :class:`UserError`. The command line
+turns a :class:`UserError` into one line naming what was wrong and exits 2; any other
+exception is a bug and keeps its traceback (exit 1).
+
+The concrete classes keep their historical base (``ValueError`` for most), so code that
+catches ``ValueError`` still catches them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UserError"]
+
+
+class UserError(Exception):
+    """Bad input from the user: a config key, flag, file, table, log or request.
+
+    Subclasses name what was checked (``ConfigError``, ``TableError``, ...); the message is
+    one line that names the key, flag, file or field and what was expected.
+    """
