@@ -464,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the decision log to OUT (.parquet or .csv) and exit",
     )
     p.set_defaults(func=_serve)
+    from torchroute.gateway.main import add_parser as add_gateway
+
+    add_gateway(sub)
     p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
     p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")
     p.add_argument(

@@ -23,6 +23,15 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   subset router's decision. Its route row has ``arm = -1``, ``model`` the JSON list of the
   models called (distinct draws, in draw order) and ``propensity`` the probability of that
   set; ``probabilities`` is the learner's per-draw distribution.
+- ``attempts``: the backend calls made for a routed request (the gateway's):
+  ``request_id``, ``pos`` (0, 1, ... in call order), ``model``, ``propensity`` (the
+  router's probability of that model for the request), ``reason`` (``routed``,
+  ``fallback`` after a failure, ``session`` for a later turn of a conversation),
+  ``outcome`` (``ok``, ``429``, ``500``, ``timeout``, ``connect``, ``malformed``,
+  ``truncated``, ...), ``input_tokens`` / ``output_tokens`` / ``cost`` (``NULL`` when the
+  backend gave no usage), ``key`` (the gateway key's name), ``timestamp``. A request whose
+  routed model did not answer is ``withdrawn`` (status 4): there is no outcome of the
+  router's decision to learn from.
 """
 
 from __future__ import annotations
@@ -38,7 +47,14 @@ import numpy as np
 
 from torchroute.errors import UserError
 
-PENDING, ANSWERED, EXPIRED, DROPPED = 0, 1, 2, 3
+PENDING, ANSWERED, EXPIRED, DROPPED, WITHDRAWN = 0, 1, 2, 3, 4
+STATUS_NAMES = {
+    PENDING: "pending",
+    ANSWERED: "answered",
+    EXPIRED: "expired",
+    DROPPED: "dropped",
+    WITHDRAWN: "withdrawn",
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -57,6 +73,11 @@ CREATE TABLE IF NOT EXISTS feedback (
     utility REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS subsets (
     request_id TEXT PRIMARY KEY REFERENCES routes(request_id), draws TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS attempts (
+    request_id TEXT NOT NULL REFERENCES routes(request_id), pos INTEGER NOT NULL,
+    model TEXT NOT NULL, propensity REAL NOT NULL, reason TEXT NOT NULL, outcome TEXT NOT NULL,
+    input_tokens INTEGER, output_tokens INTEGER, cost REAL, key TEXT, timestamp REAL NOT NULL,
+    PRIMARY KEY (request_id, pos));
 CREATE INDEX IF NOT EXISTS feedback_event ON feedback(event, pos);
 CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
@@ -99,6 +120,22 @@ class RouteRow:
     embedding: np.ndarray
     text_sha256: str | None = None
     draws: list[int] | None = None
+
+
+@dataclass
+class Attempt:
+    """One backend call of a routed request (a row of the ``attempts`` table)."""
+
+    request_id: str
+    model: str
+    propensity: float
+    reason: str
+    outcome: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = None
+    key: str | None = None
+    timestamp: float = 0.0
 
 
 @dataclass
@@ -259,6 +296,42 @@ class DecisionLog:
             )
             self._mark(ids, ANSWERED)
 
+    def withdraw(self, ids: Sequence[str]) -> None:
+        """Mark pending ids as withdrawn: their routed model gave no answer to learn from."""
+        if ids:
+            with self._transaction():
+                self._mark(ids, WITHDRAWN)
+
+    def add_attempt(self, attempt: Attempt, withdraw: bool = False) -> int:
+        """Log one backend call of a routed request (its ``pos`` is the next free one);
+        with ``withdraw``, mark the request withdrawn in the same transaction. Returns ``pos``.
+        """
+        a = attempt
+        with self._transaction():
+            (pos,) = self.db.execute(
+                "SELECT coalesce(max(pos), -1) + 1 FROM attempts WHERE request_id = ?",
+                (a.request_id,),
+            ).fetchone()
+            self.db.execute(
+                "INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    a.request_id,
+                    pos,
+                    a.model,
+                    a.propensity,
+                    a.reason,
+                    a.outcome,
+                    a.input_tokens,
+                    a.output_tokens,
+                    a.cost,
+                    a.key,
+                    a.timestamp,
+                ),
+            )
+            if withdraw:
+                self._mark([a.request_id], WITHDRAWN)
+        return int(pos)
+
     def add_model(self, seq: int, name: str, price: float | None, timestamp: float) -> None:
         """Log event ``seq``: a model added to the router."""
         with self._transaction():
@@ -312,6 +385,47 @@ class DecisionLog:
         """The ``seq`` of the last event (0 when none)."""
         return int(self.db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
+    def attempts(self, request_id: str) -> list[Attempt]:
+        """The backend calls logged for ``request_id``, in call order."""
+        cursor = self.db.execute(
+            "SELECT request_id, model, propensity, reason, outcome, input_tokens, "
+            "output_tokens, cost, key, timestamp FROM attempts WHERE request_id = ? ORDER BY pos",
+            (request_id,),
+        )
+        return [Attempt(*row) for row in cursor]
+
+    def known_costs(self) -> dict[str, float]:
+        """``{id: cost}`` of pending requests answered by their routed model: the summed
+        cost of those answers (every turn of a conversation)."""
+        return dict(
+            self.db.execute(
+                "SELECT a.request_id, sum(a.cost) FROM attempts a JOIN routes r ON "
+                "r.request_id = a.request_id WHERE r.status = 0 AND a.outcome = 'ok' AND "
+                "a.model = r.model AND a.cost IS NOT NULL GROUP BY a.request_id"
+            )
+        )
+
+    def unsettled(self) -> list[str]:
+        """Pending ids without an answer from their routed model (a call cut short)."""
+        return [
+            rid
+            for (rid,) in self.db.execute(
+                "SELECT r.request_id FROM routes r WHERE r.status = 0 AND NOT EXISTS (SELECT 1 "
+                "FROM attempts a WHERE a.request_id = r.request_id AND a.outcome = 'ok' AND "
+                "a.model = r.model) ORDER BY r.rowid"
+            )
+        ]
+
+    def spend(self) -> dict[str, float]:
+        """``{key: cost}``: the summed cost of the backend calls made under each key."""
+        return {
+            key: float(cost)
+            for key, cost in self.db.execute(
+                "SELECT key, sum(cost) FROM attempts WHERE key IS NOT NULL AND cost IS NOT NULL "
+                "GROUP BY key"
+            )
+        }
+
     def num_subsets(self) -> int:
         """The number of logged subset decisions."""
         return int(self.db.execute("SELECT count(*) FROM subsets").fetchone()[0])
@@ -321,10 +435,10 @@ class DecisionLog:
         return int(self.db.execute("SELECT count(*) FROM routes").fetchone()[0])
 
     def counts(self) -> dict[str, int]:
-        """Numbers of routes by status: ``pending``, ``answered``, ``expired``, ``dropped``."""
+        """Numbers of routes by status: ``pending``, ``answered``, ``expired``, ``dropped``,
+        ``withdrawn``."""
         found = dict(self.db.execute("SELECT status, count(*) FROM routes GROUP BY status"))
-        names = {PENDING: "pending", ANSWERED: "answered", EXPIRED: "expired", DROPPED: "dropped"}
-        return {name: int(found.get(code, 0)) for code, name in names.items()}
+        return {name: int(found.get(code, 0)) for code, name in STATUS_NAMES.items()}
 
     def table(self) -> dict[str, list]:
         """The log as columns of the decision-log format (one entry per routed request).

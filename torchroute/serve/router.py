@@ -22,9 +22,17 @@ from torchroute.checks import check_number
 from torchroute.learners.base import Learner
 from torchroute.learners.linear import FullFeedbackLinUCB
 from torchroute.learners.neural import FullFeedbackNeuralUCB
-from torchroute.serve.arms import add_arm
+from torchroute.serve.arms import add_arm, pad_arms
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
-from torchroute.serve.log import ANSWERED, DecisionLog, RouteRow, clean_temp_files, log_path
+from torchroute.serve.log import (
+    ANSWERED,
+    STATUS_NAMES,
+    Attempt,
+    DecisionLog,
+    RouteRow,
+    clean_temp_files,
+    log_path,
+)
 from torchroute.serve.pending import feedback_batch
 from torchroute.serve.propensity import routing_probs
 from torchroute.serve.security import check_model_name
@@ -337,6 +345,80 @@ class Router:
             self._events += 1
             self._save(self.state_path)
 
+    def ranked(self, request_id: str) -> list[tuple[str, float]]:
+        """Every served model with its probability for a pending request, most probable
+        first (ties in the order of the models); ``[]`` when ``request_id`` is not pending.
+
+        The probabilities are those logged at decision time (``probabilities [K']``, zero
+        for models added since).
+        """
+        with self._lock:
+            item = self.pending.get(request_id)
+            if item is None:
+                return []
+            probs = pad_arms(item["probs"], len(self.arm_names)).tolist()  # [K]
+            order = sorted(range(len(probs)), key=lambda a: (-probs[a], a))
+            return [(self.arm_names[a], float(probs[a])) for a in order]
+
+    def routed_model(self, request_id: str) -> str | None:
+        """The model a pending request was routed to (``None``: not pending)."""
+        with self._lock:
+            item = self.pending.get(request_id)
+            return None if item is None else self.arm_names[item["arm"]]
+
+    def record_attempt(self, attempt: Attempt, withdraw: bool = False) -> None:
+        """Log a backend call made for a routed request (the ``attempts`` table).
+
+        An ``ok`` answer of the routed model adds its cost to the request's known cost
+        (:meth:`known_cost`); ``withdraw`` takes the request out of the pending ones in the
+        same transaction (its routed model gave no answer to learn from).
+
+        Raises:
+            StoreError: the log cannot be written; nothing changed.
+        """
+        with self._lock:
+            self._write(self.log.add_attempt, attempt, withdraw)
+            item = self.pending.get(attempt.request_id)
+            if item is None:
+                return
+            if withdraw:
+                self.pending.pop(attempt.request_id)
+                self.withdrawn_count += 1
+            elif (
+                attempt.outcome == "ok"
+                and attempt.cost is not None
+                and self.arm_names[item["arm"]] == attempt.model
+            ):
+                item["cost"] = item.get("cost", 0.0) + attempt.cost
+
+    def known_cost(self, request_id: str) -> float | None:
+        """The summed cost of the routed model's answers to a pending request (``None``:
+        none recorded, or not pending)."""
+        with self._lock:
+            item = self.pending.get(request_id)
+            return None if item is None else item.get("cost")
+
+    def attempts(self, request_id: str) -> list[Attempt]:
+        """The backend calls logged for a request, in call order."""
+        with self._lock:
+            return self.log.attempts(request_id)
+
+    def request_status(self, request_id: str) -> str | None:
+        """``pending``, ``answered``, ``expired``, ``dropped`` or ``withdrawn`` (``None``:
+        never routed here)."""
+        with self._lock:
+            code = self.log.statuses([request_id]).get(request_id)
+        return None if code is None else STATUS_NAMES[code]
+
+    def withdraw(self, request_ids: Sequence[str]) -> None:
+        """Take pending requests out without learning (their routed model never answered)."""
+        with self._lock:
+            ids = [rid for rid in request_ids if rid in self.pending]
+            self._write(self.log.withdraw, ids)
+            for rid in ids:
+                self.pending.pop(rid)
+            self.withdrawn_count += len(ids)
+
     def status(self) -> dict[str, Any]:
         """Models, rho, the learner, and the counts of pending, answered, dropped requests."""
         with self._lock:
@@ -350,6 +432,7 @@ class Router:
                 "feedback": self.feedback_count,
                 "expired": self.expired_count,
                 "dropped": self.dropped_count,
+                "withdrawn": self.withdrawn_count,
             }
 
     def save(self, path: str | Path | None = None) -> Path:
@@ -391,7 +474,10 @@ class Router:
         self._checkpointed = start
         for row in self.log.pending():
             self.pending[row.request_id] = self._item(row)
+        for rid, cost in self.log.known_costs().items():
+            self.pending[rid]["cost"] = float(cost)
         counts = self.log.counts()
+        self.withdrawn_count = counts["withdrawn"]
         self.feedback_count = counts["answered"]
         self.expired_count, self.dropped_count = counts["expired"], counts["dropped"]
         self._routes = self.log.num_routes()

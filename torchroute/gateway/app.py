@@ -1,0 +1,464 @@
+"""The gateway's HTTP API (FastAPI): OpenAI's chat completions in front of a learned router.
+
+``POST /v1/chat/completions`` routes the conversation's text with a
+:class:`~torchroute.serve.router.Router` (one per rho served), calls the chosen model's
+backend (streamed or not), falls back to the next most probable model on a failure, and
+answers the backend's response plus ``torchroute`` (the request id, the model that
+answered, the model routed, the tries) and the headers ``x-request-id`` and
+``x-torchroute-model``. ``POST /v1/feedback`` learns from the answer's score (its cost is
+known from the token usage), ``GET /v1/models`` lists the router names, ``GET /v1/usage``
+the keys' spend, ``GET /health`` the routers' state.
+
+Errors answer ``{"error": {"message": "<one line>", "type": ..., "code": status}}``: 400
+malformed JSON, 401 no or a wrong key, 404 feedback for an unknown request, 409 feedback
+that cannot apply (already answered, withdrawn, no cost known), 413 a body over the limit,
+422 a field of the wrong type, an unknown router name, a prompt too long, 429 a key over
+its cap (no backend called), 502 every model tried failed, 503 the log cannot be written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from torchroute.gateway.backends import Backend
+from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
+from torchroute.gateway.keys import BudgetError, Key, Keys
+from torchroute.gateway.sessions import Sessions
+from torchroute.gateway.shapes import (
+    ChatRequest,
+    FeedbackBody,
+    model_ids,
+    prompt_text,
+    router_rho,
+)
+from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream
+from torchroute.serve.app import LOOPBACK_HOSTS, Guard
+from torchroute.serve.limits import LimitError, Limits, check_strings
+from torchroute.serve.router import Router, StoreError
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-session-id"
+
+
+class GatewayError(Exception):
+    """An error answered to the client: ``status`` and a one-line message."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error") -> Response:
+    """``{"error": {"message", "type", "code"}}`` (the shape OpenAI clients read)."""
+    body = {"error": {"message": message, "type": kind, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+def _validation_line(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    if error.get("type") == "json_invalid":
+        raise GatewayError(400, "malformed JSON body")
+    where = ".".join(str(p) for p in error.get("loc", ())) or "body"
+    return f"{where}: {error.get('msg', 'invalid value')}"
+
+
+class Gateway:
+    """Routes OpenAI chat requests over backends; learns from feedback.
+
+    Args:
+        routers: ``{rho: Router}``; each router's models are the backends' names.
+        backends: ``{model name: Backend}``.
+        default_rho: the rho of ``model: "router"`` (default: the first of ``routers``).
+        keys: the gateway keys (default: none needed).
+        session_ttl: seconds a conversation keeps its model (0: no sessions).
+        max_fallbacks: the most models tried after the routed one.
+        prompt: what the router sees: ``last`` (user message) or ``conversation``.
+        limits: the body and prompt bounds (``max_prompt_chars`` applies to the text the
+            router sees).
+        max_response_bytes: the most bytes of one backend answer or stream.
+    """
+
+    def __init__(
+        self,
+        routers: dict[float, Router],
+        backends: dict[str, Backend],
+        *,
+        default_rho: float | None = None,
+        keys: Keys | None = None,
+        session_ttl: float = 0.0,
+        max_fallbacks: int = 2,
+        prompt: str = "last",
+        limits: Limits | None = None,
+        max_response_bytes: int = 8 << 20,
+    ) -> None:
+        if not routers:
+            raise ValueError("a gateway needs at least one router")
+        for rho, router in routers.items():
+            missing = [name for name in router.arm_names if name not in backends]
+            if missing:
+                raise ValueError(
+                    f"model {missing[0]!r} of the router (rho={rho:g}) has no backend; add it "
+                    "to the backends file"
+                )
+        self.routers = dict(routers)
+        self.rhos = list(self.routers)
+        self.default_rho = self.rhos[0] if default_rho is None else float(default_rho)
+        self.backends = dict(backends)
+        self.keys = keys or Keys([])
+        self.sessions = Sessions(session_ttl)
+        self.max_fallbacks, self.prompt = int(max_fallbacks), prompt
+        self.limits = limits or Limits()
+        self.max_response_bytes = int(max_response_bytes)
+        self.upstream: Upstream | None = None
+
+    # -- requests -------------------------------------------------------------------------
+
+    def identify(self, request: Request) -> Key | None:
+        """The caller's key; :class:`GatewayError` 401 when one is needed and missing."""
+        if not self.keys.required:
+            return None
+        key = self.keys.identify(request.headers.get("authorization"))
+        if key is None:
+            raise GatewayError(
+                401,
+                "missing or wrong key: send the header 'Authorization: Bearer <key>'",
+                "authentication_error",
+            )
+        return key
+
+    def estimate(self, text: str, request: ChatRequest) -> float:
+        """The least a request can cost: its text as ``chars / 4`` input tokens and its
+        ``max_tokens`` (if given) as output tokens, at the cheapest backend's prices."""
+        tokens_in = math.ceil(len(text) / 4)
+        tokens_out = request.max_completion_tokens or request.max_tokens or 0
+        return min(b.cost(tokens_in, tokens_out) for b in self.backends.values())
+
+    async def chat(self, request: Request, raw_body: bytes) -> Response:
+        """``POST /v1/chat/completions``."""
+        key = self.identify(request)
+        try:
+            chat = ChatRequest.model_validate_json(raw_body)
+        except ValidationError as exc:
+            raise GatewayError(422, _validation_line(exc)) from None
+        raw = json.loads(raw_body)
+        try:
+            rho = router_rho(chat.model, self.default_rho, self.rhos)
+            text = prompt_text(chat.messages, self.prompt)
+        except ValueError as exc:
+            raise GatewayError(422, str(exc)) from None
+        check_strings("prompt", [text], self.limits.max_prompt_chars, "--max-prompt-chars")
+        router = self.routers[rho]
+        session_id = request.headers.get(SESSION_HEADER) or chat.user
+        if session_id is not None and len(session_id) > self.limits.max_id_chars:
+            raise GatewayError(422, f"session id over {self.limits.max_id_chars} characters")
+        estimate = self.estimate(text, chat)
+        try:
+            self.keys.reserve(key, estimate)
+        except BudgetError as exc:
+            raise GatewayError(429, str(exc), "insufficient_quota") from None
+        streaming = False
+        try:
+            scope = None if session_id is None else (key and key.name, rho, session_id)
+            request_id, routed, reason = await self._decide(router, text, scope)
+            ranked = await anyio.to_thread.run_sync(router.ranked, request_id)
+            tries = candidates(routed, ranked, self.backends, self.max_fallbacks, reason)
+            body = {k: v for k, v in raw.items() if k not in ("model", "stream", "stream_options")}
+            info = {"request_id": request_id, "routed": routed, "rho": rho}
+            if chat.stream:
+                include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
+                response = await self._stream(
+                    router, tries, body, info, key, estimate, include_usage
+                )
+                streaming = isinstance(response, StreamingResponse)
+                return response
+            return await self._complete(router, tries, body, info, key)
+        finally:
+            if not streaming:
+                self.keys.settle(key, estimate)
+
+    async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple[str, str, str]:
+        """``(request_id, model, reason)``: the session's request, or a new routed one."""
+        if scope is not None:
+            session = self.sessions.get(scope)
+            if session is not None:
+                still = await anyio.to_thread.run_sync(router.routed_model, session.request_id)
+                if still == session.model:
+                    return session.request_id, session.model, "session"
+        try:
+            decisions = await anyio.to_thread.run_sync(partial(router.route, texts=[text]))
+        except ValueError as exc:
+            raise GatewayError(422, str(exc)) from None
+        rid, model = decisions[0]["request_id"], decisions[0]["model"]
+        if scope is not None:
+            self.sessions.put(scope, rid, model)
+        return rid, model, "routed"
+
+    async def _record(self, router: Router, row: Any, withdraw: bool = False) -> None:
+        await anyio.to_thread.run_sync(partial(router.record_attempt, row, withdraw))
+
+    async def _failed(self, router: Router, info: dict, errors: list[str]) -> Response:
+        await anyio.to_thread.run_sync(router.withdraw, [info["request_id"]])
+        self.sessions.end(info["request_id"])
+        message = "every model tried failed (" + ", ".join(errors) + ")"
+        response = error_response(502, message, "upstream_error")
+        response.headers["x-request-id"] = info["request_id"]
+        return response
+
+    async def _client_error(
+        self, router: Router, rid: str, candidate: Candidate, exc: ClientError, key: Key | None
+    ) -> Response:
+        await self._record(router, attempt_row(rid, candidate, str(exc.status), None, key), True)
+        self.sessions.end(rid)
+        headers = {"x-request-id": rid, "x-torchroute-model": candidate.backend.name}
+        return Response(exc.body, exc.status, headers=headers, media_type="application/json")
+
+    async def _complete(
+        self, router: Router, tries: list[Candidate], body: dict, info: dict, key: Key | None
+    ) -> Response:
+        rid, errors, upstream = info["request_id"], [], self._client()
+        for i, candidate in enumerate(tries):
+            try:
+                payload, usage = await upstream.complete(candidate.backend, body)
+            except CallFailed as exc:
+                await self._record(router, attempt_row(rid, candidate, exc.outcome, None, key))
+                errors.append(f"{candidate.backend.name}: {exc.outcome}")
+                continue
+            except ClientError as exc:
+                return await self._client_error(router, rid, candidate, exc, key)
+            row = attempt_row(rid, candidate, "ok", usage, key)
+            learnable = i == 0 and row.cost is not None
+            await self._record(router, row, withdraw=not learnable)
+            if not learnable:
+                self.sessions.end(rid)
+            if row.cost is not None:
+                self.keys.add(key, row.cost)
+            payload["torchroute"] = self._info(info, candidate, errors, row.cost)
+            return JSONResponse(payload, headers=_headers(rid, candidate, errors))
+        return await self._failed(router, info, errors)
+
+    async def _stream(
+        self,
+        router: Router,
+        tries: list[Candidate],
+        body: dict,
+        info: dict,
+        key: Key | None,
+        estimate: float,
+        include_usage: bool,
+    ) -> Response:
+        rid, errors, upstream = info["request_id"], [], self._client()
+        for i, candidate in enumerate(tries):
+            try:
+                stream = await upstream.stream(candidate.backend, body)
+            except CallFailed as exc:
+                await self._record(router, attempt_row(rid, candidate, exc.outcome, None, key))
+                errors.append(f"{candidate.backend.name}: {exc.outcome}")
+                continue
+            except ClientError as exc:
+                return await self._client_error(router, rid, candidate, exc, key)
+            relay = self._relay(
+                router, rid, candidate, i == 0, stream, key, estimate, include_usage
+            )
+            return StreamingResponse(
+                relay, media_type="text/event-stream", headers=_headers(rid, candidate, errors)
+            )
+        return await self._failed(router, info, errors)
+
+    async def _relay(
+        self,
+        router: Router,
+        rid: str,
+        candidate: Candidate,
+        routed: bool,
+        stream: Stream,
+        key: Key | None,
+        estimate: float,
+        include_usage: bool,
+    ) -> AsyncIterator[bytes]:
+        """The backend's events as they come; the try is logged when the stream ends."""
+        outcome = "client closed"
+        try:
+            async for event in stream.events():
+                if stream.usage_only and not include_usage:
+                    continue
+                yield event
+            outcome = stream.outcome
+            if outcome != "ok":
+                message = f"the answer of {candidate.backend.name} stopped early ({outcome})"
+                error = {"error": {"message": message, "type": "upstream_error", "code": 502}}
+                yield b"data: " + json.dumps(error).encode() + b"\n\n"
+        finally:
+            row = attempt_row(rid, candidate, outcome, stream.usage, key)
+            learnable = routed and outcome == "ok" and row.cost is not None
+            try:  # synchronous: this also runs when the client went away (cancelled)
+                router.record_attempt(row, withdraw=not learnable)
+            except StoreError as exc:
+                log.error("%s", exc)
+            if not learnable:
+                self.sessions.end(rid)
+            if row.cost is not None:
+                self.keys.add(key, row.cost)
+            self.keys.settle(key, estimate)
+
+    def _info(self, info: dict, candidate: Candidate, errors: list[str], cost: float | None):
+        return {
+            **info,
+            "model": candidate.backend.name,
+            "propensity": candidate.propensity,
+            "fallbacks": errors,
+            "cost": cost,
+        }
+
+    def _client(self) -> Upstream:
+        if self.upstream is None:
+            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+            client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
+            self.upstream = Upstream(client, self.max_response_bytes)
+        return self.upstream
+
+    async def aclose(self) -> None:
+        """Close the HTTP client of the backends."""
+        if self.upstream is not None:
+            await self.upstream.client.aclose()
+            self.upstream = None
+
+    async def feedback(self, request: Request, raw_body: bytes) -> dict[str, Any]:
+        """``POST /v1/feedback``: learn from the score of an answered request, once."""
+        key = self.identify(request)
+        try:
+            body = FeedbackBody.model_validate_json(raw_body)
+        except ValidationError as exc:
+            raise GatewayError(422, _validation_line(exc)) from None
+        rid = body.request_id
+        for router in self.routers.values():
+            status = await anyio.to_thread.run_sync(router.request_status, rid)
+            if status is not None:
+                break
+        else:
+            raise GatewayError(404, f"no request {rid!r} was routed here")
+        tries = await anyio.to_thread.run_sync(router.attempts, rid)
+        if key is not None and not key.admin and (not tries or tries[0].key != key.name):
+            raise GatewayError(404, f"no request {rid!r} was routed here")
+        if status != "pending":
+            why = {
+                "answered": "its feedback was applied before",
+                "withdrawn": "its routed model did not answer it (a fallback did, or none, or "
+                "the backend gave no usage): there is nothing to learn",
+                "expired": "it waited longer than --pending-ttl",
+                "dropped": "it was dropped over --max-pending",
+            }[status]
+            raise GatewayError(409, f"request {rid!r} takes no feedback: {why}")
+        cost = await anyio.to_thread.run_sync(router.known_cost, rid)
+        model = await anyio.to_thread.run_sync(router.routed_model, rid)
+        if cost is None or model is None:
+            raise GatewayError(409, f"request {rid!r} has no answer yet (its cost is unknown)")
+        report = await anyio.to_thread.run_sync(
+            partial(router.feedback, [rid], [body.score], [cost], [model])
+        )
+        if not report["applied"]:
+            raise GatewayError(409, f"request {rid!r} takes no feedback: it was answered before")
+        self.sessions.end(rid)
+        return {"request_id": rid, "applied": True, "model": model, "cost": cost}
+
+    def models(self, request: Request) -> dict[str, Any]:
+        """``GET /v1/models``: the router names."""
+        self.identify(request)
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "torchroute"}
+                for name in model_ids(self.rhos)
+            ],
+        }
+
+    def usage(self, request: Request) -> dict[str, Any]:
+        """``GET /v1/usage``: the caller's spend (every key's for an admin key)."""
+        return {"keys": self.keys.usage(self.identify(request))}
+
+    def health(self) -> dict[str, Any]:
+        """``GET /health``: each router's :meth:`~torchroute.serve.router.Router.status`."""
+        return {
+            "status": "ok",
+            "routers": {f"{rho:g}": r.status() for rho, r in self.routers.items()},
+        }
+
+
+def _headers(rid: str, candidate: Candidate, errors: list[str]) -> dict[str, str]:
+    return {
+        "x-request-id": rid,
+        "x-torchroute-model": candidate.backend.name,
+        "x-torchroute-fallbacks": str(len(errors)),
+    }
+
+
+def create_gateway_app(
+    gateway: Gateway, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS
+) -> FastAPI:
+    """The FastAPI application of ``gateway`` (the ``Host`` check and the body limit of
+    ``serve`` in front; the key check in each handler)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    app = FastAPI(title="torchroute gateway", lifespan=lifespan)
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        return error_response(exc.status, str(exc), exc.kind)
+
+    @app.exception_handler(LimitError)
+    async def _limit(request: Request, exc: LimitError) -> Response:
+        return error_response(exc.status, str(exc))
+
+    @app.exception_handler(StoreError)
+    async def _store(request: Request, exc: StoreError) -> Response:
+        log.error("%s", exc)
+        return error_response(503, str(exc), "server_error")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s", request.url.path)
+        return error_response(500, f"internal error ({type(exc).__name__})", "server_error")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await gateway.chat(request, await request.body())
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> dict[str, Any]:
+        return await gateway.feedback(request, await request.body())
+
+    @app.get("/v1/models")
+    def models(request: Request) -> dict[str, Any]:
+        return gateway.models(request)
+
+    @app.get("/v1/usage")
+    def usage(request: Request) -> dict[str, Any]:
+        return gateway.usage(request)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return gateway.health()
+
+    app.add_middleware(
+        Guard,
+        token=None,
+        allowed_hosts=allowed_hosts,
+        max_body_bytes=gateway.limits.max_body_bytes,
+    )
+    return app
