@@ -78,6 +78,9 @@ def _validation_line(exc: ValidationError) -> str:
 class Gateway:
     """Routes OpenAI chat requests over backends; learns from feedback.
 
+    Built, it counts the spend logged by each router against the keys and withdraws the
+    requests a stop of the gateway cut short (each with an ``interrupted`` attempt row).
+
     Args:
         routers: ``{rho: Router}``; each router's models are the backends' names.
         backends: ``{model name: Backend}``.
@@ -123,6 +126,26 @@ class Gateway:
         self.limits = limits or Limits()
         self.max_response_bytes = int(max_response_bytes)
         self.upstream: Upstream | None = None
+        for router in self.routers.values():
+            self.keys.add_spent(router.log.spend())
+            self._withdraw_interrupted(router)
+
+    def _withdraw_interrupted(self, router: Router) -> None:
+        """Withdraw the requests whose routed model never finished answering (the gateway
+        stopped mid-call), each with an ``interrupted`` attempt row."""
+        for rid in router.log.unsettled():
+            model = router.routed_model(rid)
+            if model is None or model not in self.backends:
+                continue
+            propensity = dict(router.ranked(rid))[model]
+            row = attempt_row(
+                rid,
+                Candidate(self.backends[model], propensity, "routed"),
+                "interrupted",
+                None,
+                None,
+            )
+            router.record_attempt(row, withdraw=True)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -269,8 +292,14 @@ class Gateway:
                 continue
             except ClientError as exc:
                 return await self._client_error(router, rid, candidate, exc, key)
+            events = stream.events()
+            first = await anext(events, None)  # a stream failing before its first event
+            if first is None and stream.outcome != "ok":  # falls back like any other call
+                await self._record(router, attempt_row(rid, candidate, stream.outcome, None, key))
+                errors.append(f"{candidate.backend.name}: {stream.outcome}")
+                continue
             relay = self._relay(
-                router, rid, candidate, i == 0, stream, key, estimate, include_usage
+                router, rid, candidate, i == 0, stream, first, events, key, estimate, include_usage
             )
             return StreamingResponse(
                 relay, media_type="text/event-stream", headers=_headers(rid, candidate, errors)
@@ -284,14 +313,19 @@ class Gateway:
         candidate: Candidate,
         routed: bool,
         stream: Stream,
+        first: bytes | None,
+        events: AsyncIterator[bytes],
         key: Key | None,
         estimate: float,
         include_usage: bool,
     ) -> AsyncIterator[bytes]:
-        """The backend's events as they come; the try is logged when the stream ends."""
+        """The backend's events as they come (``first`` already read from ``events``);
+        the try is logged when the stream ends."""
         outcome = "client closed"
         try:
-            async for event in stream.events():
+            if first is not None:
+                yield first
+            async for event in events:
                 if stream.usage_only and not include_usage:
                     continue
                 yield event
@@ -350,7 +384,8 @@ class Gateway:
         else:
             raise GatewayError(404, f"no request {rid!r} was routed here")
         tries = await anyio.to_thread.run_sync(router.attempts, rid)
-        if key is not None and not key.admin and (not tries or tries[0].key != key.name):
+        owners = {t.key for t in tries if t.key is not None}  # none: no call ended yet
+        if key is not None and not key.admin and owners - {key.name}:
             raise GatewayError(404, f"no request {rid!r} was routed here")
         if status != "pending":
             why = {

@@ -145,6 +145,12 @@ class Keys:
             name = None if key is None else key.name
             self.running[name] = self.running.get(name, 0.0) + estimate
 
+    def add_spent(self, spend: dict[str, float]) -> None:
+        """Count spend logged before (``{key name: cost}``)."""
+        with self._lock:
+            for name, cost in spend.items():
+                self.spend[name] = self.spend.get(name, 0.0) + float(cost)
+
     def settle(self, key: Key | None, estimate: float) -> None:
         """Release a reservation (the call's cost is added by :meth:`add`)."""
         name = None if key is None else key.name

@@ -5,7 +5,8 @@ and loaded as ``torchroute serve`` does (:func:`~torchroute.serve.startup.plan_s
 :func:`~torchroute.serve.from_run.load_router`); its state and decision log are
 ``<state-dir>/<learner>_rho<rho>.pt`` / ``.sqlite`` (default ``state-dir``:
 ``run_dir/gateway``). A request cut short by a stop of the gateway (its routed model never
-finished answering) is withdrawn at the next start, with an ``interrupted`` attempt row.
+finished answering) is withdrawn at the next start, with an ``interrupted`` attempt row
+(:class:`~torchroute.gateway.app.Gateway` does it when it is built).
 """
 
 from __future__ import annotations
@@ -217,7 +218,6 @@ def run(args: argparse.Namespace) -> None:
 
 def _load(args: Any, plans: list, backends: dict) -> dict:
     """The routers of the plans, every backend served, interrupted requests withdrawn."""
-    from torchroute.gateway.fallbacks import Candidate, attempt_row
     from torchroute.serve import load_router
 
     routers: dict = {}
@@ -253,17 +253,6 @@ def _load(args: Any, plans: list, backends: dict) -> dict:
             for name, backend in backends.items():
                 if name not in router.arm_names:
                     router.add_model(name, backend.prior_price)
-            for rid in router.log.unsettled():
-                model = router.routed_model(rid)
-                probs = dict(router.ranked(rid))
-                row = attempt_row(
-                    rid,
-                    Candidate(backends[model], probs[model], "routed"),
-                    "interrupted",
-                    None,
-                    None,
-                )
-                router.record_attempt(row, withdraw=True)
     except BaseException:
         for router in routers.values():
             router.close()
@@ -277,14 +266,10 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.keys import Keys
 
-    spend: dict[str, float] = {}
-    for router in routers.values():
-        for name, cost in router.log.spend().items():
-            spend[name] = spend.get(name, 0.0) + cost
     gateway = Gateway(
         routers,
         backends,
-        keys=Keys(keys, spend),
+        keys=Keys(keys),
         session_ttl=args.session_ttl,
         max_fallbacks=args.max_fallbacks,
         prompt=args.prompt,

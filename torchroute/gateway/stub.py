@@ -8,7 +8,8 @@ when ``stream_options.include_usage`` is set, then ``[DONE]``. ``POST /_control
 {"model": ..., "mode": ..., "delay": seconds between events, "words": n}`` sets how a
 model behaves: ``ok``, ``429``, ``500``, ``hang`` (never answers), ``truncate`` (the
 answer stops half way), ``malformed`` (not JSON), ``endless`` (a stream that never ends),
-``no_usage``. ``GET /_control`` gives the calls each model received.
+``no_usage``. ``GET /_control`` gives the calls each model received and the ``Authorization`` header
+it last saw; ``POST /_reset`` forgets the modes and counts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+ENDLESS = 1_000_000  # events of an "endless" stream (a bound, so a stub never spins forever)
 MODES = ("ok", "429", "500", "hang", "truncate", "malformed", "endless", "no_usage")
 
 
@@ -43,6 +45,7 @@ def stub_app() -> FastAPI:
     app = FastAPI(title="stub backend")
     modes: dict[str, dict[str, Any]] = {}
     calls: dict[str, int] = {}
+    keys: dict[str, str | None] = {}  # the Authorization header each model last received
 
     @app.post("/_control")
     async def control(request: Request) -> dict[str, Any]:
@@ -58,13 +61,14 @@ def stub_app() -> FastAPI:
         return {"ok": True}
 
     @app.get("/_control")
-    async def counts() -> dict[str, int]:
-        return dict(calls)
+    async def counts() -> dict[str, Any]:
+        return {"calls": dict(calls), "authorization": dict(keys)}
 
     @app.post("/_reset")
     async def reset() -> dict[str, bool]:
         modes.clear()
         calls.clear()
+        keys.clear()
         return {"ok": True}
 
     @app.post("/v1/chat/completions")
@@ -72,6 +76,7 @@ def stub_app() -> FastAPI:
         body = await request.json()
         model = str(body.get("model"))
         calls[model] = calls.get(model, 0) + 1
+        keys[model] = request.headers.get("authorization")
         setting = modes.get(model, {"mode": "ok", "delay": 0.0, "words": 8})
         mode, delay, n = setting["mode"], setting["delay"], setting["words"]
         if mode in ("429", "500"):
@@ -140,9 +145,8 @@ async def _events(
         return
     yield chunk({"role": "assistant", "content": ""})
     i = 0
-    while mode == "endless" or i < len(words):
-        if delay:
-            await asyncio.sleep(delay)
+    while (mode == "endless" and i < ENDLESS) or i < len(words):
+        await asyncio.sleep(delay)  # also lets a closed connection stop the stream
         yield chunk({"content": (words[i % len(words)]) + " "})
         i += 1
         if mode == "truncate" and i >= len(words) // 2:

@@ -1,0 +1,125 @@
+"""kill -9 of the gateway in the middle of a stream, then a restart: nothing lost, nothing
+counted twice (routes, feedback, spend)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.helpers import ARMS, BOB, write_backends
+from torchroute.gateway.stub import ServerThread, stub_app
+from torchroute.serve.log import DecisionLog, log_path
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTH = {"authorization": f"Bearer {BOB}"}
+
+
+def _start(state: Path, backends: Path, tmp: Path, tag: str) -> tuple[subprocess.Popen, str]:
+    port_file = tmp / f"port-{tag}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.gateway.gateway_server",
+            str(state),
+            str(backends),
+            str(port_file),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    while not port_file.exists():
+        assert proc.poll() is None, "the gateway did not start"
+        assert time.monotonic() < deadline, "the gateway did not start in 120 s"
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text()}"
+
+
+def _chat(url: str, text: str, **body) -> httpx.Response:
+    payload = {"model": "router", "messages": [{"role": "user", "content": text}], **body}
+    return httpx.post(f"{url}/v1/chat/completions", json=payload, headers=AUTH, timeout=30)
+
+
+@pytest.mark.slow  # two gateway starts: ~10 s on two cores
+def test_kill_9_mid_stream_then_restart_loses_and_doubles_nothing(tmp_path):
+    state = tmp_path / "router.pt"
+    with ServerThread(stub_app()) as stub:
+        backends = write_backends(tmp_path / "backends.yaml", stub.url, timeout_s=30)
+        proc, url = _start(state, backends, tmp_path, "first")
+        try:
+            answered = _chat(url, "answered before the crash").json()["torchroute"]
+            waiting = _chat(url, "waiting for its score").json()["torchroute"]
+            done = httpx.post(
+                f"{url}/v1/feedback",
+                json={"request_id": answered["request_id"], "score": 0.5},
+                headers=AUTH,
+            )
+            assert done.status_code == 200
+            for arm in ARMS:  # a slow stream: 40 words 0.1 s apart
+                httpx.post(
+                    f"{stub.url}/_control",
+                    json={"model": f"{arm}-up", "mode": "ok", "delay": 0.1, "words": 40},
+                )
+            payload = {
+                "model": "router",
+                "stream": True,
+                "messages": [{"role": "user", "content": "a long answer"}],
+            }
+            with httpx.stream(
+                "POST", f"{url}/v1/chat/completions", json=payload, headers=AUTH, timeout=30
+            ) as response:
+                streamed = response.headers["x-request-id"]
+                lines = response.iter_lines()
+                received = [next(lines) for _ in range(6)]
+                assert any("answer from" in line for line in received)
+                proc.send_signal(signal.SIGKILL)  # mid-stream
+                proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        spent_before = answered["cost"] + waiting["cost"]
+
+        proc, url = _start(state, backends, tmp_path, "second")
+        try:
+            health = httpx.get(f"{url}/health").json()["routers"]["100"]
+            # three routes: one answered, one pending with its cost, one withdrawn
+            assert (health["feedback"], health["pending"], health["withdrawn"]) == (1, 1, 1)
+            again = httpx.post(
+                f"{url}/v1/feedback",
+                json={"request_id": answered["request_id"], "score": 0.5},
+                headers=AUTH,
+            )
+            assert again.status_code == 409  # not counted twice
+            late = httpx.post(
+                f"{url}/v1/feedback",
+                json={"request_id": waiting["request_id"], "score": 1.0},
+                headers=AUTH,
+            )
+            assert late.status_code == 200, late.text
+            assert late.json()["cost"] == pytest.approx(waiting["cost"])
+            cut = httpx.post(
+                f"{url}/v1/feedback", json={"request_id": streamed, "score": 1.0}, headers=AUTH
+            )
+            assert cut.status_code == 409
+            usage = httpx.get(f"{url}/v1/usage", headers=AUTH).json()["keys"][0]
+            assert usage["spend"] == pytest.approx(spent_before)  # restored, not doubled
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    log = DecisionLog.read(log_path(state))
+    rows = log.db.execute("SELECT request_id, status FROM routes").fetchall()
+    assert dict(rows) == {answered["request_id"]: 1, waiting["request_id"]: 1, streamed: 4}
+    feedback = log.db.execute("SELECT request_id FROM feedback").fetchall()
+    assert sorted(r for (r,) in feedback) == sorted([answered["request_id"], waiting["request_id"]])
+    outcomes = [a.outcome for a in log.attempts(streamed)]
+    assert outcomes == ["interrupted"]
+    log.close()
