@@ -1,0 +1,139 @@
+"""The backends file, the keys file and the gateway's flags: one-line errors before start-up;
+backend API keys read from the environment, sent upstream, never written to the log."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+import pytest
+import yaml
+
+from tests.gateway.helpers import BOB, build_router, keys, start_gateway, write_backends
+from torchroute.cli import main
+from torchroute.gateway.backends import BackendsError, load_backends
+from torchroute.gateway.keys import KeysError, load_keys
+from torchroute.gateway.stub import ServerThread, stub_app
+
+GOOD = {
+    "base_url": "http://127.0.0.1:8001/v1",
+    "model": "m",
+    "input_per_mtok": 1.0,
+    "output_per_mtok": 2.0,
+}
+
+
+def _write(tmp_path, models) -> str:
+    path = tmp_path / "backends.yaml"
+    path.write_text(yaml.safe_dump({"models": models}))
+    return str(path)
+
+
+def test_a_backend_entry_is_read_with_its_prices(tmp_path):
+    (backend,) = load_backends(_write(tmp_path, {"big": {**GOOD, "timeout_s": 5}})).values()
+    assert (backend.name, backend.model, backend.timeout_s) == ("big", "m", 5.0)
+    assert backend.cost(1_000_000, 500_000) == pytest.approx(1.0 + 1.0)  # by hand
+    assert backend.prior_price == pytest.approx((500 * 1.0 + 500 * 2.0) / 1e6)
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({**GOOD, "base_url": "file:///etc/passwd"}, "not an http(s) URL"),
+        ({**GOOD, "base_url": "ftp://host/v1"}, "not an http(s) URL"),
+        ({**GOOD, "base_url": "http://user:pw@host/v1"}, "no credentials"),
+        ({k: v for k, v in GOOD.items() if k != "model"}, "missing 'model'"),
+        ({**GOOD, "api_key": "sk-123"}, "unknown key 'api_key'"),
+        ({**GOOD, "input_per_mtok": -1}, "input_per_mtok: expected a number >= 0"),
+        ({**GOOD, "output_per_mtok": "2"}, "output_per_mtok: expected a finite number"),
+        ({**GOOD, "timeout_s": 0}, "timeout_s: expected a number > 0"),
+        ({**GOOD, "api_key_env": "UNSET_GATEWAY_TEST_KEY"}, "is not set"),
+        ({**GOOD, "api_key_env": "not a name"}, "name of an environment variable"),
+        ("http://x", "expected a mapping"),
+    ],
+)
+def test_bad_backend_entries_are_one_line_errors(tmp_path, entry, words):
+    with pytest.raises(BackendsError, match=r"models\.big") as caught:
+        load_backends(_write(tmp_path, {"big": entry}), env={})
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_bad_backends_files(tmp_path):
+    with pytest.raises(BackendsError, match="no such file"):
+        load_backends(tmp_path / "missing.yaml")
+    path = tmp_path / "b.yaml"
+    path.write_text("models: [")
+    with pytest.raises(BackendsError, match="not valid YAML"):
+        load_backends(path)
+    path.write_text(yaml.safe_dump({"backends": {}}))
+    with pytest.raises(BackendsError, match="'models'"):
+        load_backends(path)
+    with pytest.raises(BackendsError, match="repeats"):
+        load_backends(_write(tmp_path, {"big": GOOD, "BIG": GOOD}))
+    with pytest.raises(BackendsError, match="model name"):
+        load_backends(_write(tmp_path, {"bad name": GOOD}))
+
+
+def test_keys_file(tmp_path):
+    path = tmp_path / "keys.yaml"
+    digest = hashlib.sha256(b"secret-one").hexdigest()
+    path.write_text(yaml.safe_dump({"keys": {"alice": {"sha256": digest, "cap": 2.5}}}))
+    (key,) = load_keys(path)
+    assert (key.name, key.cap, key.digest.hex()) == ("alice", 2.5, digest)
+    for entry, words in [
+        ({"sha256": "abc"}, "64 lowercase hex"),
+        ({"sha256": digest, "cap": -1}, "cap: expected a number >= 0"),
+        ({"sha256": digest, "secret": "x"}, "expected {sha256"),
+    ]:
+        path.write_text(yaml.safe_dump({"keys": {"alice": entry}}))
+        with pytest.raises(KeysError, match=words):
+            load_keys(path)
+
+
+def test_backend_api_key_comes_from_the_environment_and_is_never_logged(tmp_path, monkeypatch):
+    secret = "sk-upstream-secret-0123456789"
+    monkeypatch.setenv("GATEWAY_TEST_BIG_KEY", secret)
+    state = tmp_path / "router.pt"
+    router = build_router(state)
+    with ServerThread(stub_app()) as stub:
+        backends = write_backends(
+            tmp_path / "b.yaml", stub.url, big={"api_key_env": "GATEWAY_TEST_BIG_KEY"}
+        )
+        for arm in ("small", "medium"):  # every request ends at big, routed or fallen back
+            httpx.post(f"{stub.url}/_control", json={"model": f"{arm}-up", "mode": "500"})
+        with start_gateway(router, backends, keys=keys()) as gateway:
+            for _ in range(3):
+                httpx.post(
+                    f"{gateway.url}/v1/chat/completions",
+                    json={"model": "router", "messages": [{"role": "user", "content": "hi"}]},
+                    headers={"authorization": f"Bearer {BOB}"},
+                )
+            seen = httpx.get(f"{stub.url}/_control").json()["authorization"]
+    router.close()
+    assert seen["big-up"] == f"Bearer {secret}"
+    assert seen.get("small-up") is None  # no key configured: none sent
+    for path in tmp_path.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--token", "short"], "at least 16"),
+        (["--insecure-no-auth", "--host", "0.0.0.0"], "only on loopback"),
+        (["--cap", "1"], "--cap goes with --token"),
+        (["--max-fallbacks", "-1"], "--max-fallbacks must be"),
+    ],
+)
+def test_gateway_flags_are_checked_before_start_up(tmp_path, capsys, flags, words):
+    backends = _write(tmp_path, {"big": GOOD})
+    status = main(["gateway", str(tmp_path / "run"), "--backends", backends, *flags])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert words in err and len(err.splitlines()) == 1
+
+
+def test_a_non_http_backend_is_refused_at_start_up(tmp_path, capsys):
+    backends = _write(tmp_path, {"big": {**GOOD, "base_url": "file:///etc/passwd"}})
+    assert main(["gateway", str(tmp_path), "--backends", backends]) == 2
+    assert "not an http(s) URL" in capsys.readouterr().err
