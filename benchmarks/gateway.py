@@ -1,0 +1,180 @@
+"""Latency the gateway adds over calling a backend directly, streamed and not, 8 clients.
+
+Workload: the stub backend (``python -m torchroute.gateway.stub``) in one process, and a
+gateway in another (a fresh LinUCB router, ``K = 3`` models, ``d = 3`` features, float64,
+its state and decision log on disk under a temporary folder; no key; the text "encoder" a
+three-number summary of the text, so the figure is the gateway's own cost: routing,
+logging, the proxy, without a language-model encoder). ``--clients`` threads (default 8),
+each with its own HTTP connection, send ``--requests`` chat completions each, first to the
+stub directly, then through the gateway (``model: "router"``), non-streamed and then
+streamed (the whole stream read). Every call's wall time is recorded on the client.
+
+Printed per mode: the median and 99th percentile latency direct and through the gateway,
+and the added latency (gateway minus direct) at p50 and p99, in milliseconds. Ratios and
+differences are measured within one run; on a shared machine run it twice and compare.
+
+    .venv/bin/python benchmarks/gateway.py --requests 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+
+ARMS = ["small", "medium", "big"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(url: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, f"{url} did not start"
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, f"{url} did not start in 120 s"
+            time.sleep(0.1)
+
+
+def serve_gateway(state: str, backends: str, port: int) -> None:
+    """The gateway process: a fresh router over the backends file, on ``port``."""
+    import torch
+    import uvicorn
+
+    from torchroute.gateway.app import Gateway, create_gateway_app
+    from torchroute.gateway.backends import load_backends
+    from torchroute.learners import LinUCB
+    from torchroute.serve import Router
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        return torch.tensor([[1.0, len(t) / 100, t.count("a") / 10] for t in texts]).double()
+
+    router = Router.fresh(
+        lambda p: LinUCB.from_problem(p, lam=1.0).double(),
+        ARMS,
+        rho=0.0,
+        dim=3,
+        dtype=torch.float64,
+        encode=encode,
+        state_path=state,
+    )
+    gateway = Gateway({0.0: router}, load_backends(backends))
+    uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _load(url: str, model: str, stream: bool, clients: int, requests: int) -> np.ndarray:
+    """Latencies ``[clients * requests]`` in seconds."""
+    times: list[float] = []
+    lock = threading.Lock()
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "what is the capital of France"}],
+        "stream": stream,
+    }
+
+    def client() -> None:
+        mine = []
+        with httpx.Client(timeout=60) as http:
+            for _ in range(requests):
+                start = time.perf_counter()
+                if stream:
+                    with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                        for _ in r.iter_bytes():
+                            pass
+                        assert r.status_code == 200
+                else:
+                    r = http.post(f"{url}/v1/chat/completions", json=body)
+                    assert r.status_code == 200, r.text
+                mine.append(time.perf_counter() - start)
+        with lock:
+            times.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return np.array(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=100, help="calls per client and phase")
+    parser.add_argument("--serve-gateway", nargs=3, metavar=("STATE", "BACKENDS", "PORT"))
+    args = parser.parse_args()
+    if args.serve_gateway:
+        state, backends, port = args.serve_gateway
+        return serve_gateway(state, backends, int(port))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stub_port, gw_port = _free_port(), _free_port()
+        stub = f"http://127.0.0.1:{stub_port}"
+        backends = Path(tmp) / "backends.yaml"
+        models = {
+            a: {"base_url": f"{stub}/v1", "model": a, "input_per_mtok": 1.0, "output_per_mtok": 2.0}
+            for a in ARMS
+        }
+        backends.write_text(yaml.safe_dump({"models": models}))
+        try:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "torchroute.gateway.stub", "--port", str(stub_port)],
+                    env=env,
+                )
+            )
+            _wait(f"{stub}/_control", procs[-1])
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--serve-gateway",
+                        str(Path(tmp) / "router.pt"),
+                        str(backends),
+                        str(gw_port),
+                    ],
+                    env=env,
+                )
+            )
+            gateway = f"http://127.0.0.1:{gw_port}"
+            _wait(f"{gateway}/health", procs[-1])
+            _load(gateway, "router", False, args.clients, 5)  # warm up both
+            _load(stub, "small", False, args.clients, 5)
+            print(f"{args.clients} clients x {args.requests} calls per phase (ms)")
+            for stream in (False, True):
+                direct = _load(stub, "small", stream, args.clients, args.requests) * 1e3
+                routed = _load(gateway, "router", stream, args.clients, args.requests) * 1e3
+                d50, d99 = np.percentile(direct, [50, 99])
+                g50, g99 = np.percentile(routed, [50, 99])
+                name = "stream" if stream else "plain"
+                print(
+                    f"{name:6s} direct p50 {d50:7.2f} p99 {d99:7.2f} | gateway p50 {g50:7.2f} "
+                    f"p99 {g99:7.2f} | added p50 {g50 - d50:7.2f} p99 {g99 - d99:7.2f}"
+                )
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()
