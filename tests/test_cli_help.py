@@ -9,7 +9,7 @@ import yaml
 
 from torchroute.cli import compose_config, config_dir, main
 
-COMMANDS = ["simulate", "sweep", "gap", "pretrain", "report", "data", "serve"]
+COMMANDS = ["simulate", "sweep", "gap", "pretrain", "report", "data", "serve", "gateway"]
 
 
 def _help(capsys, *argv: str) -> str:
