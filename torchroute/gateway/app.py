@@ -195,8 +195,7 @@ class Gateway:
         streaming = False
         try:
             scope = None if session_id is None else (key and key.name, rho, session_id)
-            request_id, routed, reason = await self._decide(router, text, scope)
-            ranked = await anyio.to_thread.run_sync(router.ranked, request_id)
+            request_id, routed, reason, ranked = await self._decide(router, text, scope)
             tries = candidates(routed, ranked, self.backends, self.max_fallbacks, reason)
             body = {k: v for k, v in raw.items() if k not in ("model", "stream", "stream_options")}
             info = {"request_id": request_id, "routed": routed, "rho": rho}
@@ -212,25 +211,29 @@ class Gateway:
             if not streaming:
                 self.keys.settle(key, estimate)
 
-    async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple[str, str, str]:
-        """``(request_id, model, reason)``: the session's request, or a new routed one."""
-        if scope is not None:
-            session = self.sessions.get(scope)
-            if session is not None:
-                still = await anyio.to_thread.run_sync(router.routed_model, session.request_id)
-                if still == session.model:
-                    return session.request_id, session.model, "session"
+    async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple:
+        """``(request_id, model, reason, ranked)``: the session's request, or a new routed
+        one, and every model's probability for it (one trip to a worker thread)."""
+        session = None if scope is None else self.sessions.get(scope)
+
+        def decide() -> tuple:
+            if session is not None and router.routed_model(session.request_id) == session.model:
+                rid, model, reason = session.request_id, session.model, "session"
+            else:
+                (decision,) = router.route(texts=[text])
+                rid, model, reason = decision["request_id"], decision["model"], "routed"
+            return rid, model, reason, router.ranked(rid)
+
         try:
-            decisions = await anyio.to_thread.run_sync(partial(router.route, texts=[text]))
+            rid, model, reason, ranked = await anyio.to_thread.run_sync(decide)
         except ValueError as exc:
             raise GatewayError(422, str(exc)) from None
-        rid, model = decisions[0]["request_id"], decisions[0]["model"]
-        if scope is not None:
+        if scope is not None and reason == "routed":
             self.sessions.put(scope, rid, model)
-        return rid, model, "routed"
+        return rid, model, reason, ranked
 
     async def _record(self, router: Router, row: Any, withdraw: bool = False) -> None:
-        await anyio.to_thread.run_sync(partial(router.record_attempt, row, withdraw))
+        router.record_attempt(row, withdraw)  # one SQLite row: cheaper than a thread hop
 
     async def _failed(self, router: Router, info: dict, errors: list[str]) -> Response:
         await anyio.to_thread.run_sync(router.withdraw, [info["request_id"]])
@@ -292,6 +295,7 @@ class Gateway:
                 continue
             except ClientError as exc:
                 return await self._client_error(router, rid, candidate, exc, key)
+            stream.forward_usage = include_usage
             events = stream.events()
             first = await anext(events, None)  # a stream failing before its first event
             if first is None and stream.outcome != "ok":  # falls back like any other call
@@ -326,8 +330,6 @@ class Gateway:
             if first is not None:
                 yield first
             async for event in events:
-                if stream.usage_only and not include_usage:
-                    continue
                 yield event
             outcome = stream.outcome
             if outcome != "ok":

@@ -169,69 +169,72 @@ class Upstream:
 
 
 class Stream:
-    """An open streamed answer: iterate it for its events (bytes ending in a blank line).
+    """An open streamed answer: iterate :meth:`events` for its events as they arrive.
 
-    After iteration, ``usage`` holds the usage chunk's counts (``None``: none came) and
-    ``outcome`` is ``ok`` (``[DONE]`` came) or why it stopped early.
+    Each item is the complete events (``data: ...`` followed by a blank line) of what came
+    in one read, so a burst goes on in one write; a chunk carrying only the usage (no
+    choices) is dropped unless ``forward_usage``. After iteration, ``usage`` holds the
+    usage chunk's counts (``None``: none came) and ``outcome`` is ``ok`` (``[DONE]``
+    came) or why it stopped early: ``truncated`` (the backend closed it), ``timeout`` (no
+    byte for ``timeout_s``, or past the call's deadline), ``too large``, ``malformed``.
     """
 
     def __init__(self, response: httpx.Response, deadline: float, max_bytes: int) -> None:
         self.response, self.deadline, self.max_bytes = response, deadline, max_bytes
         self.usage: Usage | None = None
         self.outcome = "truncated"
-        self.usage_only = False  # the last event was a chunk with usage and no choices
+        self.forward_usage = False
 
     async def events(self) -> AsyncIterator[bytes]:
-        """The stream's events as they arrive (the ``[DONE]`` event included)."""
+        """The stream's events, a read's worth at a time (the ``[DONE]`` event included)."""
         buffer, size = b"", 0
-        chunks = self.response.aiter_bytes()
         try:
-            while True:
-                left = self.deadline - time.monotonic()
-                if left <= 0:
-                    self.outcome = "timeout"
-                    return
-                try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), left)
-                except StopAsyncIteration:
-                    return  # ended without [DONE]: truncated
+            async for chunk in self.response.aiter_bytes():  # each read bounded by timeout_s
                 size += len(chunk)
                 if size > self.max_bytes:
                     self.outcome = "too large"
                     return
                 buffer += chunk.replace(b"\r\n", b"\n")
-                while b"\n\n" in buffer:
+                out, done = [], False
+                while not done and b"\n\n" in buffer:
                     event, buffer = buffer.split(b"\n\n", 1)
                     if not event.strip():
                         continue
-                    done = self._read(event)
+                    done, usage_only = self._read(event)
                     if self.outcome == "malformed":
-                        return
-                    yield event + b"\n\n"
-                    if done:
-                        self.outcome = "ok"
-                        return
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+                        break
+                    if self.forward_usage or not usage_only:
+                        out.append(event + b"\n\n")
+                if out:
+                    yield b"".join(out)
+                if done:
+                    self.outcome = "ok"
+                    return
+                if self.outcome == "malformed":
+                    return
+                if time.monotonic() > self.deadline:
+                    self.outcome = "timeout"
+                    return
+        except httpx.HTTPError as exc:
             self.outcome = _failure(exc).outcome
         finally:
             await self.response.aclose()
 
-    def _read(self, event: bytes) -> bool:
-        """Note the usage of an event; ``True`` for ``[DONE]``."""
-        self.usage_only = False
+    def _read(self, event: bytes) -> tuple[bool, bool]:
+        """Note the usage of an event: ``(is [DONE], carries only the usage)``."""
         for line in event.split(b"\n"):
             if not line.startswith(b"data:"):
                 continue
             data = line[5:].strip()
             if data == DONE:
-                return True
+                return True, False
             try:
                 payload = json.loads(data)
                 usage = read_usage(payload)
             except ValueError:
                 self.outcome = "malformed"
-                return False
+                return False, False
             if usage is not None:
                 self.usage = usage
-                self.usage_only = not payload.get("choices")
-        return False
+                return False, not payload.get("choices")
+        return False, False
