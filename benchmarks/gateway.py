@@ -75,7 +75,7 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
         encode=encode,
         state_path=state,
     )
-    gateway = Gateway({0.0: router}, load_backends(backends))
+    gateway = Gateway([router], load_backends(backends))
     uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="warning")
 
 

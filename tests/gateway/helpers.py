@@ -29,12 +29,14 @@ def encode(texts: list[str]) -> torch.Tensor:
     )
 
 
-def build_router(state: str | Path | None = None, arms: list[str] = ARMS) -> Router:
+def build_router(
+    state: str | Path | None = None, arms: list[str] = ARMS, rho: float = RHO
+) -> Router:
     """A fresh LinUCB router (float64, ``d = 3``) over ``arms`` with :func:`encode`."""
     return Router.fresh(
         lambda p: LinUCB.from_problem(p, lam=1.0).double(),
         arms,
-        rho=RHO,
+        rho=rho,
         dim=3,
         dtype=torch.float64,
         encode=encode,
@@ -74,5 +76,5 @@ def keys(cap_alice: float = 1.0) -> Keys:
 
 def start_gateway(router: Router, backends_file: Path, **kwargs) -> ServerThread:
     """A gateway over ``router`` in a server thread (enter it to start)."""
-    gateway = Gateway({RHO: router}, load_backends(backends_file), **kwargs)
+    gateway = Gateway([router], load_backends(backends_file), **kwargs)
     return ServerThread(create_gateway_app(gateway))

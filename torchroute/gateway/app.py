@@ -78,13 +78,16 @@ def _validation_line(exc: ValidationError) -> str:
 class Gateway:
     """Routes OpenAI chat requests over backends; learns from feedback.
 
-    Built, it counts the spend logged by each router against the keys and withdraws the
-    requests a stop of the gateway cut short (each with an ``interrupted`` attempt row).
+    Built, it adds each backend missing from a router to it (``Router.add_model``, at the
+    backend's ``prior_price``), counts the spend logged by each router against the keys and
+    withdraws the requests a stop of the gateway cut short (each with an ``interrupted``
+    attempt row).
 
     Args:
-        routers: ``{rho: Router}``; each router's models are the backends' names.
+        routers: one router per rho served (``router-<rho>``); each router's models must
+            have a backend.
         backends: ``{model name: Backend}``.
-        default_rho: the rho of ``model: "router"`` (default: the first of ``routers``).
+        default_rho: the rho of ``model: "router"`` (default: the first router's).
         keys: the gateway keys (default: none needed).
         session_ttl: seconds a conversation keeps its model (0: no sessions).
         max_fallbacks: the most models tried after the routed one.
@@ -96,7 +99,7 @@ class Gateway:
 
     def __init__(
         self,
-        routers: dict[float, Router],
+        routers: Sequence[Router],
         backends: dict[str, Backend],
         *,
         default_rho: float | None = None,
@@ -109,14 +112,17 @@ class Gateway:
     ) -> None:
         if not routers:
             raise ValueError("a gateway needs at least one router")
-        for rho, router in routers.items():
+        by_rho = {router.rho: router for router in routers}
+        if len(by_rho) != len(routers):
+            raise ValueError("two routers serve the same rho")
+        for rho, router in by_rho.items():
             missing = [name for name in router.arm_names if name not in backends]
             if missing:
                 raise ValueError(
                     f"model {missing[0]!r} of the router (rho={rho:g}) has no backend; add it "
                     "to the backends file"
                 )
-        self.routers = dict(routers)
+        self.routers = by_rho
         self.rhos = list(self.routers)
         self.default_rho = self.rhos[0] if default_rho is None else float(default_rho)
         self.backends = dict(backends)
@@ -127,6 +133,9 @@ class Gateway:
         self.max_response_bytes = int(max_response_bytes)
         self.upstream: Upstream | None = None
         for router in self.routers.values():
+            for name, backend in self.backends.items():  # as POST /models of serve
+                if name not in router.arm_names:
+                    router.add_model(name, backend.prior_price)
             self.keys.add_spent(router.log.spend())
             self._withdraw_interrupted(router)
 

@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _load(args: Any, plans: list, backends: dict) -> dict:
-    """The routers of the plans, every backend served, interrupted requests withdrawn."""
+    """The routers of the plans (each model of the run has a backend)."""
     from torchroute.serve import load_router
 
     routers: dict = {}
@@ -250,9 +250,6 @@ def _load(args: Any, plans: list, backends: dict) -> dict:
                     f"{args.backends}: the run's model {missing[0]!r} has no backend; every "
                     f"model of the run needs one ({list(router.arm_names)})"
                 )
-            for name, backend in backends.items():
-                if name not in router.arm_names:
-                    router.add_model(name, backend.prior_price)
     except BaseException:
         for router in routers.values():
             router.close()
@@ -266,16 +263,22 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.keys import Keys
 
-    gateway = Gateway(
-        routers,
-        backends,
-        keys=Keys(keys),
-        session_ttl=args.session_ttl,
-        max_fallbacks=args.max_fallbacks,
-        prompt=args.prompt,
-        limits=limits,
-        max_response_bytes=args.max_response_bytes,
-    )
+    try:
+        gateway = Gateway(
+            list(routers.values()),
+            backends,
+            keys=Keys(keys),
+            session_ttl=args.session_ttl,
+            max_fallbacks=args.max_fallbacks,
+            prompt=args.prompt,
+            limits=limits,
+            max_response_bytes=args.max_response_bytes,
+        )
+    except BaseException:
+        for router in routers.values():
+            router.close()
+        sock.close()
+        raise
     host, port = sock.getsockname()[:2]
     if generated is not None:
         print(f"gateway key (generated; pass --token or ${TOKEN_ENV} to choose one): {generated}")
