@@ -10,8 +10,10 @@ stub directly, then through the gateway (``model: "router"``), non-streamed and 
 streamed (the whole stream read). Every call's wall time is recorded on the client.
 
 Printed per mode: the median and 99th percentile latency direct and through the gateway,
-and the added latency (gateway minus direct) at p50 and p99, in milliseconds. Ratios and
-differences are measured within one run; on a shared machine run it twice and compare.
+the added latency (gateway minus direct) at p50 and p99, in milliseconds, and (on Linux)
+the CPU time (user + sys) the gateway process spent per call through it, and the stub per
+call: on a machine shared with other work the CPU time is the steadier figure, the
+latencies depend on the load. Differences are measured within one run; run it twice.
 
     .venv/bin/python benchmarks/gateway.py --requests 200
 """
@@ -77,6 +79,15 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
     )
     gateway = Gateway([router], load_backends(backends))
     uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _cpu_ms(pid: int) -> float:
+    """User + sys CPU time of a process in milliseconds (``nan`` where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 def _load(url: str, model: str, stream: bool, clients: int, requests: int) -> np.ndarray:
@@ -161,14 +172,20 @@ def main() -> None:
             _load(stub, "small", False, args.clients, 5)
             print(f"{args.clients} clients x {args.requests} calls per phase (ms)")
             for stream in (False, True):
+                calls = args.clients * args.requests
+                stub_cpu = _cpu_ms(procs[0].pid)
                 direct = _load(stub, "small", stream, args.clients, args.requests) * 1e3
+                stub_cpu = (_cpu_ms(procs[0].pid) - stub_cpu) / calls
+                gateway_cpu = _cpu_ms(procs[1].pid)
                 routed = _load(gateway, "router", stream, args.clients, args.requests) * 1e3
+                gateway_cpu = (_cpu_ms(procs[1].pid) - gateway_cpu) / calls
                 d50, d99 = np.percentile(direct, [50, 99])
                 g50, g99 = np.percentile(routed, [50, 99])
                 name = "stream" if stream else "plain"
                 print(
                     f"{name:6s} direct p50 {d50:7.2f} p99 {d99:7.2f} | gateway p50 {g50:7.2f} "
-                    f"p99 {g99:7.2f} | added p50 {g50 - d50:7.2f} p99 {g99 - d99:7.2f}"
+                    f"p99 {g99:7.2f} | added p50 {g50 - d50:7.2f} p99 {g99 - d99:7.2f} | "
+                    f"CPU per call: gateway {gateway_cpu:5.2f}, stub {stub_cpu:5.2f}"
                 )
         finally:
             for proc in procs:
