@@ -391,3 +391,27 @@ def test_keys_and_bad_input(gateway, stub):
     feedback = f"{gateway.url}/v1/feedback"
     for body in ({"request_id": "x", "score": "1"}, {"request_id": "x", "score": 2.0}, {}):
         assert httpx.post(feedback, json=body, headers=bob).status_code == 422
+
+
+def test_a_client_leaving_mid_stream_is_logged_and_withdrawn(gateway, stub, router):
+    for arm in ARMS:
+        _mode(stub, arm, "ok", delay=0.2, words=30)
+    payload = {"model": "router", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    with httpx.stream(
+        "POST",
+        f"{gateway.url}/v1/chat/completions",
+        json=payload,
+        headers={"authorization": f"Bearer {BOB}"},
+        timeout=30,
+    ) as response:
+        rid = response.headers["x-request-id"]
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+    deadline = time.monotonic() + 20  # the gateway notices at its next write
+    while time.monotonic() < deadline:
+        rows = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
+        if rows:
+            break
+        time.sleep(0.1)
+    assert rows == [("client closed",)]
+    assert router.request_status(rid) == "withdrawn"
