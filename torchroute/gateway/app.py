@@ -47,6 +47,7 @@ from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstrea
 from torchroute.serve.app import LOOPBACK_HOSTS, Guard
 from torchroute.serve.limits import LimitError, Limits, check_strings
 from torchroute.serve.router import Router, StoreError
+from torchroute.serve.subset_router import SubsetRouter
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,12 @@ class Gateway:
     ) -> None:
         if not routers:
             raise ValueError("a gateway needs at least one router")
+        for router in routers:
+            if isinstance(router, SubsetRouter):
+                raise ValueError(
+                    f"{type(router.learner).__name__} routes each query to a set of models; "
+                    "a gateway serves routers that choose one"
+                )
         by_rho = {router.rho: router for router in routers}
         if len(by_rho) != len(routers):
             raise ValueError("two routers serve the same rho")

@@ -121,7 +121,7 @@ class Upstream:
         response = await self.client.send(request, stream=True)
         try:
             await _check_status(response, self.max_bytes)
-            data = b""
+            data = bytearray()
             async for chunk in response.aiter_bytes():
                 data += chunk
                 if len(data) > self.max_bytes:
