@@ -172,8 +172,11 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
+    from torchroute.report.sections import choose_sections
+    from torchroute.serve.startup import trusted_prefixes
 
-    sections = args.section or None
+    trusted = trusted_prefixes(args.trust)
+    sections = choose_sections(args.section, args.dirs, trusted) if args.section else None
     print(write_report(args.dirs, out_dir=args.out, reference=args.reference, sections=sections))
 
 
@@ -245,6 +248,18 @@ def _serve(args: argparse.Namespace) -> None:
     except BaseException:
         plan.sock.close()
         raise
+    if plan.token_file is not None:  # written once the run is read: a refused run gets none
+        from torchroute.serve.startup import write_token
+
+        try:
+            write_token(plan.token_file, plan.token)
+        except BaseException:
+            router.close()
+            plan.sock.close()
+            raise
+        print(f"POSTs need 'Authorization: Bearer <token>'; the token is in {plan.token_file}")
+    if plan.insecure:
+        log.warning("--insecure-no-auth: any local process may add models and send feedback")
     status = router.status()
     host, port = plan.sock.getsockname()[:2]
     log.info(
@@ -257,7 +272,13 @@ def _serve(args: argparse.Namespace) -> None:
         "POSTs need the bearer token" if plan.token else "no token: loopback only",
         router.log.path,
     )
-    app = create_app(router, token=plan.token, allowed_hosts=plan.allowed_hosts, limits=plan.limits)
+    app = create_app(
+        router,
+        token=plan.token,
+        allowed_hosts=plan.allowed_hosts,
+        limits=plan.limits,
+        docs=args.docs,
+    )
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     # uvicorn re-raises SIGTERM after its graceful shutdown; as an exception it lets the
     # final checkpoint below run
@@ -400,8 +421,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--section",
         action="append",
         default=None,
-        metavar="MODULE.FUNCTION",
-        help="a report section by dotted path, repeatable (default: the built-in four)",
+        metavar="NAME",
+        help="a report section by name (subset, cabs, hpg, routing, or one the run's "
+        "report_sections declares), repeatable (default: the built-in four)",
+    )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a plug-in package whose report sections the run may declare; repeatable",
     )
     p.set_defaults(func=_report)
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
@@ -436,7 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token",
         default=None,
-        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN; required off loopback)",
+        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN, else a token "
+        "serve makes and writes beside the state, readable by you only)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="no token: any local process may POST (loopback only; for local experiments)",
+    )
+    p.add_argument(
+        "--docs", action="store_true", help="serve /docs and /openapi.json (off by default)"
     )
     p.add_argument(
         "--allowed-hosts",

@@ -31,6 +31,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.data.table import RoutingTable
 from torchroute.functional.threads import intra_op_threads
 from torchroute.io import write_text_atomic
@@ -496,6 +497,7 @@ def _pretrain_key(config: Mapping[str, Any]) -> str:
     return json.dumps({"config": plain, "data_file": stat}, sort_keys=True, default=str)
 
 
+@buildable
 def load_or_pretrain(
     checkpoint: str | Path | None,
     config: Mapping[str, Any] | None = None,

@@ -80,7 +80,11 @@ def test_port_out_of_range_and_port_in_use(run_dir, capsys):
 
 def test_token_rules_and_the_bind_address(run_dir, capsys, monkeypatch):
     base = [str(run_dir), "--learner", "linucb", "--port", "0"]
-    _refused([*base, "--host", "0.0.0.0"], capsys, "needs a token", "--token", TOKEN_ENV)
+    _refused([*base, "--host", "0.0.0.0"], capsys, "--allowed-hosts", "every")
+    _refused([*base, "--host", "0.0.0.0", "--insecure-no-auth"], capsys, "loopback only")
+    _refused([*base, "--insecure-no-auth", "--token", TOKEN], capsys, "contradicts", "--token")
+    _refused([*base, "--allowed-hosts", "*"], capsys, "'*'", "needs a token of your own")
+    _refused([*base, "--allowed-hosts", "*", "--insecure-no-auth"], capsys, "needs a token")
     _refused([*base, "--token", "short"], capsys, "--token must be at least 16")
     _refused([*base, "--token", "x" * 10 + " " + "y" * 10], capsys, "without spaces")
     _refused([*base, "--host", "0.0.0.0", "--token", TOKEN], capsys, "--allowed-hosts", "every")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from torchroute.buildable import buildable
 from torchroute.data.generic import model_costs
 from torchroute.data.options import checked_options
 from torchroute.data.splits import (
@@ -86,6 +87,7 @@ def score_files(path: Path, pattern: str | None) -> list[tuple[Path, list[dict]]
 
 
 @checked_options
+@buildable
 def load_json_scores(
     path: str | Path,
     *,

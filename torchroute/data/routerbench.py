@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from torchroute.buildable import buildable
 from torchroute.data.generic import read_frame
 from torchroute.data.options import checked_options
 from torchroute.data.splits import (
@@ -67,6 +68,7 @@ def routerbench_files(path: Path) -> list[Path]:
 
 
 @checked_options
+@buildable
 def load_routerbench(
     path: str | Path,
     *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import socket
 import tempfile
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ class ServePlan:
     sock: socket.socket | None = None
     limits: Limits | None = None
     trusted: tuple[str, ...] = ()
+    token_file: Path | None = None
+    insecure: bool = False
 
 
 #: a ``--trust`` value: a dotted module path, optionally ending in a dot
@@ -173,13 +176,21 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
         where = "--token" if args.token is not None else TOKEN_ENV
         check_token(token, where)
-        if not is_loopback(args.host) and token is None:
+        insecure = bool(getattr(args, "insecure_no_auth", False))
+        if insecure and token is not None:
+            raise ServeArgsError(f"--insecure-no-auth contradicts the token of {where}")
+        if insecure and not is_loopback(args.host):
             raise ServeArgsError(
-                f"--host {args.host} is reachable from other machines: serving there needs a "
-                f"token (--token or {TOKEN_ENV}); without one, serve on 127.0.0.1"
+                f"--insecure-no-auth works on loopback only; --host {args.host} is reachable "
+                "from other machines (drop the flag: serve makes a token)"
             )
         if args.allowed_hosts:
             hosts = tuple(h.strip() for h in args.allowed_hosts.split(",") if h.strip())
+            if "*" in hosts and token is None:
+                raise ServeArgsError(
+                    f"--allowed-hosts '*' accepts any Host header: it needs a token of your "
+                    f"own (--token or {TOKEN_ENV})"
+                )
         elif is_loopback(args.host):
             hosts = LOOPBACK_HOSTS
         elif args.host in WILDCARDS:
@@ -242,7 +253,47 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
         for path in existing:
             path.unlink()
     clean_temp_files(state)
-    return ServePlan(learner, rho, seed, state, token, hosts, fresh, sock, limits, trusted)
+    token_file = None
+    if token is None and not insecure:  # a token by default, kept beside the state
+        token_file = token_path(state)
+        try:
+            token = read_token(token_file) or secrets.token_urlsafe(32)
+        except ServeArgsError:
+            sock.close()
+            raise
+    return ServePlan(
+        learner, rho, seed, state, token, hosts, fresh, sock, limits, trusted, token_file, insecure
+    )
+
+
+def token_path(state_path: Path) -> Path:
+    """The file of the token serve made for the router of ``state_path``: ``<state>.token``."""
+    return state_path.with_name(state_path.name + ".token")
+
+
+def read_token(path: Path) -> str | None:
+    """The token a previous start wrote to ``path`` (``None``: no such file)."""
+    if not path.is_file():
+        return None
+    token = path.read_text(encoding="utf-8", errors="replace").strip()
+    try:
+        return check_token(token, f"the token file {path}")
+    except ValueError as exc:
+        raise ServeArgsError(f"{exc}; delete the file to get a new token") from None
+
+
+def write_token(path: Path, token: str) -> None:
+    """Write ``token`` to ``path``, readable and writable by the user only (``0600``),
+    atomically (a temporary file created ``0600``, then renamed)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _limits(args: Any) -> Limits:
