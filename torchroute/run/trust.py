@@ -237,8 +237,9 @@ def check_trusted(node: Any, key: str, source: str, extra: Iterable[str] = ()) -
     for path, name in _keys(node, key):
         if name in FILE_LOADING_KEYS:
             raise UntrustedTarget(
-                f"{source}: {path} is set; {name} is never taken from a run folder (a run folder is "
-                "data, and it lets a loader run code from a file), so the node is not built"
+                f"{source}: {path} is set; {name} is never taken from a run folder (a run "
+                "folder is data, and it lets a loader run code from a file), so the node is not "
+                "built"
             )
     for path, target in targets(node, key):
         try:
