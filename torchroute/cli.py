@@ -228,14 +228,13 @@ def _serve(args: argparse.Namespace) -> None:
 
     try:
         router = load_router(
-            args.run_dir,
+            plan.folder,
             plan.learner,
             plan.rho,
             plan.seed,
             state_path=plan.state_path,
             fresh=plan.fresh,
             encoder=not args.no_encoder,
-            trusted=plan.trusted,
         )
         router.configure(
             max_pending=args.max_pending,

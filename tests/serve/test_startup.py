@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 import torchroute.serve
 from tests.conftest import LINUCB_NODE, tiny_run_config
 from torchroute.cli import main
+from torchroute.configs_path import compose_config
 from torchroute.learners import LinUCB
 from torchroute.run import run_config
 from torchroute.serve import Router
@@ -44,13 +46,10 @@ def run_dir(tmp_path):
     """A run folder as simulate leaves it (config.yaml, checkpoints/), two learners."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    config = {
-        "learners": {
-            "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
-            "lints": {"_target_": "torchroute.learners.LinTS.from_problem"},
-        },
-        "rhos": [0, 100],
-        "seeds": [0, 1],
+    config = OmegaConf.to_container(compose_config("simulate", ["rhos=[0,100]", "seeds=[0,1]"]))
+    config["learners"] = {
+        "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
+        "lints": {"_target_": "torchroute.learners.LinTS.from_problem"},
     }
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("linucb", "lints"):
@@ -148,9 +147,12 @@ def test_a_checkpoint_of_another_configuration_is_refused(real_run, tmp_path, ca
     other = tmp_path / "other"
     shutil.copytree(real_run, other)
     config = yaml.safe_load((other / "config.yaml").read_text())
-    config["rhos"] = [0]  # the run's config.yaml says one trial; the checkpoint holds two
+    config["loop_seed"] = 7  # the run's config.yaml says another stream than the checkpoint
     (other / "config.yaml").write_text(yaml.safe_dump(config))
-    _refused([str(other), "--port", "0"], capsys, "another configuration", "rhos")
+    _refused([str(other), "--port", "0"], capsys, "another configuration", "loop_seed")
+    config["rhos"] = [0]  # one trial, where problem.pt holds two
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    _refused([str(other), "--port", "0"], capsys, "problem.pt: holds 2 trials", "another run")
     with pytest.raises(Reached):  # the run's own checkpoint passes
         main(["serve", str(real_run), "--port", "0", "--rho", "100"])
 

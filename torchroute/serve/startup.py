@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from torchroute.errors import UserError
-from torchroute.run.trust import check_trusted
+from torchroute.run.folder import RunFolder
 from torchroute.serve.limits import Limits
 from torchroute.serve.log import DecisionLog, LogError, clean_temp_files, log_path
 from torchroute.serve.security import TOKEN_ENV, check_token, is_loopback
@@ -36,7 +34,8 @@ class ServeArgsError(UserError, ValueError):
 
 @dataclass
 class ServePlan:
-    """What the checks resolved: the trial, the state file, the token, the bound socket."""
+    """What the checks resolved: the trial, the state file, the token, the bound socket,
+    and the run (``folder``, opened once: ``load_router`` reads nothing of it again)."""
 
     learner: str
     rho: float
@@ -50,6 +49,7 @@ class ServePlan:
     trusted: tuple[str, ...] = ()
     token_file: Path | None = None
     insecure: bool = False
+    folder: RunFolder | None = None
 
 
 #: a ``--trust`` value: a dotted module path, optionally ending in a dot
@@ -72,50 +72,6 @@ def trusted_prefixes(values: Any) -> tuple[str, ...]:
             )
         prefixes.append(value if value.endswith(".") else value + ".")
     return tuple(prefixes)
-
-
-def _run_config(run_dir: Path, trusted: tuple[str, ...] = ()) -> Any:
-    config = run_dir / "config.yaml"
-    if not config.is_file():
-        raise ServeArgsError(f"{config} not found: give the out_dir of a simulate run")
-    try:
-        cfg = OmegaConf.load(config)  # plain YAML: nothing is resolved or instantiated
-    except Exception as exc:
-        raise ServeArgsError(f"{config} cannot be read: {exc}") from exc
-    # a run folder is data: refuse a _target_ that is not torchroute's before anything else
-    plain = OmegaConf.to_container(cfg, resolve=False)
-    for name, node in (plain.get("learners") or {}).items():
-        check_trusted(node, f"learners.{name}", str(config), trusted)
-    if plain.get("encoder") is not None:
-        check_trusted(plain["encoder"], "encoder", str(config), trusted)
-    return cfg
-
-
-def _choose(cfg: Any, learner: str | None, rho: float | None, seed: int | None, where: Path):
-    learners = cfg.get("learners") or {}
-    names = list(cfg.get("run_learners") or learners)
-    if not names:
-        raise ServeArgsError(f"{where}/config.yaml has no learners")
-    if learner is None:
-        if len(names) != 1:
-            raise ServeArgsError(f"the run has learners {names}; choose one with --learner")
-        learner = names[0]
-    elif learner not in learners:
-        raise ServeArgsError(f"--learner {learner!r} is not in the run; its learners: {names}")
-    rhos = [float(r) for r in cfg.get("rhos") or [0.0]]
-    seeds = [int(s) for s in cfg.get("seeds") or [0]]
-    rho = rhos[0] if rho is None else float(rho)
-    seed = seeds[0] if seed is None else int(seed)
-    if rho not in rhos:
-        raise ServeArgsError(f"--rho {rho:g} is not in the run's rhos {rhos}")
-    if seed not in seeds:
-        raise ServeArgsError(f"--seed {seed} is not in the run's seeds {seeds}")
-    return learner, rho, seed
-
-
-def default_state_path(run_dir: Path, learner: str, rho: float, seed: int) -> Path:
-    """``run_dir/serve/<learner>_rho<rho>_seed<seed>.pt``."""
-    return run_dir / "serve" / f"{learner}_rho{rho:g}_seed{seed}.pt"
 
 
 def state_files(state_path: Path) -> list[Path]:
@@ -204,8 +160,9 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
             raise ServeArgsError(f"--port must be in 0..65535, got {args.port}")
         limits = _limits(args)
     trusted = trusted_prefixes(getattr(args, "trust", None))
-    cfg = _run_config(run_dir, trusted)
-    learner, rho, seed = _choose(cfg, args.learner, args.rho, args.seed, run_dir)
+    folder = RunFolder(run_dir, trusted)  # opened once: the trust check is done here
+    learner = folder.learner_name(args.learner, "--learner")
+    rho, seed, trial = folder.trial_of(args.rho, args.seed, flags=True)
     if args.state is not None:
         state = Path(args.state)
         if state.is_dir():
@@ -213,11 +170,11 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
                 f"--state {state} is a folder; give a file path such as {state / 'router.pt'}"
             )
     else:
-        state = default_state_path(run_dir, learner, rho, seed)
+        state = folder.state_path(learner, rho, seed)
     if export:
         if not log_path(state).is_file():
             raise ServeArgsError(f"no decision log {log_path(state)} to export (see --state)")
-        return ServePlan(learner, rho, seed, state, None, (), trusted=trusted)
+        return ServePlan(learner, rho, seed, state, None, (), trusted=trusted, folder=folder)
     existing = state_files(state)
     if args.fresh and existing and not args.overwrite_state:
         raise ServeArgsError(
@@ -237,16 +194,10 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
         except ServeArgsError:
             sock.close()
             raise
-    checkpoint = run_dir / "checkpoints" / f"{learner}.pt"
-    if not fresh and not checkpoint.is_file():
-        sock.close()
-        raise ServeArgsError(
-            f"checkpoint {checkpoint} does not exist; serve with --fresh for a new learner"
-        )
-    if not fresh:
+    if not fresh:  # the checkpoint of the trial (shard plan), read once and checked
         try:
-            _check_run_checkpoint(cfg, checkpoint, learner)
-        except ValueError:
+            folder.checkpoint(learner, trial)
+        except BaseException:
             sock.close()
             raise
     if args.fresh and args.overwrite_state:
@@ -262,7 +213,19 @@ def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
             sock.close()
             raise
     return ServePlan(
-        learner, rho, seed, state, token, hosts, fresh, sock, limits, trusted, token_file, insecure
+        learner,
+        rho,
+        seed,
+        state,
+        token,
+        hosts,
+        fresh,
+        sock,
+        limits,
+        trusted,
+        token_file,
+        insecure,
+        folder,
     )
 
 
@@ -316,26 +279,6 @@ def _limits(args: Any) -> Limits:
             f"--max-pending {args.max_pending} is below --max-batch {args.max_batch}"
         )
     return Limits(args.max_body_bytes, args.max_batch, args.max_prompt_chars)
-
-
-def _check_run_checkpoint(cfg: Any, checkpoint: Path, learner: str) -> None:
-    """The run's checkpoint was written by the run's configuration (its stored fingerprint)."""
-    from torchroute.checkpoint import load_checkpoint
-
-    payload = load_checkpoint(checkpoint)  # weights only
-    stored = dict(payload.get("config") or {})
-    stored.pop("layout", None)
-    if stored.pop("learner", learner) != learner:
-        raise ServeArgsError(f"checkpoint {checkpoint} holds another learner than {learner!r}")
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    runtime = set(plain.get("runtime_keys") or ()) | {"runtime_keys"}
-    expected = {k: v for k, v in plain.items() if k not in runtime}
-    differ = sorted(k for k in set(stored) | set(expected) if stored.get(k) != expected.get(k))
-    if differ:
-        raise ServeArgsError(
-            f"checkpoint {checkpoint} was written by another configuration than the run's "
-            f"config.yaml ({', '.join(differ[:3])} differ); serve the run that wrote it"
-        )
 
 
 def _origin(path: Path) -> str | None:
