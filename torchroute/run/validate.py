@@ -199,6 +199,24 @@ def check_feature_state(state: Any, path: Path, embed_dim: int | None) -> dict:
     return state
 
 
+def check_router_state(payload: dict, where: str) -> None:
+    """A serve state (``kind: router``): its arm names (the ``/models`` rules), prices
+    (finite, >= 0, one per arm) and a finite learner state; a NaN state is not served."""
+    if not isinstance(payload.get("learner"), dict):
+        raise CheckpointError(f"{where} has no learner state")
+    names = check_arm_names(payload.get("arm_names"), where)
+    prices = payload.get("prices")
+    if prices is not None:
+        ok = isinstance(prices, list) and len(prices) == len(names)
+        ok = ok and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            for v in prices
+        )
+        if not ok:
+            raise CheckpointError(f"{where}: prices must be {len(names)} finite numbers >= 0")
+    check_finite(payload["learner"], f"{where}: learner state")
+
+
 __all__ = [
     "FEATURE_SOURCES",
     "check_arm_names",
@@ -206,4 +224,5 @@ __all__ = [
     "check_feature_state",
     "check_finite",
     "check_problem_payload",
+    "check_router_state",
 ]
