@@ -24,10 +24,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+
+if TYPE_CHECKING:
+    from torchroute.run import RunOptions
 
 log = logging.getLogger("torchroute")
 
@@ -74,8 +78,9 @@ def _simulate(args: argparse.Namespace) -> None:
         return
     opts = RunOptions.from_config(cfg)
     check_no_repeats(opts.config)
+    _check_reference(args, opts)
     companions = []  # composed and validated before the first run writes anything
-    for preset in _companion_presets(cfg):
+    for preset in _companion_presets(cfg, args.config_dir or []):
         overrides = companion_overrides(args.overrides, preset, opts.out_dir)
         companion = _compose(args, overrides)
         if companion is not None:
@@ -124,17 +129,38 @@ COMPANION_KEYS = (
 )
 
 
-def _companion_presets(cfg: DictConfig) -> list[str]:
-    """The ``companions`` of a run (none when ``run_learners`` picks some of its learners)."""
-    if cfg.get("run_learners"):
-        return []
+def _companion_presets(cfg: DictConfig, extra: Sequence[str] = ()) -> list[str]:
+    """The ``companions`` of a run, each an experiment preset that exists (none run when
+    ``run_learners`` picks some of its learners)."""
+    from torchroute.run.options import ConfigError
+
     presets = cfg.get("companions") or []
     if not isinstance(presets, Sequence) or isinstance(presets, str):
         presets = [presets]
     bad = [p for p in presets if not isinstance(p, str) or not p or "/" in p]
     if bad:
-        raise ValueError(f"companions must be a list of experiment preset names, got {bad}")
+        raise ConfigError(f"companions must be a list of experiment preset names, got {bad}")
+    known = {p.stem for d in config_dirs(extra) for p in (d / "experiment").glob("*.yaml")}
+    unknown = [p for p in presets if p not in known]
+    if unknown:
+        raise ConfigError(
+            f"companions: no experiment preset {unknown}; the presets: {sorted(known)}"
+        )
+    if cfg.get("run_learners"):
+        return []
     return list(presets)
+
+
+def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
+    """A ``reference=`` given on the command line names a learner the run runs."""
+    from torchroute.run.options import ConfigError
+
+    given = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+") == "reference"]
+    if given and opts.reference not in opts.run_learners:
+        raise ConfigError(
+            f"reference={opts.reference!r} is not a learner of this run; expected one of "
+            f"{list(opts.run_learners)}"
+        )
 
 
 def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) -> list[str]:

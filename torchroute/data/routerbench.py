@@ -27,6 +27,7 @@ from torchroute.data.splits import (
     unique_ids,
 )
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.io import not_a_file
 
 REQUIRED_COLUMNS = ("sample_id", "prompt", "eval_name")
 _SUFFIXES = (".csv", ".parquet", ".pq", ".pkl", ".pickle")
@@ -116,7 +117,7 @@ def load_routerbench(
     elif path.is_file():
         files = [path]
     else:
-        raise TableError(f"{path}: no such file or directory")
+        raise TableError(f"{path}: {not_a_file(path)}; expected a file or a folder of them")
     frames = [read_frame(f, trust_pickle=trust_pickle) for f in files]
     source = str(path)
     arms = _model_columns(frames, files, models, cost_suffix)

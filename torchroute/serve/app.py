@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
 from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
 from torchroute.serve.router import Router, StoreError
@@ -60,10 +61,11 @@ class FeedbackRequest(_Body):
 
 
 class ModelRequest(_Body):
-    """A model to add and its price (mean cost per query)."""
+    """A model to add and its price (mean cost per query): finite, in ``[0, 1e30]`` as a
+    table's costs (larger ones overflow ``rho * price``)."""
 
     name: str = Field(min_length=1)
-    price: float = Field(ge=0, allow_inf_nan=False)
+    price: float = Field(ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 def _one_line(exc: RequestValidationError) -> tuple[int, str]:
