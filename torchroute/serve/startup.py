@@ -1,11 +1,14 @@
 """Checks of ``torchroute serve`` that run before anything heavy loads (the encoder, the run).
 
-Every problem is a one-line :class:`ServeArgsError` naming the flag: the port's range and
-whether it is free (the socket is bound here and handed to the server, so nobody takes it
-in between), the token rules, the bind address without a token, the learner, rho and seed
-of the run, the state file (a file, not a folder; ``--fresh`` over an existing state only
-with ``--overwrite-state``) and a writable folder for it.
-"""
+The run is opened once (:class:`~torchroute.run.folder.RunFolder`: the trust check, the
+learner, rho and seed of the trial, the checkpoint that holds it, read and checked against
+the run's configuration); ``load_router`` reads nothing of it again. Serve itself checks
+only its own flags, each problem a one-line :class:`ServeArgsError` naming the flag: the
+port's range and whether it is free (the socket is bound here and handed to the server, so
+nobody takes it in between), the token rules (a token is made when none is given, unless
+``--insecure-no-auth`` on loopback), the bind address and allowed hosts, the state file (a
+file, not a folder; ``--fresh`` over an existing state only with ``--overwrite-state``) and
+a writable folder for it."""
 
 from __future__ import annotations
 
