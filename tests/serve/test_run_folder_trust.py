@@ -130,6 +130,18 @@ def _nested(config, folder):
     }
 
 
+def _pickled_table(config, folder):
+    """A loader nested in the learner's node (Hydra builds nested nodes first) reading a
+    planted pickle it is told to trust."""
+    with open(folder / "table.pkl", "wb") as f:
+        pickle.dump(Payload(folder / "MARKER"), f)
+    config["learners"]["linucb"]["table"] = {
+        "_target_": "torchroute.data.load_table",
+        "path": str(folder / "table.pkl"),
+        "trust_pickle": True,
+    }
+
+
 def _trust_repo(config, folder):
     config["learners"]["linucb"]["trust_repo"] = True
 
@@ -141,10 +153,11 @@ ROUTES = [
         "function torch.hub.load",
     ),
     (_numpy_pickle, "'torchroute.features.np.load' resolves to function numpy.load"),
-    (_numpy_allow_pickle, "learners.linucb.allow_pickle is set"),
+    (_numpy_allow_pickle, "learners.linucb.allow_pickle is set to True"),
     (_system, "resolves to builtin_function_or_method posix.system"),
     (_nested, "learners.linucb.extra._target_='torchroute.models.encoders.os.system'"),
-    (_trust_repo, "learners.linucb.trust_repo is set"),
+    (_trust_repo, "learners.linucb.trust_repo is set to True"),
+    (_pickled_table, "learners.linucb.table.trust_pickle is set to True"),
 ]
 
 

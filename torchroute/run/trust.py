@@ -15,7 +15,8 @@ a private or dunder part is refused. The object is then built only when
 So ``torchroute.learners.base.torch.hub.load``, ``torchroute.features.np.load`` or
 ``torchroute.models.encoders.os.system`` (objects a torchroute module merely imports) are
 refused with one line naming the key and what it resolved to. Keyword arguments that
-load files in their own way (:data:`FILE_LOADING_KEYS`) are never taken from a run folder.
+load files in their own way (:data:`FILE_LOADING_KEYS`) are never taken from a run folder
+(only their safe value, ``weights_only=True`` or ``False`` for the others, passes).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ FILE_LOADING_KEYS: tuple[str, ...] = (
     "allow_pickle",
     "trust_remote_code",
     "trust_repo",
+    "trust_pickle",
 )
 
 #: modules that moved, old dotted prefix -> new one: a saved run (or a user's config) that
@@ -92,11 +94,11 @@ def targets(node: Any, key: str) -> Iterator[tuple[str, Any]]:
             yield from targets(value, f"{key}[{i}]")
 
 
-def _keys(node: Any, key: str) -> Iterator[tuple[str, str]]:
-    """Every ``(key path, key)`` of a config node, nested nodes included."""
+def _keys(node: Any, key: str) -> Iterator[tuple[str, str, Any]]:
+    """Every ``(key path, key, value)`` of a config node, nested nodes included."""
     if isinstance(node, dict):
         for k, value in node.items():
-            yield f"{key}.{k}", str(k)
+            yield f"{key}.{k}", str(k), value
             yield from _keys(value, f"{key}.{k}")
     elif isinstance(node, (list, tuple)):
         for i, value in enumerate(node):
@@ -221,7 +223,7 @@ def is_allowed(target: Any, extra: Iterable[str] = ()) -> bool:
 
 def check_trusted(node: Any, key: str, source: str, extra: Iterable[str] = ()) -> None:
     """Refuse ``node`` (read from ``source``) unless all its ``_target_``s are buildable and
-    it sets none of :data:`FILE_LOADING_KEYS`.
+    it sets none of :data:`FILE_LOADING_KEYS` to another value than its safe one.
 
     Args:
         node: a plain config node (dict) read from a run folder.
@@ -234,12 +236,13 @@ def check_trusted(node: Any, key: str, source: str, extra: Iterable[str] = ()) -
             not one of the buildable classes ...; a run folder is data, so it is not built``.
     """
     extra = tuple(extra)
-    for path, name in _keys(node, key):
-        if name in FILE_LOADING_KEYS:
+    for path, name, value in _keys(node, key):
+        safe = (None, name == "weights_only")  # the value that loads nothing but data
+        if name in FILE_LOADING_KEYS and value not in safe:
             raise UntrustedTarget(
-                f"{source}: {path} is set; {name} is never taken from a run folder (a run "
-                "folder is data, and it lets a loader run code from a file), so the node is not "
-                "built"
+                f"{source}: {path} is set to {value!r}; {name} is never taken from a run folder "
+                "(a run folder is data, and it lets a loader run code from a file), so the node "
+                "is not built"
             )
     for path, target in targets(node, key):
         try:
