@@ -176,3 +176,16 @@ def test_export_log_writes_the_table_without_serving(real_run, tmp_path, capsys)
     _refused(
         [str(real_run), "--state", missing, "--export-log", str(out)], capsys, "no decision log"
     )
+
+
+def test_a_token_file_others_can_read_or_a_bad_one_is_refused(run_dir, tmp_path, capsys):
+    state = tmp_path / "router.pt"
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--fresh", "--state", str(state)]
+    token = tmp_path / "router.pt.token"
+    token.write_text("x" * 40 + "\n")
+    token.chmod(0o644)
+    _refused(base, capsys, "can be read by other users", "chmod 600")
+    token.chmod(0o600)
+    token.write_text("short\n")
+    _refused(base, capsys, f"the token file {token} must be at least 16", "delete the file")
+    assert token.read_text() == "short\n"  # left as it was

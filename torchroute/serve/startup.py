@@ -241,6 +241,11 @@ def read_token(path: Path) -> str | None:
     """The token a previous start wrote to ``path`` (``None``: no such file)."""
     if not path.is_file():
         return None
+    if path.stat().st_mode & 0o077:
+        raise ServeArgsError(
+            f"the token file {path} can be read by other users; chmod 600 it, or delete it to "
+            "get a new token"
+        )
     token = path.read_text(encoding="utf-8", errors="replace").strip()
     try:
         return check_token(token, f"the token file {path}")
