@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.data.table import RoutingTable, TableError
 from torchroute.io import atomic_write
 from torchroute.models.encoders import TextEncoder
@@ -48,6 +49,7 @@ def text_digests(texts: Sequence[str]) -> Tensor:
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(len(texts), 32)
 
 
+@buildable
 class EmbeddingCache:
     """Compute text embeddings once and reuse them from disk.
 
@@ -144,6 +146,7 @@ class EmbeddingCache:
         return f"EmbeddingCache(root={str(self.root)!r})"
 
 
+@buildable
 def embed_table(
     table: RoutingTable,
     encoder: TextEncoder,

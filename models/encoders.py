@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from torchroute.buildable import buildable
 from torchroute.errors import UserError
 
 Pooling = Literal["mean", "cls"]
@@ -228,6 +229,7 @@ def _looks_like_path(name: str) -> bool:
     )
 
 
+@buildable
 def load_encoder(
     name_or_path: str | os.PathLike[str],
     *,
@@ -300,6 +302,7 @@ def load_encoder(
     )
 
 
+@buildable
 def minilm_encoder(**kwargs: Any) -> TextEncoder:
     """The packaged all-MiniLM-L6-v2 (384-d, mean pooling, L2-normalised, 256 tokens).
 

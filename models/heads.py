@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from torchroute.buildable import buildable
 from torchroute.functional.cooccurrence import (
     assign_clusters,
     cooccurrence_lookup,
@@ -229,6 +230,7 @@ class CostHead(nn.Module):
         return (self.net(x) * self.std + self.mean).clamp_min(0.0)
 
 
+@buildable
 class MultiHeadOracle(nn.Module):
     """Feature trunk plus accuracy, propagation and cost heads over encoder embeddings.
 

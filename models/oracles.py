@@ -15,6 +15,8 @@ Both are thin modules over the pure functions of :mod:`torchroute.functional.ora
 from __future__ import annotations
 
 import os
+import pickle
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -177,11 +179,18 @@ def load_oracle(
     if not path.is_file():
         raise OracleArtifactError(f"no oracle artifact at {path}")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # pickle or zip errors: say what the file should have been
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on a foreign pickle protocol
+            payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:  # a planted pickle: refused before any of it runs
         raise OracleArtifactError(
-            f"{path} is not a torchroute oracle artifact (torch.load failed: {exc})"
-        ) from exc
+            f"{path} is not a torchroute file; refusing to unpickle it"
+        ) from None
+    except Exception as exc:  # zip errors: say what the file should have been
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        raise OracleArtifactError(
+            f"{path} is not a torchroute oracle artifact (torch.load failed: {first})"
+        ) from None
     if not isinstance(payload, dict) or payload.get("kind") != ORACLE_KIND:
         raise OracleArtifactError(
             f"{path} is not a torchroute oracle artifact (expected a dict with "

@@ -129,7 +129,7 @@ def test_frozen_target_from_a_chunked_run(tmp_path):
 def test_frozen_targets_of_every_rho_read_the_run_once(tmp_path, monkeypatch):
     """Two rhos of a plain run's LinUCB: its checkpoint and problem.pt are read once, and
     each rho's value is IPS of that trial's rows of the checkpoint, sliced by hand."""
-    import torchroute.run.trained as trained
+    import torchroute.run.folder as folder
     from tests.conftest import LINUCB_NODE, make_table, tiny_run_config
     from torchroute.checkpoint import load_checkpoint
     from torchroute.run import run_config
@@ -138,13 +138,13 @@ def test_frozen_targets_of_every_rho_read_the_run_once(tmp_path, monkeypatch):
     run_config(tiny_run_config(run, {"linucb": {**LINUCB_NODE, "alpha": 0.3}}))
     logged = _log_on_run_features(run, make_table(), 0.0, tmp_path / "log.parquet")
     reads: list[str] = []
-    real = trained.load_checkpoint
+    real = folder.load_checkpoint
 
     def counted(path, *args, **kwargs):
         reads.append(Path(path).name)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(trained, "load_checkpoint", counted)
+    monkeypatch.setattr(folder, "load_checkpoint", counted)
     args = ["targets=[linucb]", "rhos=[0,100]", "estimators=[ips]", "interval=normal"]
     out = tmp_path / "ope"
     assert main(["evaluate", f"logs={logged}", *args, f"checkpoint={run}", f"out_dir={out}"]) == 0

@@ -211,7 +211,7 @@ def test_a_report_section_named_in_the_config_joins_the_report(extension_cfg):
     ("value", "message"),
     [
         ("tests.test_extension.graph_section", "must be a list"),
-        (["graph_section"], "dotted module.function"),
+        (["graph_section"], "dotted module.function paths or one of"),
         (["tests.no_such_module.section"], "cannot import 'tests.no_such_module'"),
         (["tests.test_extension.MEANS_MISSING"], "is not a function"),
     ],
@@ -225,16 +225,23 @@ def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
         load_sections(RunOptions.from_config(extension_cfg).report_sections)
 
 
-def test_report_command_takes_sections_by_dotted_path(extension_cfg, capsys):
+def test_report_command_takes_sections_by_name(extension_cfg, capsys):
+    """``--section`` picks a section by name: a built-in one, or one the run declares
+    (``report_sections`` of its config.yaml), the latter only from a ``--trust`` package."""
     from torchroute.cli import main
 
+    extension_cfg.report_sections = ["cabs", "tests.test_extension.graph_section"]
     run_config(extension_cfg)
     out = str(extension_cfg.out_dir)
-    section = "tests.test_extension.graph_section"
-    assert main(["report", out, "--reference", "observer", "--section", section]) == 0
+    args = ["report", out, "--reference", "observer", "--section", "graph_section"]
+    assert main([*args, "--trust", "tests"]) == 0
     assert "## Side observations" in capsys.readouterr().out
-    assert main(["report", out, "--section", "tests.test_extension.nothing_here"]) == 2
-    assert "is not a function" in capsys.readouterr().err
+    assert main(args) == 2  # declared by the run, but the plug-in is not trusted
+    err = capsys.readouterr().err
+    assert "'tests.test_extension.graph_section', which is not under torchroute" in err
+    assert "--trust" in err
+    assert main(["report", out, "--section", "nothing_here"]) == 2
+    assert "expected a section name, one of ['cabs', 'graph_section'" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ a plug-in package
@@ -446,7 +453,7 @@ def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch
     out = tmp_path / "run"
     argv = ["simulate", "--config-dir", str(plugin), "experiment=graph_table", f"out_dir={out}"]
     assert main([*argv, "seeds=[0]", "~logger", "progress=false", "report=false"]) == 0
-    with pytest.raises(ConfigError, match="is not one of torchroute's own classes"):
+    with pytest.raises(ConfigError, match="is not under torchroute"):
         load_router(out, state_path=tmp_path / "r.pt")
     router = load_router(out, state_path=tmp_path / "r.pt", trusted=("graph_ext.",))
     assert type(router.learner).__name__ == "NeighbourLearner"
@@ -461,7 +468,7 @@ def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch
     # the command line: refused without --trust, loaded with it (the server start is cut)
     serve = ["serve", str(out), "--port", "0", "--state", str(tmp_path / "cli.pt")]
     assert main(serve) == 2
-    assert "is not one of torchroute's own classes" in capsys.readouterr().err
+    assert "is not under torchroute" in capsys.readouterr().err
     assert main([*serve, "--trust", "graph ext"]) == 2
     assert "--trust 'graph ext': expected a plug-in package's module path" in (
         capsys.readouterr().err

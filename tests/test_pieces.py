@@ -11,11 +11,13 @@ import shutil
 import subprocess
 import sys
 
+import httpx
 import pandas as pd
 import pytest
 import torch
 
 from tests.conftest import REPO_ROOT, make_table
+from tests.serve.test_serve_cli import Server
 from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.cli import compose_config
 from torchroute.run import ConfigError, run_config
@@ -142,6 +144,15 @@ def test_torchrun_shards_reproduce_the_single_process_run(reference, tmp_path):
     assert names == sorted(f"{n}.rank{r}of2.pt" for n in LEARNERS for r in (0, 1))
     for learner in ("lints", "neural_ucb"):
         _assert_serves_the_reference_trial(tmp_path, out, learner, tmp_path / learner)
+    # and through the command line, from its per-rank checkpoints
+    flags = ["--learner", "lints", "--rho", "900", "--seed", "1", "--insecure-no-auth"]
+    server = Server(str(tmp_path), *flags, "--state", str(tmp_path / "cli" / "r.pt"))
+    try:
+        body = {"embeddings": make_table().embeddings[:2].tolist()}
+        answer = httpx.post(f"{server.url}/route", json=body, timeout=30)
+        assert answer.status_code == 200 and len(answer.json()["decisions"]) == 2
+    finally:
+        server.stop()
     ckpt = tmp_path / "checkpoints" / "lints.rank1of2.pt"
     with pytest.raises(CheckpointError, match=r"world size 2 \(torchrun processes\), this run"):
         _run(tmp_path, "rng=per_trial", f"resume={ckpt}")

@@ -24,10 +24,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+
+if TYPE_CHECKING:
+    from torchroute.run import RunOptions
 
 log = logging.getLogger("torchroute")
 
@@ -74,8 +78,9 @@ def _simulate(args: argparse.Namespace) -> None:
         return
     opts = RunOptions.from_config(cfg)
     check_no_repeats(opts.config)
+    _check_reference(args, opts)
     companions = []  # composed and validated before the first run writes anything
-    for preset in _companion_presets(cfg):
+    for preset in _companion_presets(cfg, args.config_dir or []):
         overrides = companion_overrides(args.overrides, preset, opts.out_dir)
         companion = _compose(args, overrides)
         if companion is not None:
@@ -124,17 +129,38 @@ COMPANION_KEYS = (
 )
 
 
-def _companion_presets(cfg: DictConfig) -> list[str]:
-    """The ``companions`` of a run (none when ``run_learners`` picks some of its learners)."""
-    if cfg.get("run_learners"):
-        return []
+def _companion_presets(cfg: DictConfig, extra: Sequence[str] = ()) -> list[str]:
+    """The ``companions`` of a run, each an experiment preset that exists (none run when
+    ``run_learners`` picks some of its learners)."""
+    from torchroute.run.options import ConfigError
+
     presets = cfg.get("companions") or []
     if not isinstance(presets, Sequence) or isinstance(presets, str):
         presets = [presets]
     bad = [p for p in presets if not isinstance(p, str) or not p or "/" in p]
     if bad:
-        raise ValueError(f"companions must be a list of experiment preset names, got {bad}")
+        raise ConfigError(f"companions must be a list of experiment preset names, got {bad}")
+    known = {p.stem for d in config_dirs(extra) for p in (d / "experiment").glob("*.yaml")}
+    unknown = [p for p in presets if p not in known]
+    if unknown:
+        raise ConfigError(
+            f"companions: no experiment preset {unknown}; the presets: {sorted(known)}"
+        )
+    if cfg.get("run_learners"):
+        return []
     return list(presets)
+
+
+def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
+    """A ``reference=`` given on the command line names a learner the run runs."""
+    from torchroute.run.options import ConfigError
+
+    given = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+") == "reference"]
+    if given and opts.reference not in opts.run_learners:
+        raise ConfigError(
+            f"reference={opts.reference!r} is not a learner of this run; expected one of "
+            f"{list(opts.run_learners)}"
+        )
 
 
 def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) -> list[str]:
@@ -172,8 +198,11 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> None:
     from torchroute.report import write_report
+    from torchroute.report.sections import choose_sections
+    from torchroute.serve.startup import trusted_prefixes
 
-    sections = args.section or None
+    trusted = trusted_prefixes(args.trust)
+    sections = choose_sections(args.section, args.dirs, trusted) if args.section else None
     print(write_report(args.dirs, out_dir=args.out, reference=args.reference, sections=sections))
 
 
@@ -225,14 +254,13 @@ def _serve(args: argparse.Namespace) -> None:
 
     try:
         router = load_router(
-            args.run_dir,
+            plan.folder,
             plan.learner,
             plan.rho,
             plan.seed,
             state_path=plan.state_path,
             fresh=plan.fresh,
             encoder=not args.no_encoder,
-            trusted=plan.trusted,
         )
         router.configure(
             max_pending=args.max_pending,
@@ -245,6 +273,18 @@ def _serve(args: argparse.Namespace) -> None:
     except BaseException:
         plan.sock.close()
         raise
+    if plan.token_file is not None:  # written once the run is read: a refused run gets none
+        from torchroute.serve.startup import write_token
+
+        try:
+            write_token(plan.token_file, plan.token)
+        except BaseException:
+            router.close()
+            plan.sock.close()
+            raise
+        print(f"POSTs need 'Authorization: Bearer <token>'; the token is in {plan.token_file}")
+    if plan.insecure:
+        log.warning("--insecure-no-auth: any local process may add models and send feedback")
     status = router.status()
     host, port = plan.sock.getsockname()[:2]
     log.info(
@@ -257,7 +297,13 @@ def _serve(args: argparse.Namespace) -> None:
         "POSTs need the bearer token" if plan.token else "no token: loopback only",
         router.log.path,
     )
-    app = create_app(router, token=plan.token, allowed_hosts=plan.allowed_hosts, limits=plan.limits)
+    app = create_app(
+        router,
+        token=plan.token,
+        allowed_hosts=plan.allowed_hosts,
+        limits=plan.limits,
+        docs=args.docs,
+    )
     server = uvicorn.Server(uvicorn.Config(app, log_level="info"))
     # uvicorn re-raises SIGTERM after its graceful shutdown; as an exception it lets the
     # final checkpoint below run
@@ -400,8 +446,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--section",
         action="append",
         default=None,
-        metavar="MODULE.FUNCTION",
-        help="a report section by dotted path, repeatable (default: the built-in four)",
+        metavar="NAME",
+        help="a report section by name (subset, cabs, hpg, routing, or one the run's "
+        "report_sections declares), repeatable (default: the built-in four)",
+    )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help="a plug-in package whose report sections the run may declare; repeatable",
     )
     p.set_defaults(func=_report)
     p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
@@ -436,7 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token",
         default=None,
-        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN; required off loopback)",
+        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN, else a token "
+        "serve makes and writes beside the state, readable by you only)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="no token: any local process may POST (loopback only; for local experiments)",
+    )
+    p.add_argument(
+        "--docs", action="store_true", help="serve /docs and /openapi.json (off by default)"
     )
     p.add_argument(
         "--allowed-hosts",

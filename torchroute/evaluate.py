@@ -99,8 +99,13 @@ def parse_options(overrides: Sequence[str]) -> DictConfig:
     if cfg.crossfit not in ("random", "forward"):
         raise EvaluateError(f"crossfit must be random or forward, got {cfg.crossfit!r}")
     for key, low in (("bootstrap", 0), ("folds", 1)):
-        if not isinstance(cfg[key], int) or cfg[key] < low:
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < low:
             raise EvaluateError(f"{key} must be an integer >= {low}, got {cfg[key]!r}")
+    if cfg.folds < 2:
+        raise EvaluateError(
+            f"folds must be an integer >= 2, got {cfg.folds}: cross-fitting predicts each "
+            "fold by a reward model fitted on the others"
+        )
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
         raise EvaluateError(f"seed must be an integer >= 0, got {cfg.seed!r}")
     for key in ("alpha", "switch_tau", "clip", "lam"):

@@ -12,7 +12,8 @@ from torch import Tensor
 
 from torchroute.configs_path import config_dirs
 from torchroute.learners.base import Learner
-from torchroute.run.trained import load_trained, run_options
+from torchroute.run.folder import RunFolder
+from torchroute.run.trained import load_trained
 from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem
 
@@ -81,12 +82,11 @@ def frozen_probs(
         probs[..., problem.arm_names.index(arm)] = 1.0
         return probs
     if cfg.checkpoint is not None:
-        run = Path(str(cfg.checkpoint))
-        if name in run_options(run).learners:
-            cache: dict[Path, Any] = {}  # the run's files, read once for all rhos
+        run = RunFolder(Path(str(cfg.checkpoint)), tuple(trusted))  # read once for all rhos
+        if name in run.options.learners:
             return torch.cat(
                 [
-                    _trained_probs(run, name, rho, x, problem, generator, trusted, cache)
+                    _trained_probs(run, name, rho, x, problem, generator)
                     for rho in problem.rho.tolist()
                 ]
             )
@@ -97,25 +97,18 @@ def frozen_probs(
 
 
 def _trained_probs(
-    run: Path,
-    name: str,
-    rho: float,
-    x: Tensor,
-    problem: Problem,
-    generator: torch.Generator,
-    trusted: Iterable[str],
-    cache: dict[Path, Any],
+    run: RunFolder, name: str, rho: float, x: Tensor, problem: Problem, generator: torch.Generator
 ) -> Tensor:
     """``[1, n, K]``: the run's trained learner of the trial at ``rho`` on the log."""
-    trained = load_trained(run, name, rho=rho, trusted=trusted, cache=cache)
+    trained = load_trained(run, name, rho=rho)
     if list(trained.problem.arm_names) != list(problem.arm_names):
         raise ValueError(
-            f"checkpoint={run}: the run's models {trained.problem.arm_names} are not the log's "
-            f"{problem.arm_names}"
+            f"checkpoint={run.path}: the run's models {trained.problem.arm_names} are not the "
+            f"log's {problem.arm_names}"
         )
     if trained.problem.dim != x.shape[1]:
         raise ValueError(
-            f"checkpoint={run}: the run's learners read d={trained.problem.dim} features but "
+            f"checkpoint={run.path}: the run's learners read d={trained.problem.dim} features but "
             f"the log's contexts have {x.shape[1]}"
         )
     learner = trained.learner.to(problem.device).double()

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from torchroute.buildable import buildable
+
 #: the values ``features.source`` accepts
 FEATURE_SOURCES = ("pca", "raw", "oracle")
 
@@ -116,6 +118,7 @@ FEATURES_FILE = "features.pt"
 FEATURE_ORACLE_FILE = "feature_oracle.pt"
 
 
+@buildable
 class FeatureMap:
     """Embeddings ``[B, e]`` -> bandit features ``[B, d]``, as the simulation built them.
 

@@ -93,3 +93,32 @@ def check_writable_folder(path: str | Path, what: str) -> Path:
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+def not_a_file(path: str | Path) -> str:
+    """Why ``path`` is no regular file to read, for an error: ``is a folder``, ``is a FIFO
+    (named pipe)``, ``is a link to the device /dev/null``, ``is a broken link to ...``, or
+    ``no such file``."""
+    import stat
+
+    path = Path(path)
+    if path.is_symlink():
+        target = os.path.realpath(path)
+        if not os.path.exists(target):
+            return f"is a broken link to {target}"
+        return f"is a link to {target}, which {not_a_file(target)}"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file"
+    return "is not a regular file"

@@ -31,7 +31,8 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch import Tensor
 
-from torchroute.data.table import RoutingTable
+from torchroute.buildable import buildable
+from torchroute.data.table import RoutingTable, TableError
 from torchroute.functional.threads import intra_op_threads
 from torchroute.io import write_text_atomic
 from torchroute.models.embedding_cache import EmbeddingCache
@@ -336,6 +337,11 @@ def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
     table = _instantiate(cfg["data"])
     if not isinstance(table, RoutingTable):
         raise TypeError(f"cfg.data must give a RoutingTable, got {type(table).__name__}")
+    if table.num_arms < 2:  # as simulate: an oracle of one arm routes nothing
+        raise TableError(
+            f"data: {table.source} has {table.num_arms} arm {list(table.arm_names)}; an oracle "
+            "routes between models: give a table of at least 2"
+        )
     encoder, cache = resolve_encoder(cfg.get("encoder"), cfg.get("cache_dir"))
     finetune = int(train["unfreeze_layers"]) > 0
     dm = _build(
@@ -496,6 +502,7 @@ def _pretrain_key(config: Mapping[str, Any]) -> str:
     return json.dumps({"config": plain, "data_file": stat}, sort_keys=True, default=str)
 
 
+@buildable
 def load_or_pretrain(
     checkpoint: str | Path | None,
     config: Mapping[str, Any] | None = None,

@@ -30,7 +30,8 @@ def test_the_public_names_are_the_packages():
 )
 def test_an_old_module_path_maps_to_its_new_module(old, new):
     assert current_target(old) == new + old.rsplit(".", 1)[1]
-    check_trusted({"_target_": old}, "env", "config.yaml")  # still one of torchroute's own
+    if old.endswith("_env"):  # an env factory read from a saved run still builds
+        check_trusted({"_target_": old}, "env", "config.yaml")
 
 
 def test_a_saved_config_with_an_old_path_builds_the_env():

@@ -1,52 +1,73 @@
-"""A run folder is data: serving builds no ``_target_`` that is not torchroute's own.
+"""A run folder is data: nothing named in it runs, whatever the name starts with.
 
-A ``config.yaml`` that names ``torch.hub.load`` (with a ``hubconf.py`` planted beside it)
-or ``torchroute.io.write_text_atomic`` is refused with one line naming the key; nothing is
-imported from the folder, nothing runs and nothing is written.
+Each route is planted in a real run folder made by a tiny ``simulate``: a ``_target_`` that
+walks from a torchroute module to an object it imports (``torch.hub.load`` with the
+folder's ``hubconf.py``, ``numpy.load`` of a planted pickle, ``os.system``), pickles planted
+as ``problem.pt`` / ``features.pt`` / the checkpoint, and a report section given as a
+dotted path. ``serve``, ``evaluate checkpoint=`` and ``report`` refuse each with one line;
+the marker file the payloads would write never appears and the folder is byte-identical.
 """
 
 from __future__ import annotations
 
-import pytest
-import yaml
-from omegaconf import OmegaConf
+import importlib
+import inspect
+import os
+import pickle
+import pkgutil
 
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import torchroute
 from torchroute.cli import main
-from torchroute.configs_path import compose_config
+from torchroute.data import linear_contextual_table
+from torchroute.data.decision_io import save_decisions
+from torchroute.decision_logger import log_decisions
+from torchroute.envs.single_choice import SingleChoiceEnv
+from torchroute.learners import SquareCB
 from torchroute.run import ConfigError, run_config
-from torchroute.run.trust import check_trusted, is_allowed
+from torchroute.run.trust import check_target, check_trusted, is_allowed, targets
 from torchroute.serve import load_router
+
+from ..conftest import LINUCB_NODE, tiny_run_config
 
 HUBCONF = """\
 from pathlib import Path
-Path(__file__).with_name("imported").write_text("hubconf.py ran")
+Path(__file__).with_name("MARKER").write_text("hubconf.py ran")
 def evil(**kwargs):
-    Path(__file__).with_name("called").write_text("evil ran")
+    Path(__file__).with_name("MARKER").write_text("evil ran")
 """
+
+
+class Payload:
+    """Unpickling it writes the marker file (were it ever unpickled)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = compose_config(
-        "simulate",
-        [
-            f"out_dir={out}",
-            "rhos=[0]",
-            "seeds=[0]",
-            "features.pca_dim=3",
-            "log_every=10",
-            "progress=false",
-            "report=false",
-            "~logger",
-        ],
-    )
-    OmegaConf.set_struct(cfg, False)
-    cfg.learners = OmegaConf.create({"linucb": cfg.learners.linucb})
-    cfg.data = OmegaConf.create({"_target_": "tests.conftest.make_table"})
-    cfg.encoder = None
-    run_config(cfg)
+    run_config(tiny_run_config(out, {"linucb": LINUCB_NODE}, "rhos=[0]", "log_every=10"))
     return out
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """A decision log for ``evaluate`` (its arms do not matter: the run is refused first)."""
+    table, _ = linear_contextual_table(60, 3, 4, seed=2)
+    env = SingleChoiceEnv(
+        table, rho=[0.0], seeds=[0], split="test", features=table.embeddings.double()
+    )
+    logged, _ = log_decisions(SquareCB.from_problem(env.problem(), gamma=5.0), env, seed=1)
+    return save_decisions(logged[0], tmp_path_factory.mktemp("log") / "log.csv")
 
 
 def _planted(run_dir, tmp_path, edit):
@@ -61,6 +82,11 @@ def _planted(run_dir, tmp_path, edit):
     config = yaml.safe_load((folder / "config.yaml").read_text())
     edit(config, folder)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    # the attacker edits the config saved in the checkpoint too, so both copies agree
+    ckpt = folder / "checkpoints" / "linucb.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    payload["config"]["learners"] = config["learners"]
+    torch.save(payload, ckpt)
     return folder
 
 
@@ -70,66 +96,224 @@ def _files(folder):
 
 def _hub(config, folder):
     config["learners"]["linucb"] = {
-        "_target_": "torch.hub.load",
+        "_target_": "torchroute.learners.base.torch.hub.load",
         "repo_or_dir": str(folder),
         "model": "evil",
         "source": "local",
-        "trust_repo": True,
     }
 
 
-def _writer(config, folder):
-    config["learners"]["linucb"]["_target_"] = "torchroute.io.write_text_atomic"
-    config["learners"]["linucb"]["_partial_"] = False
-    config["learners"]["linucb"]["path"] = str(folder / "written.txt")
-    config["learners"]["linucb"]["text"] = "written"
+def _numpy_pickle(config, folder):
+    np.save(folder / "payload.npy", np.array([Payload(folder / "MARKER")], dtype=object))
+    config["learners"]["linucb"] = {
+        "_target_": "torchroute.features.np.load",
+        "file": str(folder / "payload.npy"),
+    }
+
+
+def _numpy_allow_pickle(config, folder):
+    _numpy_pickle(config, folder)
+    config["learners"]["linucb"]["allow_pickle"] = True
+
+
+def _system(config, folder):
+    config["learners"]["linucb"] = {
+        "_target_": "torchroute.models.encoders.os.system",
+        "command": f"touch {folder / 'MARKER'}",
+    }
 
 
 def _nested(config, folder):
-    config["encoder"] = {"encoder": {"_target_": "torch.hub.load", "repo_or_dir": str(folder)}}
+    config["learners"]["linucb"]["extra"] = {
+        "_target_": "torchroute.models.encoders.os.system",
+        "command": f"touch {folder / 'MARKER'}",
+    }
 
 
-@pytest.mark.parametrize(
-    ("edit", "key", "target"),
-    [
-        (_hub, r"learners\.linucb\._target_", "torch.hub.load"),
-        (_writer, r"learners\.linucb\._target_", "torchroute.io.write_text_atomic"),
-        (_nested, r"encoder\.encoder\._target_", "torch.hub.load"),
-    ],
-)
-def test_foreign_targets_are_refused_and_nothing_runs(run_dir, tmp_path, edit, key, target):
+def _pickled_table(config, folder):
+    """A loader nested in the learner's node (Hydra builds nested nodes first) reading a
+    planted pickle it is told to trust."""
+    with open(folder / "table.pkl", "wb") as f:
+        pickle.dump(Payload(folder / "MARKER"), f)
+    config["learners"]["linucb"]["table"] = {
+        "_target_": "torchroute.data.load_table",
+        "path": str(folder / "table.pkl"),
+        "trust_pickle": True,
+    }
+
+
+def _trust_repo(config, folder):
+    config["learners"]["linucb"]["trust_repo"] = True
+
+
+ROUTES = [
+    (
+        _hub,
+        "learners.linucb._target_='torchroute.learners.base.torch.hub.load' resolves to "
+        "function torch.hub.load",
+    ),
+    (_numpy_pickle, "'torchroute.features.np.load' resolves to function numpy.load"),
+    (_numpy_allow_pickle, "learners.linucb.allow_pickle is set to True"),
+    (_system, "resolves to builtin_function_or_method posix.system"),
+    (_nested, "learners.linucb.extra._target_='torchroute.models.encoders.os.system'"),
+    (_trust_repo, "learners.linucb.trust_repo is set to True"),
+    (_pickled_table, "learners.linucb.table.trust_pickle is set to True"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), ROUTES)
+def test_planted_targets_run_nothing_in_serve_evaluate_and_report(
+    run_dir, logs, tmp_path, capsys, edit, message
+):
     folder = _planted(run_dir, tmp_path, edit)
     before = _files(folder)
-    with pytest.raises(ConfigError, match=rf"config\.yaml: {key}='{target}' is not one of"):
-        load_router(folder, state_path=folder / "serve" / "state.pt")
-    assert _files(folder) == before  # no hubconf import, no call, no file written
-    assert main(["serve", str(folder), "--port", "0"]) == 2
-
-
-def test_the_cli_refusal_is_one_line(run_dir, tmp_path, capsys):
-    folder = _planted(run_dir, tmp_path, _hub)
-    assert main(["serve", str(folder), "--port", "0"]) == 2
+    with pytest.raises(ConfigError, match="a run folder is data"):
+        load_router(folder, state_path=tmp_path / "state.pt")
+    capsys.readouterr()
+    assert main(["serve", str(folder), "--port", "0", "--insecure-no-auth"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("torchroute serve: error: ") and "\n" not in err
-    assert "learners.linucb._target_='torch.hub.load'" in err
+    assert message in err
+    evaluate = ["evaluate", f"logs={logs}", f"checkpoint={folder}", "targets=[linucb]"]
+    assert main([*evaluate, "bootstrap=5", f"out_dir={tmp_path / 'ope'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+    for section in ("os.system", "builtins.exec", "torchroute.models.encoders.os.system"):
+        assert main(["report", str(folder), "--section", section]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "never imported from the command line" in err
+    assert not (folder / "MARKER").exists()
+    assert _files(folder) == before  # nothing imported, called or written
 
 
-def test_the_allow_list_is_torchroutes_own_packages():
-    assert is_allowed("torchroute.learners.LinUCB.from_problem")
-    assert is_allowed("torchroute.models.minilm_encoder")
-    assert is_allowed("torchroute.trainers.load_or_pretrain")
+def test_a_planted_learner_config_in_config_dir_is_refused(logs, tmp_path, capsys):
+    configs = tmp_path / "configs"
+    (configs / "learner").mkdir(parents=True)
+    marker = tmp_path / "MARKER"
+    (configs / "learner" / "evil.yaml").write_text(
+        f"_target_: torchroute.models.encoders.os.system\ncommand: touch {marker}\n"
+    )
+    args = ["evaluate", "--config-dir", str(configs), f"logs={logs}", "targets=[evil]"]
+    assert main([*args, f"out_dir={tmp_path / 'ope'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "evil.yaml: targets.evil._target_=" in err
+    assert "posix.system" in err
+    assert not marker.exists() and not (tmp_path / "ope").exists()
+
+
+@pytest.mark.parametrize("name", ["problem.pt", "features.pt", "checkpoints/linucb.pt"])
+def test_planted_pickles_are_refused_before_they_run(run_dir, logs, tmp_path, capsys, name):
+    folder = _planted(run_dir, tmp_path, lambda config, folder: None)
+    torch.save({"format": 1, "problem": Payload(folder / "MARKER")}, folder / name)
+    before = _files(folder)
+    with pytest.raises(ValueError, match="not a torchroute file; refusing to unpickle it"):
+        load_router(folder, state_path=tmp_path / "state.pt")
+    capsys.readouterr()
+    assert main(["serve", str(folder), "--port", "0", "--insecure-no-auth"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{name} is not a torchroute file; refusing to unpickle it" in err
+    assert "weights_only" not in err
+    if name != "features.pt":  # evaluate reads the learner, not the feature map
+        evaluate = ["evaluate", f"logs={logs}", f"checkpoint={folder}", "targets=[linucb]"]
+        assert main([*evaluate, "bootstrap=5", f"out_dir={tmp_path / 'ope'}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "refusing to unpickle it" in err
+    assert not (folder / "MARKER").exists()
+    assert _files(folder) == before
+
+
+# ------------------------------------------------------------ the rule, for any object
+
+
+def _torchroute_modules():
+    """Every module of the installed package (models and trainers included)."""
+    names = {"torchroute"}
+    for info in pkgutil.walk_packages(torchroute.__path__, "torchroute."):
+        names.add(info.name)
+    skip = ("torchroute.__main__", "torchroute.configs")
+    modules = []
+    for name in sorted(names):
+        if name.startswith(skip):
+            continue
+        modules.append(importlib.import_module(name))
+    return modules
+
+
+def test_any_object_a_torchroute_module_imports_is_refused():
+    """Not a list of names: every public attribute of every torchroute module that is not
+    defined in torchroute (a module, a class, a function, a constant) is refused, and so is
+    any public callable one step inside a foreign module it imports."""
+    checked = 0
+    for module in _torchroute_modules():
+        for name, obj in sorted(vars(module).items()):
+            if name.startswith("_"):
+                continue
+            own = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+            if isinstance(own, str) and own.startswith("torchroute"):
+                continue
+            target = f"{module.__name__}.{name}"
+            assert not is_allowed(target), target
+            checked += 1
+            if inspect.ismodule(obj):
+                inner = sorted(k for k in vars(obj) if not k.startswith("_"))[:25]
+                for attr in inner:
+                    assert not is_allowed(f"{target}.{attr}"), f"{target}.{attr}"
+                    checked += 1
+    assert checked > 500  # torch, numpy, os, Path, ... as imported by torchroute modules
+
+
+def test_torchroute_objects_that_are_not_buildable_are_refused():
+    """Functions of torchroute that write, train or run are refused; so are methods other
+    than the class's constructors, and private names."""
     for target in (
-        "torch.hub.load",
-        "os.system",
         "torchroute.io.write_text_atomic",
+        "torchroute.io.atomic_write",
         "torchroute.trainers.run_pretrain",
+        "torchroute.checkpoint.save_checkpoint",
+        "torchroute.learners.LinUCB.act",
+        "torchroute.learners.LinUCB.__init__",
+        "torchroute.learners.LinUCB.__class__.__subclasses__",
+        "torchroute.cli.main",
         "torchroute.learnersX.Evil",
+        "torch.hub.load",
         "hubconf.evil",
         "",
         None,
     ):
         assert not is_allowed(target), target
-    assert is_allowed("myplugin.Learner", extra=("myplugin.",))
-    check_trusted({"a": [{"_target_": "torchroute.envs.SingleChoiceEnv"}]}, "env", "x.yaml")
+
+
+def test_every_shipped_target_is_buildable():
+    """What the packaged configs name (learners, envs, encoders, loaders, the oracle
+    loader) passes the check: the rule refuses by object, not by accident."""
+    from torchroute.configs_path import config_dir
+
+    shipped = set()
+    for group in ("learner", "env", "encoder", "data"):
+        for path in (config_dir() / group).glob("*.yaml"):
+            node = yaml.safe_load(path.read_text())
+            check_trusted(node, group, str(path))
+            shipped.update(target for _, target in targets(node, group))
+    assert len(shipped) > 30, shipped
+    assert check_target("torchroute.trainers.load_or_pretrain").__name__ == "load_or_pretrain"
+    # a module that moved still builds from its old path
+    assert is_allowed("torchroute.envs.subset_table.table_subset_env")
+
+
+def test_a_plugin_is_trusted_only_when_named(tmp_path, monkeypatch):
+    package = tmp_path / "pkg" / "my_plugin"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import os\nfrom torchroute.learners import LinUCB\n\n\nclass Mine(LinUCB):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+    assert not is_allowed("my_plugin.Mine.from_problem")
+    assert is_allowed("my_plugin.Mine.from_problem", extra=("my_plugin",))
+    assert not is_allowed("my_plugin.os.system", extra=("my_plugin",))
     with pytest.raises(ConfigError, match=r"x\.yaml: env\.a\[0\]\._target_='os\.system'"):
         check_trusted({"a": [{"_target_": "os.system"}]}, "env", "x.yaml")
+
+
+def test_pickle_payload_is_real():
+    """The payload the tests plant does run when unpickled without weights_only."""
+    assert pickle.loads(pickle.dumps(Payload("/dev/null"))) == 0

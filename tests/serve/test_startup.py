@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 import torchroute.serve
 from tests.conftest import LINUCB_NODE, tiny_run_config
 from torchroute.cli import main
+from torchroute.configs_path import compose_config
 from torchroute.learners import LinUCB
 from torchroute.run import run_config
 from torchroute.serve import Router
@@ -44,13 +46,10 @@ def run_dir(tmp_path):
     """A run folder as simulate leaves it (config.yaml, checkpoints/), two learners."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    config = {
-        "learners": {
-            "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
-            "lints": {"_target_": "torchroute.learners.LinTS.from_problem"},
-        },
-        "rhos": [0, 100],
-        "seeds": [0, 1],
+    config = OmegaConf.to_container(compose_config("simulate", ["rhos=[0,100]", "seeds=[0,1]"]))
+    config["learners"] = {
+        "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
+        "lints": {"_target_": "torchroute.learners.LinTS.from_problem"},
     }
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     for name in ("linucb", "lints"):
@@ -80,7 +79,11 @@ def test_port_out_of_range_and_port_in_use(run_dir, capsys):
 
 def test_token_rules_and_the_bind_address(run_dir, capsys, monkeypatch):
     base = [str(run_dir), "--learner", "linucb", "--port", "0"]
-    _refused([*base, "--host", "0.0.0.0"], capsys, "needs a token", "--token", TOKEN_ENV)
+    _refused([*base, "--host", "0.0.0.0"], capsys, "--allowed-hosts", "every")
+    _refused([*base, "--host", "0.0.0.0", "--insecure-no-auth"], capsys, "loopback only")
+    _refused([*base, "--insecure-no-auth", "--token", TOKEN], capsys, "contradicts", "--token")
+    _refused([*base, "--allowed-hosts", "*"], capsys, "'*'", "needs a token of your own")
+    _refused([*base, "--allowed-hosts", "*", "--insecure-no-auth"], capsys, "needs a token")
     _refused([*base, "--token", "short"], capsys, "--token must be at least 16")
     _refused([*base, "--token", "x" * 10 + " " + "y" * 10], capsys, "without spaces")
     _refused([*base, "--host", "0.0.0.0", "--token", TOKEN], capsys, "--allowed-hosts", "every")
@@ -144,9 +147,12 @@ def test_a_checkpoint_of_another_configuration_is_refused(real_run, tmp_path, ca
     other = tmp_path / "other"
     shutil.copytree(real_run, other)
     config = yaml.safe_load((other / "config.yaml").read_text())
-    config["rhos"] = [0]  # the run's config.yaml says one trial; the checkpoint holds two
+    config["loop_seed"] = 7  # the run's config.yaml says another stream than the checkpoint
     (other / "config.yaml").write_text(yaml.safe_dump(config))
-    _refused([str(other), "--port", "0"], capsys, "another configuration", "rhos")
+    _refused([str(other), "--port", "0"], capsys, "another configuration", "loop_seed")
+    config["rhos"] = [0]  # one trial, where problem.pt holds two
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    _refused([str(other), "--port", "0"], capsys, "problem.pt: holds 2 trials", "another run")
     with pytest.raises(Reached):  # the run's own checkpoint passes
         main(["serve", str(real_run), "--port", "0", "--rho", "100"])
 
@@ -170,3 +176,16 @@ def test_export_log_writes_the_table_without_serving(real_run, tmp_path, capsys)
     _refused(
         [str(real_run), "--state", missing, "--export-log", str(out)], capsys, "no decision log"
     )
+
+
+def test_a_token_file_others_can_read_or_a_bad_one_is_refused(run_dir, tmp_path, capsys):
+    state = tmp_path / "router.pt"
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--fresh", "--state", str(state)]
+    token = tmp_path / "router.pt.token"
+    token.write_text("x" * 40 + "\n")
+    token.chmod(0o644)
+    _refused(base, capsys, "can be read by other users", "chmod 600")
+    token.chmod(0o600)
+    token.write_text("short\n")
+    _refused(base, capsys, f"the token file {token} must be at least 16", "delete the file")
+    assert token.read_text() == "short\n"  # left as it was

@@ -205,7 +205,9 @@ def decisions_from_frame(
 
 def _read(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise DecisionLogError(f"{path}: no such file")
+        from torchroute.io import not_a_file
+
+        raise DecisionLogError(f"{path}: {not_a_file(path)}; expected a decision log file")
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":

@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from torchroute.data.table import RoutingTable, TableError
-from torchroute.io import atomic_write
+from torchroute.io import atomic_write, not_a_file
 
 LONG_COLUMNS = ("query_id", "arm", "score", "cost")
 OPTIONAL_COLUMNS = ("text", "split", "group")
@@ -91,11 +91,12 @@ def read_frame(path: str | Path, *, trust_pickle: bool = False) -> pd.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise TableError(f"{path}: no such file")
+        raise TableError(f"{path}: {not_a_file(path)}; expected a table file")
     suffix = path.suffix.lower()
     try:
         if suffix in (".csv", ".tsv"):
             frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+            _check_header(path, "\t" if suffix == ".tsv" else ",")
         elif suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
         elif suffix in _PICKLE:
@@ -116,6 +117,20 @@ def read_frame(path: str | Path, *, trust_pickle: bool = False) -> pd.DataFrame:
             f"{path}: the file has no rows (only the header {[str(c) for c in frame.columns]})"
         )
     return frame
+
+
+def _check_header(path: Path, sep: str) -> None:
+    """A header that names a column twice is refused in the file's own spelling (pandas
+    would rename the second ``cost:a`` to ``cost:a.1``)."""
+    header = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str).iloc[0].tolist()
+    names = [h for h in header if isinstance(h, str)]
+    seen: set[str] = set()
+    repeated = [h for h in names if h in seen or seen.add(h)]
+    if repeated:
+        raise TableError(
+            f"{path}: the header names column {repeated[0]!r} twice; every column needs its "
+            "own name"
+        )
 
 
 def read_costs(
@@ -145,6 +160,15 @@ def read_costs(
         if cost_column not in frame.columns:
             raise TableError(f"{where}: no cost column {cost_column!r} in {list(frame.columns)}")
         costs = dict(zip(frame["model"].astype(str), frame[cost_column].astype(float), strict=True))
+    for key, value in costs.items():
+        if value is None and ":" in str(key):
+            name, _, rest = str(key).partition(":")
+            raise TableError(
+                f"costs: YAML read {{{key}}} as the key {str(key)!r} with no value; put a space "
+                f"after the colon: costs={{{name}: {rest}}}"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TableError(f"costs: the cost of {key!r} must be a number, got {value!r}")
     lookup = {str(k).split("/")[-1]: float(v) for k, v in costs.items()}
     lookup.update({str(k): float(v) for k, v in costs.items()})
     return lookup

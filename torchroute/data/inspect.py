@@ -186,12 +186,41 @@ def check_convert_output(path: str | Path, out: str | Path, *, overwrite: bool =
         raise TableError(f"{out}: the output lies inside the input folder {path}; write elsewhere")
     if dst.is_dir():
         raise TableError(f"{out}: is a folder; expected a .csv or .parquet file name")
+    for root, preset in shipped_data_roots().items():
+        if dst.is_relative_to(root):
+            raise TableError(
+                f"{out}: the output lies inside {root}, a data folder the packaged preset "
+                f"data={preset} reads; runs would read what convert writes there: write elsewhere"
+            )
     if dst.exists() and not overwrite:
         raise TableError(f"{out}: already exists; pass --overwrite to replace it")
     try:
         check_writable_folder(dst.parent, "the output's folder")
     except NotWritableError as err:
         raise TableError(f"{out}: {err}") from err
+
+
+def shipped_data_roots() -> dict[Path, str]:
+    """The folders the packaged data presets (``configs/data/*.yaml``) read from, resolved
+    from the working folder as runs resolve them, with the preset reading each: the folder
+    holding each file or folder a preset names."""
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import config_dir
+
+    roots: dict[Path, str] = {}
+    for preset in sorted((config_dir() / "data").glob("*.yaml")):
+        try:
+            node = OmegaConf.to_container(OmegaConf.load(preset), resolve=False)
+        except Exception:  # a preset that does not parse names no folder
+            continue
+        for key, value in (node or {}).items():
+            if not isinstance(value, str) or not str(key).endswith(("path", "csv", "root")):
+                continue
+            if value in ("???", "") or "${" in value:
+                continue
+            roots.setdefault(Path(value).expanduser().resolve().parent, preset.stem)
+    return roots
 
 
 def data_command(argv: Sequence[str]) -> None:

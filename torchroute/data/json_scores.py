@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from torchroute.buildable import buildable
 from torchroute.data.generic import model_costs
 from torchroute.data.options import checked_options
 from torchroute.data.splits import (
@@ -26,6 +27,7 @@ from torchroute.data.splits import (
     strip_split,
 )
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.io import not_a_file
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ def score_files(path: Path, pattern: str | None) -> list[tuple[Path, list[dict]]
 
 
 @checked_options
+@buildable
 def load_json_scores(
     path: str | Path,
     *,
@@ -131,7 +134,7 @@ def load_json_scores(
     elif path.is_file():
         per_file = [(path, read_score_list(path))]
     else:
-        raise TableError(f"{path}: no such file or directory")
+        raise TableError(f"{path}: {not_a_file(path)}; expected a file or a folder of them")
     if models is None:
         first = next((e for _, entries in per_file for e in entries), None)
         if first is None:

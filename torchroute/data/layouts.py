@@ -120,7 +120,8 @@ def query_ids(frame: pd.DataFrame, id_column: str | None, source: str) -> tuple[
             "id_column to the right column, or id_column=None (data.id_column=null) to use "
             "the row index"
         )
-    ids = frame[id_column].astype(str).tolist()
+    column = frame[id_column]
+    ids = ["" if pd.isna(v) else str(v) for v in column]  # an empty cell is a blank id
     return ids, f"column {id_column!r}"
 
 

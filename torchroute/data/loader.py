@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from torchroute.buildable import buildable
 from torchroute.data.columns import column_of, numeric_column
 from torchroute.data.generic import model_costs, read_costs, read_frame
 from torchroute.data.layouts import LONG_VALUES, WideArrays, long_to_wide, read_wide
@@ -30,6 +31,7 @@ Tokens = str | float | None
 
 
 @checked_options
+@buildable
 def load_table(
     path: str | Path | pd.DataFrame,
     format: Literal["auto", "long", "wide"] = "auto",

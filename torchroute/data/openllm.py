@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from torchroute.buildable import buildable
 from torchroute.data.generic import check_pickle_trust, model_costs, read_costs
 from torchroute.data.options import checked_options
 from torchroute.data.splits import missing_rows, random_split
@@ -35,6 +36,7 @@ def short_model_name(name: str) -> str:
 
 
 @checked_options
+@buildable
 def load_openllm_leaderboard(
     pickle_path: str | Path,
     costs_csv: str | Path | None = None,

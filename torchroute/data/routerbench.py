@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from torchroute.buildable import buildable
 from torchroute.data.generic import read_frame
 from torchroute.data.options import checked_options
 from torchroute.data.splits import (
@@ -26,6 +27,7 @@ from torchroute.data.splits import (
     unique_ids,
 )
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.io import not_a_file
 
 REQUIRED_COLUMNS = ("sample_id", "prompt", "eval_name")
 _SUFFIXES = (".csv", ".parquet", ".pq", ".pkl", ".pickle")
@@ -67,6 +69,7 @@ def routerbench_files(path: Path) -> list[Path]:
 
 
 @checked_options
+@buildable
 def load_routerbench(
     path: str | Path,
     *,
@@ -114,7 +117,7 @@ def load_routerbench(
     elif path.is_file():
         files = [path]
     else:
-        raise TableError(f"{path}: no such file or directory")
+        raise TableError(f"{path}: {not_a_file(path)}; expected a file or a folder of them")
     frames = [read_frame(f, trust_pickle=trust_pickle) for f in files]
     source = str(path)
     arms = _model_columns(frames, files, models, cost_suffix)

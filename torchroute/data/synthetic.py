@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.data.splits import random_split
 from torchroute.data.table import RoutingTable, TableError
 from torchroute.data.templates import TEMPLATES, VOCAB
@@ -102,6 +103,7 @@ def _numbers(rng: np.random.Generator, n: int) -> list[dict[str, int]]:
     return [dict(zip(cols, r, strict=True)) for r in rows]
 
 
+@buildable
 def synthetic_text_benchmark(
     num_queries: int = 1500,
     seed: int = 0,

@@ -70,6 +70,12 @@ class RoutingTable:
             raise TableError(f"{src}: expected {k} distinct arm names, got {self.arm_names}")
         if len(self.query_ids) != n:
             raise TableError(f"{src}: expected {n} query ids, got {len(self.query_ids)}")
+        blank_ids = [i for i, q in enumerate(self.query_ids) if not str(q).strip()]
+        if blank_ids:
+            raise TableError(
+                f"{src}: {len(blank_ids)} of {n} query ids are blank (queries {blank_ids[:3]} "
+                "counted from 0); every query needs an id (or id_column=null: the row number)"
+            )
         if len(set(self.query_ids)) != n:
             seen: set[str] = set()
             dup = [q for q in self.query_ids if q in seen or seen.add(q)][:3]

@@ -51,10 +51,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem
 
 
+@buildable
 class Env(ABC):
     """``R`` batched trials of one routing protocol.
 

@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.checks import check_number
 from torchroute.data.splits import random_split
 from torchroute.data.table import RoutingTable
@@ -482,6 +483,7 @@ class LowRankExperts(Env):
         }
 
 
+@buildable
 def low_rank_experts_table(
     num_queries: int = 2000,
     seed: int = 0,

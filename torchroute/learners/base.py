@@ -7,11 +7,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from torchroute.buildable import buildable
 from torchroute.checks import check_number
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
 
+@buildable
 class Learner(nn.Module):
     """Base class of every online learner.
 

@@ -13,6 +13,7 @@ curves gets a plot (``cum_regret`` also the regret relative to a reference learn
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,11 +24,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
+from torchroute.report.escape import escape_learners, markdown_name
 from torchroute.report.figures import save_figure
 from torchroute.report.headline import OPENING, headline, learner_classes
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
 from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
+
+log = logging.getLogger(__name__)
 
 
 def run_labels(dirs: Sequence[str | Path]) -> list[str]:
@@ -102,17 +106,27 @@ def write_report(
         SectionError: a section path that does not name an importable function.
     """
     section_functions = load_sections(sections)
-    results, curves = load_results(dirs)
+    results, curves = map(escape_learners, load_results(dirs))  # names as text, not markup
     out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
-    extra = [(Path(c), *load_results([c])) for c in companions]
-    classes = {k: v for d in dirs for k, v in learner_classes(d).items()}
-    runs = [(results, classes)] + [(r, learner_classes(c)) for c, r, _ in extra]
+    extra = [(Path(c), *map(escape_learners, load_results([c]))) for c in companions]
+    classes = {markdown_name(k): v for d in dirs for k, v in learner_classes(d).items()}
+    runs = [(results, classes)] + [
+        (r, {markdown_name(k): v for k, v in learner_classes(c).items()}) for c, r, _ in extra
+    ]
     reference = check_reference(
-        reference or "linucb",
+        markdown_name(reference or "linucb"),
         set(results["learner"]) | set(curves.get("learner", [])),
         given=reference is not None,
     )
     lines: list[str] = headline(runs)
+    no_curves = [str(d) for d in dirs if not (Path(d) / "curves.csv").is_file()]
+    if no_curves:
+        note = (
+            f"No curves.csv in {', '.join(no_curves)}: the regret curves, the relative regret "
+            "and the sections read from the curves are skipped."
+        )
+        log.warning("%s", note)
+        lines += [f"*{note}*", ""]
     # The curves repeat each trial's labels (rho, seed, dim, constraint, ...): those columns
     # label trials and are not averaged as measurements.
     labels = {

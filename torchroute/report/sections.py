@@ -1,15 +1,23 @@
-"""Report sections named by ``_target_``: the ``report_sections`` key of a simulate config.
+"""Report sections: the built-in ones by name, and those a run's config declares.
 
 A section is a function ``(results, curves, out_dir) -> markdown lines`` (see
-:data:`torchroute.report.Section`); a preset lists the dotted paths of its sections, so a
-new family of results adds its section module and names it in its config, and nothing in
-:mod:`torchroute.report` is edited. Without the key a report has :data:`DEFAULT_SECTIONS`.
+:data:`Section`). A preset declares its sections in the ``report_sections`` key of its
+config (dotted ``module.function`` paths, or built-in names), so a new family of results
+adds its section module and names it in its config, and nothing in :mod:`torchroute.report`
+is edited. Without the key a report has :data:`DEFAULT_SECTIONS`.
+
+``torchroute report DIR --section NAME`` chooses sections *by name* (:func:`choose_sections`)
+among the built-in ones (:data:`BUILTIN_SECTIONS`) and those the run's ``config.yaml``
+declares; nothing is imported from a dotted path given on the command line, and a section
+a run folder declares is resolved as its ``_target_``s are (:mod:`torchroute.run.trust`):
+a function of torchroute or of a ``--trust`` package, found without calling anything.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -19,35 +27,47 @@ from torchroute.errors import UserError
 #: ``(results, curves, out_dir) -> markdown lines``
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
 
+#: torchroute's own sections, by the name ``--section`` takes
+BUILTIN_SECTIONS: dict[str, str] = {
+    "subset": "torchroute.report.subset.subset_section",
+    "cabs": "torchroute.report.cabs.cabs_section",
+    "hpg": "torchroute.report.hpg.hpg_section",
+    "routing": "torchroute.report.routing.routing_section",
+}
+
 #: the sections of a report whose config names none
-DEFAULT_SECTIONS: tuple[str, ...] = (
-    "torchroute.report.subset.subset_section",
-    "torchroute.report.cabs.cabs_section",
-    "torchroute.report.hpg.hpg_section",
-    "torchroute.report.routing.routing_section",
-)
+DEFAULT_SECTIONS: tuple[str, ...] = tuple(BUILTIN_SECTIONS.values())
 
 
 class SectionError(UserError, ValueError):
-    """A ``report_sections`` entry that does not name an importable callable."""
+    """A ``report_sections`` entry or ``--section`` name that names no section."""
 
 
 def check_section_targets(targets: object) -> tuple[str, ...]:
-    """Validate a ``report_sections`` value: a list of dotted ``module.function`` strings."""
+    """Validate a ``report_sections`` value: a list of built-in names or dotted
+    ``module.function`` strings (a name becomes its dotted path)."""
     if targets is None:
         return DEFAULT_SECTIONS
     if isinstance(targets, str) or not isinstance(targets, Sequence):
         raise SectionError(
             f"report_sections must be a list of dotted module.function paths, got {targets!r}"
         )
-    bad = [t for t in targets if not isinstance(t, str) or "." not in t]
+    bad = [
+        t for t in targets if not isinstance(t, str) or ("." not in t and t not in BUILTIN_SECTIONS)
+    ]
     if bad:
-        raise SectionError(f"report_sections entries must be dotted module.function paths: {bad}")
-    return tuple(targets)
+        raise SectionError(
+            f"report_sections entries must be dotted module.function paths or one of "
+            f"{list(BUILTIN_SECTIONS)}: {bad}"
+        )
+    return tuple(BUILTIN_SECTIONS.get(t, t) for t in targets)
 
 
-def load_section(target: str) -> Section:
-    """Import ``target`` (``package.module.function``) and return the section function."""
+def load_section(target: str | Section) -> Section:
+    """Import ``target`` (``package.module.function`` of a config) and return the function
+    (a function given as such is returned as it is)."""
+    if not isinstance(target, str):
+        return target
     module_name, _, attr = target.rpartition(".")
     try:
         module = importlib.import_module(module_name)
@@ -59,6 +79,72 @@ def load_section(target: str) -> Section:
     return section
 
 
-def load_sections(targets: Sequence[str] | None = None) -> list[Section]:
+def load_sections(targets: Sequence[str | Section] | None = None) -> list[Section]:
     """The section functions of ``targets`` (:data:`DEFAULT_SECTIONS` when ``None``)."""
+    if targets is not None and all(callable(t) for t in targets):
+        return list(targets)
     return [load_section(t) for t in check_section_targets(targets)]
+
+
+def declared_sections(dirs: Iterable[str | Path]) -> dict[str, str]:
+    """Section name -> dotted path: the built-in ones, then those the ``report_sections``
+    of each run's ``config.yaml`` declares (named by their function, e.g. ``graph_section``;
+    a file that cannot be read declares none)."""
+    import yaml
+
+    names = dict(BUILTIN_SECTIONS)
+    for folder in dirs:
+        try:
+            config = yaml.safe_load((Path(folder) / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        declared = config.get("report_sections") if isinstance(config, dict) else None
+        if isinstance(declared, list):
+            for path in declared:
+                if isinstance(path, str) and "." in path:
+                    names.setdefault(path.rpartition(".")[2], path)
+    return names
+
+
+def choose_sections(
+    names: Sequence[str], dirs: Iterable[str | Path], trusted: Iterable[str] = ()
+) -> list[Section]:
+    """The section functions ``--section NAME`` chose, by name (a known dotted path is
+    taken as its name); a section the run folder declares is resolved without being
+    called and kept only when it is a function of torchroute or a ``trusted`` package.
+
+    Raises:
+        SectionError: a name no section has, or a declared section that is not trusted.
+    """
+    from torchroute.run.trust import UntrustedTarget, describe, resolve
+
+    known = declared_sections(dirs)
+    by_path = {path: name for name, path in known.items()}
+    prefixes = ("torchroute.", *(t if t.endswith(".") else t + "." for t in trusted))
+    chosen: list[Section] = []
+    for name in names:
+        name = by_path.get(name, name)
+        if name not in known:
+            raise SectionError(
+                f"--section {name!r}: expected a section name, one of {sorted(known)}; "
+                "sections are chosen by name, never imported from the command line"
+            )
+        path = known[name]
+        if name in BUILTIN_SECTIONS:
+            chosen.append(load_section(path))
+            continue
+        try:
+            section = resolve(path, trusted)
+        except UntrustedTarget as exc:
+            raise SectionError(
+                f"--section {name}: the run declares {path!r}, which {exc}; a plug-in's "
+                "section is used only with --trust <its package>"
+            ) from None
+        module = getattr(section, "__module__", "") or ""
+        if not inspect.isfunction(section) or not module.startswith(prefixes):
+            raise SectionError(
+                f"--section {name}: the run declares {path!r}, {describe(section)}; a section "
+                "of a plug-in is used only with --trust <its package>"
+            )
+        chosen.append(section)
+    return chosen

@@ -191,6 +191,9 @@ class RunOptions:
         bad = [r for r in rhos if not (r >= 0 and r < float("inf"))]
         if bad:
             raise ConfigError(f"rhos must be finite and >= 0 (cost sensitivity), got {bad}")
+        negative = [s for s in seeds if s < 0]
+        if negative:
+            raise ConfigError(f"seeds must be integers >= 0 (as data.seed), got {negative}")
         chosen = c.get("run_learners")
         if chosen is not None and (isinstance(chosen, str) or not isinstance(chosen, Sequence)):
             raise ConfigError(

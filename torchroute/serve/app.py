@@ -25,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
 from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
 from torchroute.serve.router import Router, StoreError
@@ -60,10 +61,11 @@ class FeedbackRequest(_Body):
 
 
 class ModelRequest(_Body):
-    """A model to add and its price (mean cost per query)."""
+    """A model to add and its price (mean cost per query): finite, in ``[0, 1e30]`` as a
+    table's costs (larger ones overflow ``rho * price``)."""
 
     name: str = Field(min_length=1)
-    price: float = Field(ge=0)
+    price: float = Field(ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 def _one_line(exc: RequestValidationError) -> tuple[int, str]:
@@ -161,6 +163,7 @@ def create_app(
     token: str | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     limits: Limits | None = None,
+    docs: bool = False,
 ) -> FastAPI:
     """The FastAPI application serving ``router`` (handlers run in a thread pool).
 
@@ -170,9 +173,21 @@ def create_app(
             loopback only then).
         allowed_hosts: accepted ``Host`` headers without the port (``"*"``: any).
         limits: the request bounds (:class:`~torchroute.serve.limits.Limits`).
+        docs: serve ``/openapi.json`` and ``/docs`` (a self-contained page: no script, nothing
+            loaded from another host); off by default.
     """
     limits = limits or Limits()
-    app = FastAPI(title="torchroute", summary="a live model router learning from feedback")
+    app = FastAPI(
+        title="torchroute",
+        summary="a live model router learning from feedback",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    if docs:
+        from torchroute.serve.docs_page import add_docs_page
+
+        add_docs_page(app)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -676,6 +676,9 @@ class Router:
                 f"{where} holds event {event!r} but its log {log_path(self.state_path)} ends at "
                 f"event {last_event}; the log and the state file do not belong together"
             )
+        from torchroute.run.validate import check_router_state
+
+        check_router_state(payload, where)  # names, prices, finite state: before any is used
         names, k = list(payload["arm_names"]), self.learner.num_arms
         prices = payload.get("prices")
         for i in range(k, len(names)):

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from torchroute.buildable import buildable
 from torchroute.data.table import RoutingTable
 from torchroute.envs.subset.base import SubsetEnv, SubsetProblem
 from torchroute.functional.random import Source
@@ -79,6 +80,7 @@ class TableSubsetEnv(SubsetEnv):
         return expected_sum_max(q[:, None], values, self.draws).mean(-1)
 
 
+@buildable
 def table_subset_env(
     table: RoutingTable,
     rho: Sequence[float],

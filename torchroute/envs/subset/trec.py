@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from torchroute.buildable import buildable
 from torchroute.envs.subset.base import SubsetEnv
 
 #: constraint levels of paper 002 Table 1: (budget margin, expert cap); ``None``: no bound
@@ -81,6 +82,7 @@ def trec_instance(pool: dict, seed: int, num_workers: int, num_experts: int = 10
     return acc.T, np.stack([workload, expert]), rng
 
 
+@buildable
 def trec_subset_env(
     seeds: list[int],
     path: str = "../shared/data/trec_crowd",
