@@ -20,8 +20,6 @@ from torch import Tensor
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.checks import check_number
 from torchroute.learners.base import Learner
-from torchroute.learners.linear import FullFeedbackLinUCB
-from torchroute.learners.neural import FullFeedbackNeuralUCB
 from torchroute.serve.arms import add_arm
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
 from torchroute.serve.log import ANSWERED, DecisionLog, RouteRow, clean_temp_files, log_path
@@ -31,9 +29,6 @@ from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
 
 log = logging.getLogger(__name__)
-
-#: learners that learn from every model's reward each round (full-information baselines)
-FULL_FEEDBACK = (FullFeedbackLinUCB, FullFeedbackNeuralUCB)
 
 
 class StoreError(RuntimeError):
@@ -149,7 +144,7 @@ class Router:
         self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
         self.checkpoint_every, self.propensity_draws = checkpoint_every, propensity_draws
         self.state_path = None if state_path is None else Path(state_path)
-        self.full_feedback = isinstance(learner, FULL_FEEDBACK)
+        self.full_feedback = learner.feedback == "full"
         if self.full_feedback:
             log.warning(
                 "%s learns from every model's reward but a router only sees the routed "

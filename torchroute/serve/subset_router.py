@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchroute.learners.omd import ContextualOMDApproachability
 from torchroute.serve.log import RouteRow
 from torchroute.serve.router import Router, _mix, _sha256
 from torchroute.serve.subset_propensity import subset_propensity
@@ -54,7 +53,7 @@ class SubsetRouter(Router):
         self.context_names = tuple(getattr(problem, "context_names", ()) or ())
         self.draws = int(problem.draws)
         self.num_facets = int(getattr(problem, "num_facets", 1))
-        self.needs_groups = isinstance(learner, ContextualOMDApproachability)
+        self.needs_groups = bool(learner.reads_groups)
         super().__init__(learner, factory, problem, **kwargs)
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
