@@ -18,6 +18,7 @@ the composed config without running anything.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -41,6 +42,7 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     from omegaconf import OmegaConf
 
     from torchroute.cli_help import diagnose, primary_config
+    from torchroute.run.options import ConfigError
 
     overrides = list(args.overrides if overrides is None else overrides)
     extra = args.config_dir or []
@@ -56,7 +58,7 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
         )
         if hint is None:
             raise
-        raise ValueError(hint) from exc
+        raise ConfigError(hint) from exc
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")
         return None
@@ -64,8 +66,8 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
 
 
 def _simulate(args: argparse.Namespace) -> None:
-    from torchroute.report import write_report
     from torchroute.run import RunOptions, run
+    from torchroute.run.companions import companion_overrides, companion_presets, finish
     from torchroute.run.options import check_no_repeats
     from torchroute.run.outdir import check_out_dir
 
@@ -75,7 +77,7 @@ def _simulate(args: argparse.Namespace) -> None:
     opts = RunOptions.from_config(cfg)
     check_no_repeats(opts.config)
     companions = []  # composed and validated before the first run writes anything
-    for preset in _companion_presets(cfg):
+    for preset in companion_presets(cfg):
         overrides = companion_overrides(args.overrides, preset, opts.out_dir)
         companion = _compose(args, overrides)
         if companion is not None:
@@ -87,65 +89,7 @@ def _simulate(args: argparse.Namespace) -> None:
         run(companion)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
-    print(f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)")
-    for companion in companions:
-        print(f"wrote {companion.out_dir / 'results.csv'}")
-    if opts.report:
-        reference = opts.reference
-        if reference is not None and reference not in set(results["learner"]):
-            log.warning("reference=%s did not run; the report has no relative regret", reference)
-            reference = None
-        print(
-            write_report(
-                [opts.out_dir],
-                reference=reference,
-                sections=opts.report_sections,
-                companions=[c.out_dir for c in companions],
-            )
-        )
-
-
-#: command-line overrides a companion run shares with its main run: the grid, the data,
-#: the encoder, the device and the run-time switches (not learners, env or out_dir)
-COMPANION_KEYS = (
-    "rounds",
-    "seeds",
-    "split",
-    "data",
-    "encoder",
-    "cache_dir",
-    "device",
-    "loop_seed",
-    "rng",
-    "logger",
-    "~logger",
-    "progress",
-    "overwrite",
-)
-
-
-def _companion_presets(cfg: DictConfig) -> list[str]:
-    """The ``companions`` of a run (none when ``run_learners`` picks some of its learners)."""
-    if cfg.get("run_learners"):
-        return []
-    presets = cfg.get("companions") or []
-    if not isinstance(presets, Sequence) or isinstance(presets, str):
-        presets = [presets]
-    bad = [p for p in presets if not isinstance(p, str) or not p or "/" in p]
-    if bad:
-        raise ValueError(f"companions must be a list of experiment preset names, got {bad}")
-    return list(presets)
-
-
-def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) -> list[str]:
-    """The overrides of companion ``preset`` of a run into ``out_dir``: the command's own
-    grid and data overrides (:data:`COMPANION_KEYS`), the preset, ``out_dir/<preset>``."""
-    shared = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+")
-        if key in COMPANION_KEYS or key.split(".", 1)[0] in COMPANION_KEYS:
-            shared.append(item)
-    return [*shared, f"experiment={preset}", f"out_dir={out_dir / preset}", "companions=[]"]
+    print(finish(opts, results, companions))
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -486,34 +430,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: ``errno`` values of an ``OSError`` that are a condition of the user's machine or paths
+#: (full disk or quota, read-only file system, address in use or not available), not a bug
+_USER_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EADDRINUSE,
+    errno.EADDRNOTAVAIL,
+}
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's to fix, printed as one line: a
+    :class:`~torchroute.errors.UserError`, a Hydra or OmegaConf config error, or a file-system
+    error (a missing, existing or wrong-kind path, a refused permission, a full or read-only
+    disk, a port in use). Anything else is a bug and keeps its traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from torchroute.errors import UserError
+
+    if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)):
+        return True
+    paths = (
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+    )
+    return isinstance(exc, paths) or (isinstance(exc, OSError) and exc.errno in _USER_ERRNOS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for configuration and input errors).
 
-    Errors in the configuration or the input print one line (``torchroute <command>:
-    error: ...``) and return 2; ``--debug`` or ``HYDRA_FULL_ERROR=1`` show the traceback.
+    A user error (:func:`is_user_error`: bad config, flag, file, table, ...) prints one line
+    (``torchroute <command>: error: ...``) and returns 2; ``--debug`` or
+    ``HYDRA_FULL_ERROR=1`` show its traceback. Any other exception is a bug: it propagates
+    with its traceback (exit 1).
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    expected = (
-        HydraException,
-        OmegaConfBaseException,
-        ValueError,  # ConfigError, TableError, CheckpointError, OracleArtifactError, ...
-        ArithmeticError,  # NonFiniteError: NaN/inf in a learner's state
-        FileNotFoundError,
-        NotADirectoryError,
-        IsADirectoryError,
-        OSError,  # a full disk (ENOSPC), a read-only file system, a permission refused
-    )
     try:
         args.func(args)
-    except expected as exc:
-        if args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except Exception as exc:
+        if not is_user_error(exc) or args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         message = one_line(exc)
         print(f"torchroute {args.command}: error: {message}", file=sys.stderr)

@@ -11,7 +11,7 @@ catches ``ValueError`` still catches them.
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+__all__ = ["InputError", "OptionError", "ScoreRangeError", "UserError"]
 
 
 class UserError(Exception):
@@ -20,3 +20,17 @@ class UserError(Exception):
     Subclasses name what was checked (``ConfigError``, ``TableError``, ...); the message is
     one line that names the key, flag, file or field and what was expected.
     """
+
+
+class OptionError(UserError, ValueError):
+    """An option's value out of its range or of the wrong kind: a hyper-parameter, a config
+    value or a flag (``LinUCB: alpha must be a finite number >= 0, got -1``)."""
+
+
+class InputError(UserError, ValueError):
+    """Input data of the wrong shape or value: a context, a feedback, a request's field."""
+
+
+class ScoreRangeError(InputError):
+    """A feedback score outside the range its router takes (``[0, 1]``, or ``[0, N]`` for
+    a subset router's set outcome)."""

@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from torch import Tensor
 
 from torchroute.data.table import RoutingTable
+from torchroute.errors import UserError
 from torchroute.functional.threads import intra_op_threads
 from torchroute.io import write_text_atomic
 from torchroute.models.embedding_cache import EmbeddingCache
@@ -68,7 +69,7 @@ _RUNTIME = {
 }
 
 
-class PretrainConfigError(ValueError):
+class PretrainConfigError(UserError, ValueError):
     """A pretrain config names an option its section does not take, or cannot be built."""
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
+from torchroute.errors import InputError
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -115,7 +116,7 @@ class Learner(nn.Module):
             ("d (features)", self.dim, problem.dim if self.dim is not None else None),
         ):
             if mine != theirs:
-                raise ValueError(f"{name} was built for {what}={mine} but {who} has {theirs}")
+                raise InputError(f"{name} was built for {what}={mine} but {who} has {theirs}")
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Choose arms: ``context.x [R, B, d]`` -> ``Decision(probs [R, B, K], action [R, B])``.
@@ -182,12 +183,12 @@ class Learner(nn.Module):
 
     def _check_context(self, context: Context) -> None:
         if context.num_trials != self.num_trials:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} holds {self.num_trials} trials but the context has "
                 f"{context.num_trials} (Context.x is [R, B, d])"
             )
         if self.dim is not None and context.x.shape[-1] != self.dim:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} was built for d={self.dim} features but the context "
                 f"has d={context.x.shape[-1]}"
             )
@@ -195,7 +196,7 @@ class Learner(nn.Module):
     def _check_feedback(self, context: Context, feedback: Feedback) -> None:
         expected = (*context.x.shape[:2], self.num_arms)
         if tuple(feedback.reward.shape) != expected:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} expects feedback [R, B, K] = {expected}, got "
                 f"{tuple(feedback.reward.shape)}"
             )

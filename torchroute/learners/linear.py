@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
+from torchroute.errors import OptionError
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import (
     ridge_init,
@@ -43,7 +44,7 @@ def per_trial(owner: str, name: str, value: PerTrial, num_trials: int, **bounds)
         value if isinstance(value, Tensor) else list(value), dtype=torch.float64
     ).reshape(-1)
     if values.numel() != num_trials:
-        raise ValueError(
+        raise OptionError(
             f"{owner}: {name} must be a number or R={num_trials} per-trial values, "
             f"got {values.numel()} values"
         )

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.checks import check_number
+from torchroute.errors import InputError
 from torchroute.learners.base import Learner
 from torchroute.serve.arms import add_arm
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
@@ -127,7 +128,7 @@ class Router:
         propensity_draws: int = 200,
     ) -> None:
         if problem.num_trials != 1:
-            raise ValueError(
+            raise InputError(
                 f"a Router serves one trial, got problem.num_trials={problem.num_trials}"
             )
         learner.check_problem(problem, who="the router's problem")
@@ -241,7 +242,7 @@ class Router:
             StoreError: the log cannot be written; no request was added.
         """
         if rho is not None and float(rho) != self.rho:
-            raise ValueError(
+            raise InputError(
                 f"rho={rho} but this router serves the trial with rho={self.rho}; start a "
                 "router for that rho"
             )
@@ -254,7 +255,7 @@ class Router:
             self.generator.manual_seed(_mix(self.seed, "route", self._routes))
             decision = self.learner.act(context, self.generator)
             if decision.is_subset:
-                raise ValueError(f"{type(self.learner).__name__} routes subsets; not served")
+                raise InputError(f"{type(self.learner).__name__} routes subsets; not served")
             probs, _ = routing_probs(
                 self.learner, context, decision, self.generator, self.propensity_draws
             )  # [B, K]
@@ -426,10 +427,10 @@ class Router:
 
     def _embed(self, texts, embeddings) -> Tensor:
         if (texts is None) == (embeddings is None):
-            raise ValueError("give either texts or embeddings (one of the two)")
+            raise InputError("give either texts or embeddings (one of the two)")
         if texts is not None:
             if self.encode is None:
-                raise ValueError("this router has no encoder: send embeddings instead of texts")
+                raise InputError("this router has no encoder: send embeddings instead of texts")
             texts = check_texts(texts)
             with self._encode_lock:
                 embeddings = self.encode(texts)
@@ -487,7 +488,7 @@ class Router:
             else:
                 routed = self.arm_names[self.pending[rid]["arm"]]
                 if models is not None and models[i] != routed:
-                    raise ValueError(
+                    raise InputError(
                         f"request {rid!r} was routed to {routed!r}, not {models[i]!r}; no "
                         "feedback applied"
                     )
