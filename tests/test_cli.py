@@ -219,8 +219,7 @@ def test_only_user_errors_are_one_line(tmp_path, cache_dir, capsys, monkeypatch)
     ValueError raised inside a learner's ``act``) keeps its traceback: it propagates."""
     import errno
 
-    from torchroute.cli import is_user_error
-    from torchroute.errors import InputError, OptionError, UserError
+    from torchroute.errors import InputError, OptionError, UserError, is_user_error
     from torchroute.learners.linear import SquareCB
 
     only = "run_learners=[squarecb]"

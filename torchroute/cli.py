@@ -13,12 +13,13 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 
 ``torchroute <command> --help`` lists the config groups, presets and keys; ``--cfg`` prints
 the composed config without running anything.
+
+(Over 400 lines: the argument parsers of eight commands, until they become a package.)
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+from torchroute.errors import is_user_error, one_line
 
 log = logging.getLogger("torchroute")
 
@@ -226,18 +228,6 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"wrote ope.csv, report.md and ope.png ({len(frame)} estimates)")
 
 
-def one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line; a Hydra composition error gets its cause too
-    (``Could not override 'trainer.bogus'. To append ... (Key 'bogus' is not in struct)``)."""
-    from hydra.errors import ConfigCompositionException
-
-    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    cause = exc.__cause__
-    if isinstance(exc, ConfigCompositionException) and cause is not None and str(cause).strip():
-        message += f" ({str(cause).splitlines()[0].strip()})"
-    return message or type(exc).__name__
-
-
 class _ConfigParser(argparse.ArgumentParser):
     """A subcommand's parser whose help ends with the config groups, presets and keys."""
 
@@ -428,41 +418,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_evaluate)
     return parser
-
-
-#: ``errno`` values of an ``OSError`` that are a condition of the user's machine or paths
-#: (full disk or quota, read-only file system, address in use or not available), not a bug
-_USER_ERRNOS = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EROFS,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EADDRINUSE,
-    errno.EADDRNOTAVAIL,
-}
-
-
-def is_user_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is the user's to fix, printed as one line: a
-    :class:`~torchroute.errors.UserError`, a Hydra or OmegaConf config error, or a file-system
-    error (a missing, existing or wrong-kind path, a refused permission, a full or read-only
-    disk, a port in use). Anything else is a bug and keeps its traceback."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from torchroute.errors import UserError
-
-    if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)):
-        return True
-    paths = (
-        FileNotFoundError,
-        FileExistsError,
-        NotADirectoryError,
-        IsADirectoryError,
-        PermissionError,
-    )
-    return isinstance(exc, paths) or (isinstance(exc, OSError) and exc.errno in _USER_ERRNOS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

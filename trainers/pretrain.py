@@ -1,5 +1,8 @@
 """``run_pretrain(cfg)``: pre-train the oracle heads with Lightning, write the artifact and metrics.
 
+(Over 400 lines: one pipeline, table -> encoder -> Lightning fit -> artifact, kept in one
+place until the one build path loads its table and encoder.)
+
 Outputs in ``out_dir``: ``oracle.pt`` (see :func:`torchroute.models.oracles.save_oracle`;
 loads without Lightning), ``metrics.json`` (test-split figures, see :func:`oracle_metrics`),
 ``checkpoints/best.ckpt`` (Lightning), ``wandb/`` (offline run), and ``encoder/`` when the

@@ -1,4 +1,8 @@
-"""Linear contextual bandits on a ridge solver: LinUCB, LinTS, epsilon-greedy, SquareCB."""
+"""Linear contextual bandits on a ridge solver: LinUCB, LinTS, epsilon-greedy, SquareCB.
+
+(Over 400 lines: the four rules share the per-trial hyper-parameters and each carries its
+routing probabilities next to its ``act``.)
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""A live router: one trial of a learner answering queries, learning from delayed feedback."""
+"""A live router: one trial of a learner answering queries, learning from delayed feedback.
+
+(Over 400 lines: admission, pending requests, learning and restore share the router's lock
+and state; splitting them by job waits for the serve package's reorganisation.)
+"""
 
 from __future__ import annotations
 
