@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 import torchroute.envs
@@ -215,18 +215,21 @@ def packaged_config_stems() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def build_learner(config: str, env: Env, directory: Path | None = None) -> Learner:
+def case_learner(config: str, env: Env, directory: Path | None = None) -> Learner:
     """The learner of ``<directory>/<config>.yaml`` (default: the packaged learner configs)
-    for ``env`` (on its device, float64).
+    for ``env`` (on its device, float64), built by the runner's factory
+    (:func:`torchroute.run.build.build_learner`).
 
     A config's ``oracle`` node (a pre-trained checkpoint) is replaced by
     :func:`~torchroute.devicecheck.problems.tiny_oracle`.
     """
+    from torchroute.run.build import build_learner
+
     node = OmegaConf.load((directory or CONFIG_DIR) / f"{config}.yaml")
     extra: dict[str, Any] = {}
     problem = env.problem()
     if "oracle" in node:
         del node["oracle"]
         extra["oracle"] = problems.tiny_oracle(problem.arm_names)
-    factory = instantiate(node, **extra)
-    return factory(problem).to(device=env.device, dtype=torch.float64)
+    learner = build_learner(node, problem, config, **extra)
+    return learner.to(device=env.device, dtype=torch.float64)
