@@ -212,3 +212,33 @@ def test_resume_with_another_config_is_refused(default_run, tmp_path, cache_dir,
     assert main(_args(out, cache_dir, "learners.linucb.alpha=3.0", f"resume={ckpt}")) == 2
     assert "another configuration" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_only_user_errors_are_one_line(tmp_path, cache_dir, capsys, monkeypatch):
+    """A user error (an option out of range) is one line and exit 2; a bug (here a plain
+    ValueError raised inside a learner's ``act``) keeps its traceback: it propagates."""
+    import errno
+
+    from torchroute.errors import InputError, OptionError, UserError, is_user_error
+    from torchroute.learners.linear import SquareCB
+
+    only = "run_learners=[squarecb]"
+    assert (
+        main(_small(tmp_path / "a", cache_dir, "rhos=[0]", only, "learners.squarecb.gamma=-1")) == 2
+    )
+    err = capsys.readouterr().err
+    assert "SquareCB: gamma must be a finite number > 0, got -1" in err and "Traceback" not in err
+
+    def broken(self, context, generator=None):
+        raise ValueError("internal: the scores and the arms disagree")
+
+    monkeypatch.setattr(SquareCB, "act", broken)
+    with pytest.raises(ValueError, match="internal: the scores"):
+        main(_small(tmp_path / "b", cache_dir, "rhos=[0]", only))
+
+    assert issubclass(OptionError, UserError) and issubclass(OptionError, ValueError)
+    assert issubclass(InputError, UserError) and issubclass(InputError, ValueError)
+    for exc in (OptionError("x"), FileNotFoundError(2, "gone"), OSError(errno.ENOSPC, "full")):
+        assert is_user_error(exc), exc
+    for exc in (ValueError("x"), RuntimeError("x"), KeyError("x"), OSError(errno.EIO, "io")):
+        assert not is_user_error(exc), exc

@@ -235,3 +235,29 @@ def test_bad_options_give_one_line_errors(logged, tmp_path, capsys, args, messag
     assert err.startswith("torchroute evaluate: error:") and err.count("\n") == 1
     assert re.search(message, err)
     assert not (tmp_path / "o").exists()
+
+
+def _tensor_state(module) -> dict:
+    return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
+def test_a_fresh_target_is_built_by_the_runs_factory_with_its_seed():
+    """A fresh target is the learner the runner would build: initial weights drawn under the
+    given seed (a run's ``loop_seed``), not always under 0."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import config_dir
+    from torchroute.evaluate_targets import build_target
+    from torchroute.types import Problem
+
+    problem = Problem(2, 3, 4, rho=torch.zeros(2), arm_names=("a", "b", "c"))
+    node = OmegaConf.load(config_dir() / "learner" / "neural_ucb.yaml")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        expected = _tensor_state(instantiate(node)(problem).double())
+    built = _tensor_state(build_target("neural_ucb", problem, seed=3))
+    assert built.keys() == expected.keys()
+    assert all(torch.equal(built[k], expected[k]) for k in expected)
+    other = _tensor_state(build_target("neural_ucb", problem, seed=0))
+    assert not all(torch.equal(other[k], expected[k]) for k in expected)

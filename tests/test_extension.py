@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from torchroute.cli import compose_config
 from torchroute.envs import Env
+from torchroute.functional.sampling import sample_categorical
 from torchroute.learners import Learner
 from torchroute.loop import simulate
 from torchroute.report import write_report
@@ -99,6 +100,8 @@ class TwoArmGraphEnv(Env):
 class NeighbourLearner(Learner):
     """Greedy on empirical means; asks to observe the arm it did not play."""
 
+    feedback = "graph"
+
     def __init__(self, num_trials, num_arms):
         super().__init__(num_trials, num_arms)
         self.register_buffer("sums", torch.zeros(num_trials, num_arms))
@@ -112,8 +115,40 @@ class NeighbourLearner(Learner):
         return Decision(probs, action, observe=~probs.bool())
 
     def update(self, context, decision, feedback, generator=None):
+        self._check_context(context)
+        self._check_feedback(context, feedback)
         self.sums += torch.where(feedback.observed, feedback.reward, 0.0).sum(1).to(self.sums)
         self.counts += feedback.observed.sum(1).to(self.counts)
+        self._tick(context)
+        return {}
+
+
+class SoftmaxMeans(Learner):
+    """Samples arm ``k`` with probability ``softmax(mean / temperature)_k`` of the empirical
+    means: it says so (``samples_from_probs``), and declares its device tolerance."""
+
+    samples_from_probs = True
+    device_tolerance = "neural"
+
+    def __init__(self, num_trials, num_arms, temperature=0.5):
+        super().__init__(num_trials, num_arms)
+        self.temperature = float(temperature)
+        self.register_buffer("sums", torch.zeros(num_trials, num_arms))
+        self.register_buffer("counts", torch.zeros(num_trials, num_arms))
+
+    def act(self, context, generator=None):
+        self._check_context(context)
+        mean = self.sums / self.counts.clamp_min(1)  # [R, K]
+        probs = torch.softmax(mean / self.temperature, -1).to(context.x.dtype)
+        probs = probs[:, None].expand(-1, context.x.shape[1], -1)  # [R, B, K]
+        return Decision(probs, sample_categorical(probs, generator))
+
+    def update(self, context, decision, feedback, generator=None):
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        played = F.one_hot(decision.action, self.num_arms).to(self.sums)  # [R, B, K]
+        self.sums += (feedback.reward.to(self.sums) * played).sum(1)
+        self.counts += played.sum(1)
         self._tick(context)
         return {}
 
@@ -253,6 +288,7 @@ import torch.nn.functional as F
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs import Env
+from torchroute.functional.sampling import sample_categorical
 from torchroute.learners import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -278,6 +314,12 @@ PLUGIN_CONFIGS = {
         # Greedy on empirical means; asks to observe the arm it did not play.
         _target_: graph_ext.NeighbourLearner.from_problem
         _partial_: true
+        """,
+    "learner/sampler.yaml": """\
+        # Samples each arm by a softmax of its empirical mean.
+        _target_: graph_ext.SoftmaxMeans.from_problem
+        _partial_: true
+        temperature: 0.5
         """,
     "learner/subset_picker.yaml": """\
         # A packaged subset learner under a name of the plug-in's.
@@ -320,6 +362,19 @@ PLUGIN_CONFIGS = {
         rhos: [0.0]
         reference: observer
         """,
+    "experiment/sampler_table.yaml": """\
+        # @package _global_
+        # The sampler on the packaged single-choice env over the plug-in's table.
+        defaults:
+          - /learner@learners.sampler: sampler
+          - override /data: graph_table
+        name: sampler_table
+        encoder: null
+        features:
+          pca_dim: 3
+        rhos: [0.0]
+        reference: sampler
+        """,
 }
 
 
@@ -328,7 +383,7 @@ def plugin(tmp_path, monkeypatch):
     """The config folder of the plug-in package ``graph_ext`` (importable meanwhile)."""
     package = tmp_path / "site" / "graph_ext"
     package.mkdir(parents=True)
-    source = [inspect.getsource(c) for c in (TwoArmGraphEnv, NeighbourLearner)]
+    source = [inspect.getsource(c) for c in (TwoArmGraphEnv, NeighbourLearner, SoftmaxMeans)]
     (package / "__init__.py").write_text(PLUGIN_HEADER + "\n\n".join(source))
     configs = tmp_path / "graph_configs"
     for name, text in PLUGIN_CONFIGS.items():
@@ -391,22 +446,28 @@ def test_the_plugin_configs_are_cases_of_the_gpu_dry_run(plugin, capsys):
     plug-in's learner (a case on the env of its protocol) and env (a case of the probe
     learner), and runs the learner on the plug-in's env when asked by ``learner@env``."""
     from torchroute.devicecheck.cases import DEFAULT_TOL, Case, find_cases
+    from torchroute.devicecheck.compare import NEURAL
     from torchroute.devicecheck.main import main
 
     cases = find_cases([plugin])
     assert cases["observer"] == Case("observer", "single_choice", DEFAULT_TOL, plugin / "learner")
+    # the tolerance the plug-in class declares (device_tolerance = "neural"), no list edited
+    assert cases["sampler"] == Case("sampler", "single_choice", NEURAL, plugin / "learner")
     assert cases["random@two_arm_graph"] == Case(
         "random", "two_arm_graph", DEFAULT_TOL, None, plugin / "env"
     )
     assert "observer" not in find_cases()  # only with the folder
-    only = ["observer", "random@two_arm_graph", "observer@two_arm_graph"]
+    only = ["observer", "sampler", "random@two_arm_graph", "observer@two_arm_graph"]
     argv = ["--device", "cpu", "--config-dir", str(plugin), "--only", *only, "--rounds", "6"]
     status = main([*argv, "--workers", "0", "--no-throughput"])
     out = capsys.readouterr().out
     assert status == 0, out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
-    assert [lines[name][1] for name in only] == ["single_choice", "two_arm_graph", "two_arm_graph"]
+    envs = ["single_choice", "single_choice", "two_arm_graph", "two_arm_graph"]
+    assert [lines[name][1] for name in only] == envs
     assert all(lines[name][-1] == "ok" for name in only)
+    assert [float(v) for v in lines["sampler"][2:4]] == [NEURAL.rtol, NEURAL.atol]
+    assert float(lines["observer"][2]) == DEFAULT_TOL.rtol
     assert int(lines["observer@two_arm_graph"][5]) > 0  # the env's draws came from the CPU
     assert main(["--device", "cpu", "--config-dir", str(plugin / "nowhere")]) == 2
     assert "--config-dir" in capsys.readouterr().out
@@ -420,7 +481,7 @@ def test_the_plugin_configs_are_contract_cases(plugin):
     from tests.learners.test_subset_contract import _subset_configs
 
     specs = config_specs(plugin / "learner")
-    assert list(specs) == ["config:observer"]
+    assert list(specs) == ["config:observer", "config:sampler"]
     learner = specs["config:observer"].build(4, 3, 5, 0)
     assert type(learner).__name__ == "NeighbourLearner" and learner.sums.shape == (4, 3)
     decision = learner.act(Context(x=torch.ones(4, 1, 5)))
@@ -435,6 +496,65 @@ def test_the_plugin_configs_are_contract_cases(plugin):
     from torchroute.learners import RandomSubset
 
     assert _subset_configs([plugin]) == {**_subset_configs(), "subset_picker": RandomSubset}
+
+
+CONTRACT = [
+    "test_decision_shapes_and_distribution",
+    "test_state_has_a_leading_trial_dimension",
+    "test_trial_equivariance",
+    "test_state_dict_round_trip",
+    "test_cpu_float64_determinism",
+    "test_to_float64",
+    "test_wrong_number_of_trials_raises",
+    "test_constructor_rejects_bad_sizes",
+    "test_routing_probs_are_the_frequencies_of_act",
+    "test_capabilities_are_declared",
+]
+
+
+@pytest.mark.parametrize("test", CONTRACT)
+@pytest.mark.parametrize("stem", ["observer", "sampler"])
+def test_the_plugin_learners_pass_the_contract_tests(plugin, monkeypatch, stem, test):
+    """The learner contract tests, run on the plug-in's config cases as on the packaged
+    ones (the case is put where they look it up only for this test)."""
+    import tests.learners.test_contract as contract
+    from tests.learners.helpers import LEARNERS, config_specs
+
+    name = f"config:{stem}"
+    monkeypatch.setitem(LEARNERS, name, config_specs(plugin / "learner")[name])
+    function = getattr(contract, test)
+    if test == "test_decision_shapes_and_distribution":
+        function(name, 3)
+    elif test == "test_routing_probs_are_the_frequencies_of_act":
+        function(name, False)
+    else:
+        function(name)
+
+
+def test_a_plugin_learner_that_samples_is_served_with_its_exact_propensity(plugin, tmp_path):
+    """A plug-in learner that says it samples from its probabilities is served with them:
+    the logged probabilities and propensities are the softmax of its means computed here,
+    not a Monte-Carlo estimate (multiples of ``1 / 201``)."""
+    from torchroute.cli import main
+    from torchroute.serve import load_router
+
+    out = tmp_path / "run"
+    argv = ["simulate", "--config-dir", str(plugin), "experiment=sampler_table", f"out_dir={out}"]
+    assert main([*argv, "seeds=[0]", "~logger", "progress=false", "report=false"]) == 0
+    router = load_router(out, state_path=tmp_path / "r.pt", trusted=("graph_ext.",))
+    learner = router.learner
+    assert type(learner).__name__ == "SoftmaxMeans" and learner.counts.sum() > 0
+    mean = (learner.sums / learner.counts.clamp_min(1)).double()[0]  # [K]
+    exact = torch.exp(mean / 0.5) / torch.exp(mean / 0.5).sum()  # by hand
+    assert exact.min() > 0.05 and not torch.allclose(exact, exact.mean())
+    table = sys.modules["graph_ext"].tiny_table()
+    decisions = router.route(embeddings=table.embeddings[:6])
+    logged = router.log.table()["probabilities"][-6:]
+    for decision, probs in zip(decisions, logged, strict=True):
+        arm = router.arm_names.index(decision["model"])
+        torch.testing.assert_close(torch.tensor(list(probs), dtype=torch.float64), exact)
+        assert decision["propensity"] == pytest.approx(float(exact[arm]), rel=1e-6)  # float32 state
+    router.close()
 
 
 class Started(Exception):

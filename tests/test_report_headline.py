@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torchroute.cli import companion_overrides
 from torchroute.report import write_report
 from torchroute.report.headline import OPENING, headline, learner_classes
+from torchroute.run.companions import companion_overrides
 
 CONFIG = """learners:
   random: {_target_: torchroute.learners.RandomRouter.from_problem}

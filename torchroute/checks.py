@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from torchroute.errors import OptionError
+
 
 def check_number(
     owner: str,
@@ -15,7 +17,8 @@ def check_number(
     le: float | None = None,
     integer: bool = False,
 ) -> None:
-    """Raise ``ValueError`` unless ``value`` is a finite number within the given bounds.
+    """Raise :class:`~torchroute.errors.OptionError` (a ``ValueError``) unless ``value`` is a
+    finite number within the given bounds.
 
     Args:
         owner: who takes the argument (``"LinUCB"``), named in the message.
@@ -30,7 +33,7 @@ def check_number(
         >>> check_number("LinUCB", "alpha", float("nan"), ge=0)
         Traceback (most recent call last):
         ...
-        ValueError: LinUCB: alpha must be a finite number >= 0, got nan
+        torchroute.errors.OptionError: LinUCB: alpha must be a finite number >= 0, got nan
     """
     bounds = [f"> {gt}" if gt is not None else "", f">= {ge}" if ge is not None else ""]
     bounds.append(f"<= {le}" if le is not None else "")
@@ -42,7 +45,7 @@ def check_number(
     ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
     ok = ok and (le is None or value <= le)
     if not ok:
-        raise ValueError(f"{owner}: {name} must be {expected}, got {value!r}")
+        raise OptionError(f"{owner}: {name} must be {expected}, got {value!r}")
 
 
 def check_igw(owner: str, num_arms: int, gamma: float, mu: float | None, eps_floor: float) -> None:

@@ -13,6 +13,8 @@ Configs are composed with Hydra from ``configs/`` (shipped inside the package as
 
 ``torchroute <command> --help`` lists the config groups, presets and keys; ``--cfg`` prints
 the composed config without running anything.
+
+(Over 400 lines: the argument parsers of eight commands, until they become a package.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+from torchroute.errors import is_user_error, one_line
 
 if TYPE_CHECKING:
     from torchroute.run import RunOptions
@@ -45,6 +48,7 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     from omegaconf import OmegaConf
 
     from torchroute.cli_help import diagnose, primary_config
+    from torchroute.run.options import ConfigError
 
     overrides = list(args.overrides if overrides is None else overrides)
     extra = args.config_dir or []
@@ -60,7 +64,7 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
         )
         if hint is None:
             raise
-        raise ValueError(hint) from exc
+        raise ConfigError(hint) from exc
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")
         return None
@@ -68,8 +72,8 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
 
 
 def _simulate(args: argparse.Namespace) -> None:
-    from torchroute.report import write_report
     from torchroute.run import RunOptions, run
+    from torchroute.run.companions import companion_overrides, companion_presets, finish
     from torchroute.run.options import check_no_repeats
     from torchroute.run.outdir import check_out_dir
 
@@ -80,7 +84,7 @@ def _simulate(args: argparse.Namespace) -> None:
     check_no_repeats(opts.config)
     _check_reference(args, opts)
     companions = []  # composed and validated before the first run writes anything
-    for preset in _companion_presets(cfg, args.config_dir or []):
+    for preset in companion_presets(cfg, args.config_dir or []):
         overrides = companion_overrides(args.overrides, preset, opts.out_dir)
         companion = _compose(args, overrides)
         if companion is not None:
@@ -92,63 +96,7 @@ def _simulate(args: argparse.Namespace) -> None:
         run(companion)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
         return
-    print(f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)")
-    for companion in companions:
-        print(f"wrote {companion.out_dir / 'results.csv'}")
-    if opts.report:
-        reference = opts.reference
-        if reference is not None and reference not in set(results["learner"]):
-            log.warning("reference=%s did not run; the report has no relative regret", reference)
-            reference = None
-        print(
-            write_report(
-                [opts.out_dir],
-                reference=reference,
-                sections=opts.report_sections,
-                companions=[c.out_dir for c in companions],
-            )
-        )
-
-
-#: command-line overrides a companion run shares with its main run: the grid, the data,
-#: the encoder, the device and the run-time switches (not learners, env or out_dir)
-COMPANION_KEYS = (
-    "rounds",
-    "seeds",
-    "split",
-    "data",
-    "encoder",
-    "cache_dir",
-    "device",
-    "loop_seed",
-    "rng",
-    "logger",
-    "~logger",
-    "progress",
-    "overwrite",
-)
-
-
-def _companion_presets(cfg: DictConfig, extra: Sequence[str] = ()) -> list[str]:
-    """The ``companions`` of a run, each an experiment preset that exists (none run when
-    ``run_learners`` picks some of its learners)."""
-    from torchroute.run.options import ConfigError
-
-    presets = cfg.get("companions") or []
-    if not isinstance(presets, Sequence) or isinstance(presets, str):
-        presets = [presets]
-    bad = [p for p in presets if not isinstance(p, str) or not p or "/" in p]
-    if bad:
-        raise ConfigError(f"companions must be a list of experiment preset names, got {bad}")
-    known = {p.stem for d in config_dirs(extra) for p in (d / "experiment").glob("*.yaml")}
-    unknown = [p for p in presets if p not in known]
-    if unknown:
-        raise ConfigError(
-            f"companions: no experiment preset {unknown}; the presets: {sorted(known)}"
-        )
-    if cfg.get("run_learners"):
-        return []
-    return list(presets)
+    print(finish(opts, results, companions))
 
 
 def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
@@ -161,17 +109,6 @@ def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
             f"reference={opts.reference!r} is not a learner of this run; expected one of "
             f"{list(opts.run_learners)}"
         )
-
-
-def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) -> list[str]:
-    """The overrides of companion ``preset`` of a run into ``out_dir``: the command's own
-    grid and data overrides (:data:`COMPANION_KEYS`), the preset, ``out_dir/<preset>``."""
-    shared = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+")
-        if key in COMPANION_KEYS or key.split(".", 1)[0] in COMPANION_KEYS:
-            shared.append(item)
-    return [*shared, f"experiment={preset}", f"out_dir={out_dir / preset}", "companions=[]"]
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -326,18 +263,6 @@ def _evaluate(args: argparse.Namespace) -> None:
     config_dirs(args.config_dir or [])  # a missing or clashing folder: one line
     frame = run(args.overrides, args.config_dir or [], trusted_prefixes(args.trust))
     print(f"wrote ope.csv, report.md and ope.png ({len(frame)} estimates)")
-
-
-def one_line(exc: BaseException) -> str:
-    """The message of ``exc`` on one line; a Hydra composition error gets its cause too
-    (``Could not override 'trainer.bogus'. To append ... (Key 'bogus' is not in struct)``)."""
-    from hydra.errors import ConfigCompositionException
-
-    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    cause = exc.__cause__
-    if isinstance(exc, ConfigCompositionException) and cause is not None and str(cause).strip():
-        message += f" ({str(cause).splitlines()[0].strip()})"
-    return message or type(exc).__name__
 
 
 class _ConfigParser(argparse.ArgumentParser):
@@ -555,31 +480,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for configuration and input errors).
 
-    Errors in the configuration or the input print one line (``torchroute <command>:
-    error: ...``) and return 2; ``--debug`` or ``HYDRA_FULL_ERROR=1`` show the traceback.
+    A user error (:func:`is_user_error`: bad config, flag, file, table, ...) prints one line
+    (``torchroute <command>: error: ...``) and returns 2; ``--debug`` or
+    ``HYDRA_FULL_ERROR=1`` show its traceback. Any other exception is a bug: it propagates
+    with its traceback (exit 1).
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    expected = (
-        HydraException,
-        OmegaConfBaseException,
-        ValueError,  # ConfigError, TableError, CheckpointError, OracleArtifactError, ...
-        ArithmeticError,  # NonFiniteError: NaN/inf in a learner's state
-        FileNotFoundError,
-        NotADirectoryError,
-        IsADirectoryError,
-        OSError,  # a full disk (ENOSPC), a read-only file system, a permission refused
-    )
     try:
         args.func(args)
-    except expected as exc:
-        if args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
+    except Exception as exc:
+        if not is_user_error(exc) or args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         message = one_line(exc)
         print(f"torchroute {args.command}: error: {message}", file=sys.stderr)

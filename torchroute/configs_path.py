@@ -15,6 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from torchroute.errors import OptionError
+
 
 def config_dir() -> Path:
     """The folder holding ``simulate.yaml`` and the config groups.
@@ -45,13 +47,13 @@ def config_dirs(
     for item in extra:
         path = Path(item).expanduser().resolve()
         if not path.is_dir():
-            raise ValueError(f"{flag} {item}: no such folder (expected a folder of YAML configs)")
+            raise OptionError(f"{flag} {item}: no such folder (expected a folder of YAML configs)")
         if path in folders:
             continue
         for file in sorted(path.rglob("*.yaml")):
             rel = file.relative_to(path)
             if rel in seen:
-                raise ValueError(
+                raise OptionError(
                     f"{flag} {item}: {rel} is also in {seen[rel]}; give it another name "
                     "(a config folder adds files, it does not replace them)"
                 )

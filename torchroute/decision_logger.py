@@ -20,6 +20,7 @@ from torch import Tensor
 from torchroute.data.decision_io import save_decisions
 from torchroute.data.decisions import DecisionLog
 from torchroute.envs.base import Env
+from torchroute.errors import OptionError
 from torchroute.learners.base import Learner
 from torchroute.loop import SimulationResult, simulate
 from torchroute.types import Context, Decision, Feedback
@@ -41,7 +42,7 @@ class DecisionRecorder:
 
     def __init__(self, env: Env, learner: str) -> None:
         if not env.single_choice:
-            raise ValueError(
+            raise OptionError(
                 f"{type(env).__name__} does not route each decision to one arm "
                 "(Env.single_choice); a decision log holds one arm per row"
             )
@@ -57,7 +58,7 @@ class DecisionRecorder:
     def __call__(self, t: int, context: Context, decision: Decision, feedback: Feedback) -> None:
         """Record round ``t``: the chosen arm, its probability and the feedback, ``[R, B]``."""
         if decision.is_subset:
-            raise ValueError("decision logs hold one arm per decision, not subsets")
+            raise OptionError("decision logs hold one arm per decision, not subsets")
         score, cost = self.env.logged_feedback(context, decision, feedback)  # [R, B] each
         row = {
             "x": context.x.detach(),

@@ -11,7 +11,16 @@ catches ``ValueError`` still catches them.
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+import errno
+
+__all__ = [
+    "InputError",
+    "OptionError",
+    "ScoreRangeError",
+    "UserError",
+    "is_user_error",
+    "one_line",
+]
 
 
 class UserError(Exception):
@@ -20,3 +29,62 @@ class UserError(Exception):
     Subclasses name what was checked (``ConfigError``, ``TableError``, ...); the message is
     one line that names the key, flag, file or field and what was expected.
     """
+
+
+class OptionError(UserError, ValueError):
+    """An option's value out of its range or of the wrong kind: a hyper-parameter, a config
+    value or a flag (``LinUCB: alpha must be a finite number >= 0, got -1``)."""
+
+
+class InputError(UserError, ValueError):
+    """Input data of the wrong shape or value: a context, a feedback, a request's field."""
+
+
+class ScoreRangeError(InputError):
+    """A feedback score outside the range its router takes (``[0, 1]``, or ``[0, N]`` for
+    a subset router's set outcome)."""
+
+
+#: ``errno`` values of an ``OSError`` that are a condition of the user's machine or paths
+#: (full disk or quota, read-only file system, address in use or not available), not a bug
+_USER_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EADDRINUSE,
+    errno.EADDRNOTAVAIL,
+}
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's to fix, printed as one line: a
+    :class:`~torchroute.errors.UserError`, a Hydra or OmegaConf config error, or a file-system
+    error (a missing, existing or wrong-kind path, a refused permission, a full or read-only
+    disk, a port in use). Anything else is a bug and keeps its traceback."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(exc, (UserError, HydraException, OmegaConfBaseException)):
+        return True
+    paths = (
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+    )
+    return isinstance(exc, paths) or (isinstance(exc, OSError) and exc.errno in _USER_ERRNOS)
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line; a Hydra composition error gets its cause too
+    (``Could not override 'trainer.bogus'. To append ... (Key 'bogus' is not in struct)``)."""
+    from hydra.errors import ConfigCompositionException
+
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    cause = exc.__cause__
+    if isinstance(exc, ConfigCompositionException) and cause is not None and str(cause).strip():
+        message += f" ({str(cause).splitlines()[0].strip()})"
+    return message or type(exc).__name__

@@ -120,6 +120,16 @@ def parse_options(overrides: Sequence[str]) -> DictConfig:
     return cfg
 
 
+def _init_seed(cfg: Any) -> int:
+    """The seed of fresh targets' initial weights: the ``loop_seed`` of the run in
+    ``checkpoint`` (as that run built its learners), else ``seed``."""
+    if cfg.checkpoint is None:
+        return int(cfg.seed)
+    from torchroute.run.trained import run_options
+
+    return int(run_options(Path(str(cfg.checkpoint))).loop_seed)
+
+
 def run(
     overrides: Sequence[str],
     config_dirs: Sequence[str | Path] = (),
@@ -158,6 +168,7 @@ def run(
         dtype=torch.float64,
     )
     generator = torch.Generator().manual_seed(int(cfg.seed))
+    init_seed = _init_seed(cfg)
     reward = log.utility(rho_t)  # [G, n]
     rows = []
     on_policy = estimate(
@@ -175,7 +186,9 @@ def run(
         names, probs = [], []
         for name in cfg.targets:
             probs.append(
-                frozen_probs(str(name), problem, x.to(device), cfg, generator, extra, trusted).cpu()
+                frozen_probs(
+                    str(name), problem, x.to(device), cfg, generator, extra, trusted, init_seed
+                ).cpu()
             )
             names.append(str(name))
         pi = torch.cat(probs)  # [P G, n, K]
@@ -206,7 +219,7 @@ def run(
             part = slice(j * g, (j + 1) * g)
             rows += _rows(name, "frozen", rhos, result, estimators, part)
     for name in cfg.replay:
-        learner = replay_learner(str(name), problem, extra, trusted)
+        learner = replay_learner(str(name), problem, extra, trusted, init_seed)
         keys = trial_keys(pd.DataFrame({"rho": rhos}), int(cfg.seed), stream=f"replay:{name}")
         out = replay(
             learner,

@@ -11,8 +11,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from torchroute.configs_path import config_dirs
+from torchroute.errors import OptionError
 from torchroute.learners.base import Learner
+from torchroute.run.build import build_learner
 from torchroute.run.folder import RunFolder
+from torchroute.run.options import ConfigError
 from torchroute.run.trained import load_trained
 from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem
@@ -27,7 +30,7 @@ def learner_config(name: str, extra: Sequence[str | Path] = ()) -> tuple[Any, st
         if path.is_file():
             return OmegaConf.to_container(OmegaConf.load(path)), str(path)
     known = sorted({p.stem for folder in folders for p in (folder / "learner").glob("*.yaml")})
-    raise ValueError(f"targets: no learner config {name!r} (known: {known}); or use arm:<model>")
+    raise OptionError(f"targets: no learner config {name!r} (known: {known}); or use arm:<model>")
 
 
 def build_target(
@@ -35,25 +38,24 @@ def build_target(
     problem: Problem,
     extra: Sequence[str | Path] = (),
     trusted: Iterable[str] = (),
+    seed: int = 0,
 ) -> Learner:
-    """A fresh learner of config ``learner/<name>.yaml`` for ``problem`` (float64).
+    """A fresh learner of config ``learner/<name>.yaml`` for ``problem`` (float64), built by
+    the runner's factory (:func:`torchroute.run.build.build_learner`) with initial weights
+    drawn under ``seed`` (a run's ``loop_seed``).
 
     Only torchroute's own classes and those under a ``trusted`` prefix are instantiated.
-    """
-    from hydra.utils import instantiate
 
+    Raises:
+        ConfigError: a config that does not build a learner for ``problem``.
+    """
     node, source = learner_config(name, extra)
     check_trusted(node, f"targets.{name}", source, trusted)
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            learner = instantiate(node)(problem)
-    except Exception as exc:  # instantiation wraps every constructor error
-        cause = exc.__cause__ or exc
-        raise ValueError(f"targets: cannot build {name!r} for the log: {cause}") from exc
-    if not isinstance(learner, Learner):
-        raise ValueError(f"targets: {name!r} built a {type(learner).__name__}, not a Learner")
-    return learner.to(problem.device).double()
+        learner = build_learner(OmegaConf.create(node), problem, name, init_seed=seed)
+    except ConfigError as exc:
+        raise ConfigError(f"targets: cannot build {name!r} for the log: {exc}") from exc
+    return learner.double()
 
 
 def frozen_probs(
@@ -64,6 +66,7 @@ def frozen_probs(
     generator: torch.Generator,
     extra: Sequence[str | Path] = (),
     trusted: Iterable[str] = (),
+    seed: int = 0,
 ) -> Tensor:
     """The target's distribution on every logged context, ``[G, n, K]`` (``G`` rhos).
 
@@ -71,13 +74,14 @@ def frozen_probs(
     (``B = n``) without learning. A learner of the run in ``cfg.checkpoint`` is that run's
     trained learner, one trial per rho (its first seed), read as serving reads it
     (:func:`torchroute.run.trained.load_trained`: plain, chunked and torchrun runs);
-    another name is a fresh learner of its config (:func:`build_target`).
+    another name is a fresh learner of its config (:func:`build_target`, initial weights
+    under ``seed``).
     """
     g, n = problem.num_trials, x.shape[0]
     if name.startswith("arm:"):
         arm = name[4:]
         if arm not in problem.arm_names:
-            raise ValueError(f"targets: {name!r}: unknown model; the log's: {problem.arm_names}")
+            raise OptionError(f"targets: {name!r}: unknown model; the log's: {problem.arm_names}")
         probs = torch.zeros(g, n, problem.num_arms, dtype=torch.float64)
         probs[..., problem.arm_names.index(arm)] = 1.0
         return probs
@@ -90,7 +94,7 @@ def frozen_probs(
                     for rho in problem.rho.tolist()
                 ]
             )
-    learner = build_target(name, problem, extra, trusted)
+    learner = build_target(name, problem, extra, trusted, seed)
     context = Context(x=x.to(torch.float64)[None].expand(g, n, -1))  # [G, n, d]
     with torch.no_grad():
         return learner.act(context, generator).probs.double()  # [G, n, K]
@@ -102,12 +106,12 @@ def _trained_probs(
     """``[1, n, K]``: the run's trained learner of the trial at ``rho`` on the log."""
     trained = load_trained(run, name, rho=rho)
     if list(trained.problem.arm_names) != list(problem.arm_names):
-        raise ValueError(
+        raise OptionError(
             f"checkpoint={run.path}: the run's models {trained.problem.arm_names} are not the "
             f"log's {problem.arm_names}"
         )
     if trained.problem.dim != x.shape[1]:
-        raise ValueError(
+        raise OptionError(
             f"checkpoint={run.path}: the run's learners read d={trained.problem.dim} features but "
             f"the log's contexts have {x.shape[1]}"
         )
@@ -117,7 +121,12 @@ def _trained_probs(
 
 
 def replay_learner(
-    name: str, problem: Problem, extra: Sequence[str | Path] = (), trusted: Iterable[str] = ()
+    name: str,
+    problem: Problem,
+    extra: Sequence[str | Path] = (),
+    trusted: Iterable[str] = (),
+    seed: int = 0,
 ) -> Learner:
-    """A fresh learner of config ``name`` (one trial per rho) to run through the log."""
-    return build_target(name, problem, extra, trusted)
+    """A fresh learner of config ``name`` (one trial per rho) to run through the log
+    (initial weights under ``seed``)."""
+    return build_target(name, problem, extra, trusted, seed)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.buildable import buildable
+from torchroute.errors import OptionError
 
 #: the values ``features.source`` accepts
 FEATURE_SOURCES = ("pca", "raw", "oracle")
@@ -58,7 +59,7 @@ def fit_pca(
     """``(mean [1, D], components [pca_dim, D])`` (float64) of the rows ``fit_rows``."""
     x = embeddings.double()
     if not 1 <= pca_dim <= x.shape[1]:
-        raise ValueError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
+        raise OptionError(f"features.pca_dim must be in 1..{x.shape[1]}, got {pca_dim}")
     fit = x[torch.as_tensor(fit_rows, dtype=torch.long)]
     mean = fit.mean(0, keepdim=True)
     # Exact SVD of the (n_fit x D) train block: D is a few hundred, this is instant.
@@ -100,7 +101,7 @@ def oracle_features(
         ``[n, d_phi + bias]`` float32.
     """
     if not hasattr(oracle, "features"):
-        raise ValueError(
+        raise OptionError(
             f"features.source=oracle needs a module with features(e), got {type(oracle).__name__}"
         )
     was_training = oracle.training

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.envs.base import Env
+from torchroute.errors import UserError
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
@@ -25,7 +26,7 @@ from torchroute.types import Context, Decision, Feedback
 RoundCallback = Callable[[int, Context, Decision, Feedback], None]
 
 
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(UserError, FloatingPointError):
     """A learner's state or the run's metrics became NaN or infinite."""
 
 

@@ -8,6 +8,8 @@ from typing import Any, Literal, Protocol
 
 import pandas as pd
 
+from torchroute.errors import OptionError
+
 MODES = ("online", "offline", "disabled")
 # Modes wandb itself reads from WANDB_MODE; "dryrun" is its old name for "offline".
 _ENV_MODES = (*MODES, "dryrun", "run", "shared")
@@ -59,12 +61,12 @@ def configure_wandb(mode: str) -> str:
         ValueError: ``mode`` or ``WANDB_MODE`` is not a mode wandb knows.
     """
     if mode not in MODES:
-        raise ValueError(f"configure_wandb: mode must be one of {MODES}, got {mode!r}")
+        raise OptionError(f"configure_wandb: mode must be one of {MODES}, got {mode!r}")
     env_mode = os.environ.get("WANDB_MODE")
     user_set = env_mode is not None and _written.get("WANDB_MODE") != env_mode
     effective = env_mode if user_set else mode
     if effective not in _ENV_MODES:
-        raise ValueError(
+        raise OptionError(
             f"environment variable WANDB_MODE must be one of {MODES}, got {effective!r}"
         )
     _set_env("WANDB_MODE", effective)

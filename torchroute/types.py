@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from torchroute.errors import InputError
+
 if TYPE_CHECKING:
     from torchroute.functional.random import TrialRNG
 
@@ -21,12 +23,12 @@ def _check(name: str, tensor: Tensor, ndim: int, what: str) -> None:
     if not isinstance(tensor, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(tensor).__name__}")
     if tensor.ndim != ndim:
-        raise ValueError(f"{name} must have shape {what}, got {tuple(tensor.shape)}")
+        raise InputError(f"{name} must have shape {what}, got {tuple(tensor.shape)}")
 
 
 def _check_lead(name: str, tensor: Tensor | None, lead: tuple[int, ...], what: str) -> None:
     if tensor is not None and tuple(tensor.shape[: len(lead)]) != lead:
-        raise ValueError(
+        raise InputError(
             f"{name} has shape {tuple(tensor.shape)}, expected {what} with leading {lead}"
         )
 
@@ -105,13 +107,13 @@ class Decision(_TensorContainer):
     def __post_init__(self) -> None:
         _check("Decision.probs", self.probs, 3, "[R, B, K]")
         if self.action.ndim not in (2, 3) or self.action.shape[:2] != self.probs.shape[:2]:
-            raise ValueError(
+            raise InputError(
                 f"Decision.action must have shape [R, B] or [R, B, m] matching probs "
                 f"{tuple(self.probs.shape)}, got {tuple(self.action.shape)}"
             )
         if self.observe is not None:
             if self.observe.shape != self.probs.shape:
-                raise ValueError(
+                raise InputError(
                     f"Decision.observe must be [R, B, K] = {tuple(self.probs.shape)} like "
                     f"Decision.probs, got {tuple(self.observe.shape)}"
                 )
@@ -158,7 +160,7 @@ class Feedback(_TensorContainer):
         for name in ("observed", "score", "cost"):
             value = getattr(self, name)
             if value is not None and value.shape != self.reward.shape:
-                raise ValueError(
+                raise InputError(
                     f"Feedback.{name} has shape {tuple(value.shape)}, expected "
                     f"{tuple(self.reward.shape)} (the shape of Feedback.reward)"
                 )
@@ -238,29 +240,29 @@ class Problem:
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
-            raise ValueError(
+            raise InputError(
                 f"Problem.rho must be [R={self.num_trials}], got {tuple(self.rho.shape)}"
             )
         for name, value in self.labels.items():
             if tuple(value.shape) != (self.num_trials,):
-                raise ValueError(
+                raise InputError(
                     f"Problem.labels[{name!r}] must be [R={self.num_trials}], "
                     f"got {tuple(value.shape)}"
                 )
         if self.init_rng is not None and self.init_rng.num_trials != self.num_trials:
-            raise ValueError(
+            raise InputError(
                 f"Problem.init_rng holds {self.init_rng.num_trials} trials, expected "
                 f"R={self.num_trials}"
             )
         if len(self.arm_names) != self.num_arms:
-            raise ValueError(
+            raise InputError(
                 f"Problem.arm_names has {len(self.arm_names)} names for K={self.num_arms}"
             )
 
     def require_train(self, who: str) -> TrainSplit:
         """The train split, or a one-line error saying that ``who`` needs one."""
         if self.train is None:
-            raise ValueError(
+            raise InputError(
                 f"{who} needs a train split (Problem.train), but the environment has none; "
                 "use a table with a train split or another learner"
             )

@@ -1,5 +1,8 @@
 """``run_pretrain(cfg)``: pre-train the oracle heads with Lightning, write the artifact and metrics.
 
+(Over 400 lines: one pipeline, table -> encoder -> Lightning fit -> artifact, kept in one
+place until the one build path loads its table and encoder.)
+
 Outputs in ``out_dir``: ``oracle.pt`` (see :func:`torchroute.models.oracles.save_oracle`;
 loads without Lightning), ``metrics.json`` (test-split figures, see :func:`oracle_metrics`),
 ``checkpoints/best.ckpt`` (Lightning), ``wandb/`` (offline run), and ``encoder/`` when the
@@ -33,6 +36,7 @@ from torch import Tensor
 
 from torchroute.buildable import buildable
 from torchroute.data.table import RoutingTable, TableError
+from torchroute.errors import UserError
 from torchroute.functional.threads import intra_op_threads
 from torchroute.io import write_text_atomic
 from torchroute.models.embedding_cache import EmbeddingCache
@@ -69,7 +73,7 @@ _RUNTIME = {
 }
 
 
-class PretrainConfigError(ValueError):
+class PretrainConfigError(UserError, ValueError):
     """A pretrain config names an option its section does not take, or cannot be built."""
 
 

@@ -12,10 +12,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from torchroute.errors import UserError
 from torchroute.io import check_writable_folder
 
 
-class PretrainValueError(ValueError):
+class PretrainValueError(UserError, ValueError):
     """A pretrain option has a value of the wrong type or outside its range."""
 
 

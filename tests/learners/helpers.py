@@ -1,9 +1,12 @@
 """Shared pieces of the learner tests: a factory per learner and a synthetic linear problem.
 
-A learner of ``configs/learner/*.yaml`` whose class no hand-written entry of
-:data:`LEARNERS` covers is a case of its own (:func:`config_specs`: built from its config on
-a tiny problem, with the weakest promises unless :data:`CONFIG_OVERRIDES` says more), so a
-new single-choice learner is covered by adding its config.
+Every single-choice learner of ``configs/learner/*.yaml`` (``protocol`` other than
+``"subset"``) is a case: a class that no hand-written entry of :data:`LEARNERS` covers is
+built from its config on a tiny problem (:func:`config_specs`, with the weakest promises
+unless :data:`CONFIG_OVERRIDES` says more; ``uses_dim`` from the learner's ``dim``), so a
+new single-choice learner is covered by adding its config. The hand-written entries are
+variants with stronger promises (deterministic probabilities, a kernel, an ablation), not a
+registration.
 """
 
 from __future__ import annotations
@@ -244,17 +247,16 @@ def _config_class(path: Path) -> type:
 def config_specs(directory: Path = CONFIG_DIR) -> dict[str, Spec]:
     """A case per single-choice learner config of ``directory`` whose class no entry of
     :data:`LEARNERS` covers (``config:<stem>``)."""
-    from torchroute.learners import SubsetLearner
-
     covered = {type(spec.build(2, 3, 4, 0)) for spec in LEARNERS.values()}
     specs = {}
     for path in sorted(directory.glob("*.yaml")):
         if path.stem in CONFIG_SKIPPED:
             continue
         cls = _config_class(path)
-        if issubclass(cls, SubsetLearner) or any(issubclass(c, cls) for c in covered):
+        if cls.protocol == "subset" or any(issubclass(c, cls) for c in covered):
             continue
-        spec = Spec(_from_config(path), False, False, False)
+        make = _from_config(path)
+        spec = Spec(make, False, False, make(2, 3, 4, 0).dim is not None)
         specs[f"config:{path.stem}"] = replace(spec, **CONFIG_OVERRIDES.get(path.stem, {}))
     return specs
 

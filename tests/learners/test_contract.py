@@ -66,22 +66,23 @@ def _permute(state, perm: torch.Tensor):
     return state
 
 
-def test_every_learner_is_registered():
-    """Single-choice learners are covered here; subset learners (a multiset action and a
-    set reward) have the same contract tests in tests/learners/test_subset_contract.py."""
+def test_every_learner_is_a_case():
+    """Every exported single-choice learner is a case here, through its config (or a
+    hand-written entry of helpers.LEARNERS with stronger promises): none is registered by
+    hand. Subset learners (``protocol = "subset"``: a multiset action and a set reward) have
+    the same contract tests in tests/learners/test_subset_contract.py."""
     import torchroute.learners as lib
     from tests.learners.test_subset_contract import SUBSET_CONFIGS
 
     concrete = {
         name
         for name in lib.__all__
-        if isinstance(getattr(lib, name), type)
-        and issubclass(getattr(lib, name), Learner)
-        and name not in {"Learner", "RidgeLearner", "SubsetLearner", "RegressorRouter"}
+        if name not in {"Learner", "RidgeLearner", "SubsetLearner", "RegressorRouter"}
     }
-    subset = {n for n in concrete if issubclass(getattr(lib, n), lib.SubsetLearner)}
-    assert concrete - subset <= set(LEARNERS), (
-        f"add {concrete - subset - set(LEARNERS)} to tests/learners/helpers"
+    subset = {n for n in concrete if getattr(lib, n).protocol == "subset"}
+    cased = {type(spec.build(2, 3, 4, 0)).__name__ for spec in LEARNERS.values()}
+    assert concrete - subset <= cased, (
+        f"add a configs/learner/ config for {concrete - subset - cased}"
     )
     covered = {cls.__name__ for cls in SUBSET_CONFIGS.values()}
     assert subset <= covered, f"add a configs/learner/ config for {subset - covered}"
@@ -241,3 +242,69 @@ def test_constructor_rejects_bad_sizes(name):
         LEARNERS[name].build(0, K, D, 0)
     with pytest.raises(ValueError, match="num_arms"):
         LEARNERS[name].build(R, 1, D, 0)
+
+
+N_MC = 2000  # independent act draws per context in the routing-probability test
+
+
+def _frozen(learner: Learner) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in _tensors(learner.state_dict()).items()}
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "trained"])
+@pytest.mark.parametrize("name", NAMES)
+def test_routing_probs_are_the_frequencies_of_act(name, fresh):
+    """``routing_probs`` against an independent Monte-Carlo estimate: the arm frequencies of
+    ``N_MC`` further ``act`` calls on the same contexts. An exact rule (a sampling learner,
+    LinUCB's ties, epsilon-greedy, the best arm) must match them within the sampling error
+    of those calls alone; an estimated one (LinTS's posterior draws, the default further
+    ``act`` calls, here ``N_MC`` of them) within that of both. A fresh ridge learner has
+    every arm tied."""
+    from torchroute.learners import LinTS
+
+    learner = build(name, R, K, D)
+    problem = LinearProblem(R, K, D, seed=12)
+    if not fresh:
+        _warm_up(learner, problem)
+    context = problem.context(2)
+    decision = learner.act(context, torch.Generator().manual_seed(1))
+    before = _frozen(learner)
+    probs = learner.routing_probs(context, decision, torch.Generator().manual_seed(2), N_MC)
+    for key, value in _tensors(learner.state_dict()).items():
+        assert torch.equal(value, before[key]), key  # the state is only read
+    assert probs.shape == (R, 2, K) and probs.dtype == F64
+    torch.testing.assert_close(probs.sum(-1), torch.ones(R, 2, dtype=F64), rtol=0, atol=1e-12)
+    assert (probs >= 0).all() and (probs.gather(-1, decision.action[..., None]) > 0).all()
+
+    many = Context(x=context.x.repeat(1, N_MC, 1))  # [R, N * 2, d]: N copies of the 2
+    with torch.no_grad():
+        draws = learner.act(many, torch.Generator().manual_seed(3))
+    freq = torch.nn.functional.one_hot(draws.action.view(R, N_MC, 2), K).double().mean(1)
+    expected = probs
+    if learner.samples_from_probs:
+        torch.testing.assert_close(probs, decision.probs.double(), rtol=0, atol=0)
+        if not LEARNERS[name].deterministic_probs:  # a graph drawn per call: E[probs]
+            expected = draws.probs.view(R, N_MC, 2, K).double().mean(1)
+    estimated = not learner.samples_from_probs and type(learner).routing_probs in (
+        Learner.routing_probs,
+        LinTS.routing_probs,
+    )
+    sigma = (expected * (1 - expected) / N_MC).sqrt()
+    slack = 5 * (0.25 / N_MC) ** 0.5 + 1 / (N_MC + 1) if estimated else 0.0
+    gap = (freq - expected).abs()
+    assert (gap <= 5 * sigma + 1e-3 + slack).all(), (gap.max(), freq, expected)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_capabilities_are_declared(name):
+    """The class attributes serve, the runner and the device check read have known values."""
+    from torchroute.devicecheck.compare import TOLERANCES
+
+    learner = build(name, R, K, D)
+    assert learner.feedback in ("bandit", "full", "graph")
+    assert learner.protocol in ("single", "low_rank")  # subset learners: their own contract
+    assert learner.device_tolerance in TOLERANCES
+    assert isinstance(learner.samples_from_probs, bool) and isinstance(learner.reads_groups, bool)
+    decision = learner.act(LinearProblem(R, K, D, seed=13).context(), torch.Generator())
+    asks_all = decision.observe is not None and bool(decision.observe.all())
+    assert asks_all == (learner.feedback == "full")  # a full-feedback learner asks for all

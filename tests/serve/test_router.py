@@ -144,7 +144,7 @@ def test_restart_from_the_saved_state_gives_the_same_next_decisions(tmp_path):
     next_a = [{k: d[k] for k in keys} for d in router.route(embeddings=x[20:])]
     next_b = [{k: d[k] for k in keys} for d in restarted.route(embeddings=x[20:])]
     assert next_a == next_b
-    assert len({d["propensity"] for d in next_a}) > 1  # not a deterministic rule
+    assert all(d["propensity"] < 1 for d in next_a)  # a random rule: the generator matters
     report = restarted.feedback(ids[15:] + ids[:1], [0.5] * 6, [0.0] * 6)  # pending survived
     assert report == {"applied": ids[15:], "unknown": [], "duplicate": ids[:1]}
 

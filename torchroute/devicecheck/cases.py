@@ -2,11 +2,12 @@
 
 A case is one learner config on one small env (:mod:`torchroute.devicecheck.problems`) with
 the tolerance of its comparison. Every learner config (packaged, of an extra config folder,
-or of a ``--learner-dir``) is a case on the tiny env of its protocol with
-:data:`DEFAULT_TOL` unless :data:`OVERRIDES` names another; an env config that no case runs
-on is a case of the probe learner of its protocol (``random@<env>``, ``random_subset@<env>``
-for a subset env); and any ``<learner config>@<env>`` pair is a case when asked for by name
-(:func:`pair_case`).
+or of a ``--learner-dir``) is a case on the tiny env of its class's protocol and feedback
+(:func:`protocol_env`) with the tolerance the class declares (``device_tolerance``,
+:func:`~torchroute.devicecheck.compare.tolerance_of`); :data:`EXTRA_CASES` runs some configs
+on a second env; an env config that no case runs on is a case of the probe learner of its
+protocol (``random@<env>``, ``random_subset@<env>`` for a subset env); and any
+``<learner config>@<env>`` pair is a case when asked for by name (:func:`pair_case`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 import torchroute.envs
 import torchroute.learners
 from torchroute.configs_path import config_dir, group_configs
 from torchroute.devicecheck import problems
-from torchroute.devicecheck.compare import EXACT, IPS, NEURAL, SOLVER, Tol
+from torchroute.devicecheck.compare import EXACT, Tol, tolerance_of
 from torchroute.envs import Env
 from torchroute.learners import Learner
 
@@ -43,41 +44,31 @@ class Case:
     env_directory: Path | None = None  # where <env>.yaml is; None: a packaged env
 
 
-#: the tolerance of a config without an override
+#: the tolerance of a learner class that declares none (and of the probe cases)
 DEFAULT_TOL = EXACT
-#: per-case overrides: case name -> (learner config, env of ``problems.ENVS``, tolerance).
-#: Every learner config is a case on the tiny env of its protocol (:func:`protocol_env`)
-#: with :data:`DEFAULT_TOL` unless named here; extra cases (a config on a second env) are
-#: named ``<config>@<env>``.
-OVERRIDES: dict[str, Case] = {
-    "cabs_c": Case("cabs_c", "single_choice", IPS),
-    "cabs_c_neural": Case("cabs_c_neural", "single_choice", IPS),
-    "cabs_d": Case("cabs_d", "single_choice", IPS),
-    "cabs_d_neural": Case("cabs_d_neural", "single_choice", IPS),
-    "linucb_full": Case("linucb_full", "single_choice_full", EXACT),
-    "neural_ucb": Case("neural_ucb", "single_choice", NEURAL),
-    "neural_ucb_full": Case("neural_ucb_full", "single_choice", NEURAL),
-    "squarecb_neural": Case("squarecb_neural", "single_choice", NEURAL),
-    "contextual_omd": Case("contextual_omd", "subset", SOLVER),
-    "contextual_omd@table_subset": Case("contextual_omd", "table_subset", SOLVER),
-    "omd_approachability": Case("omd_approachability", "subset", SOLVER),
-    "hpg": Case("hpg", "low_rank_experts", SOLVER),
-    "pf_hpg": Case("pf_hpg", "low_rank_experts", SOLVER),
+#: extra cases, a config on a second env: case name ``<config>@<env>`` -> (config, env of
+#: ``problems.ENVS``); the tolerance is the one the config's class declares
+EXTRA_CASES: dict[str, tuple[str, str]] = {
+    "contextual_omd@table_subset": ("contextual_omd", "table_subset"),
 }
 #: the learner that checks an env config no case runs on: (single-choice, subset)
 PROBES = ("random", "random_subset")
+#: the tiny env of each protocol a learner class declares (``Learner.protocol``)
+PROTOCOL_ENVS = {"single": "single_choice", "subset": "subset", "low_rank": "low_rank_experts"}
 
 
-def protocol_env(learner: type) -> str:
-    """The env of a learner class's protocol (subset, policy, single choice)."""
-    from torchroute.learners.policy_baselines import SoftmaxPolicy
-    from torchroute.learners.subset_base import SubsetLearner
-
-    if issubclass(learner, SubsetLearner):
-        return "subset"
-    if issubclass(learner, SoftmaxPolicy):
-        return "low_rank_experts"
-    return "single_choice"
+def protocol_env(learner: type[Learner]) -> str:
+    """The env of a learner class's protocol (``Learner.protocol``): a single-choice
+    learner that learns from every arm's reward (``feedback = "full"``) plays the
+    single-choice env with full-information feedback."""
+    protocol = getattr(learner, "protocol", "single")
+    if protocol not in PROTOCOL_ENVS:
+        raise ValueError(
+            f"{learner.__name__}.protocol = {protocol!r}: expected one of {sorted(PROTOCOL_ENVS)}"
+        )
+    if protocol == "single" and getattr(learner, "feedback", "bandit") == "full":
+        return "single_choice_full"
+    return PROTOCOL_ENVS[protocol]
 
 
 def learner_configs(
@@ -115,20 +106,21 @@ def find_cases(
 ) -> dict[str, Case]:
     """Every case of the configs of :func:`learner_configs` and
     :func:`~torchroute.devicecheck.problems.env_configs` (packaged, ``extra`` config
-    folders, ``learner_dirs``): one per learner config, :data:`OVERRIDES`, and a probe case
-    per env config no other case runs on."""
+    folders, ``learner_dirs``): one per learner config, :data:`EXTRA_CASES`, and a probe
+    case per env config no other case runs on."""
     learners = learner_configs(extra, learner_dirs)
     envs = problems.env_configs(extra)
     folders = {stem: learner_folder(p) for stem, p in learners.items()}
+    classes = {stem: _target_class(stem, folder) for stem, folder in folders.items()}
     cases = {
-        stem: Case(stem, protocol_env(_target_class(stem, folder)), DEFAULT_TOL, folder)
+        stem: Case(stem, protocol_env(classes[stem]), tolerance_of(classes[stem]), folder)
         for stem, folder in folders.items()
         if stem not in SKIPPED_CONFIGS
     }
     cases |= {
-        name: Case(c.config, c.env, c.tol, folders[c.config])
-        for name, c in OVERRIDES.items()
-        if c.config in learners
+        name: Case(config, env, tolerance_of(classes[config]), folders[config])
+        for name, (config, env) in EXTRA_CASES.items()
+        if config in learners
     }
     used = {case.env for case in cases.values()}
     for stem, path in envs.items():
@@ -223,18 +215,21 @@ def packaged_config_stems() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def build_learner(config: str, env: Env, directory: Path | None = None) -> Learner:
+def case_learner(config: str, env: Env, directory: Path | None = None) -> Learner:
     """The learner of ``<directory>/<config>.yaml`` (default: the packaged learner configs)
-    for ``env`` (on its device, float64).
+    for ``env`` (on its device, float64), built by the runner's factory
+    (:func:`torchroute.run.build.build_learner`).
 
     A config's ``oracle`` node (a pre-trained checkpoint) is replaced by
     :func:`~torchroute.devicecheck.problems.tiny_oracle`.
     """
+    from torchroute.run.build import build_learner
+
     node = OmegaConf.load((directory or CONFIG_DIR) / f"{config}.yaml")
     extra: dict[str, Any] = {}
     problem = env.problem()
     if "oracle" in node:
         del node["oracle"]
         extra["oracle"] = problems.tiny_oracle(problem.arm_names)
-    factory = instantiate(node, **extra)
-    return factory(problem).to(device=env.device, dtype=torch.float64)
+    learner = build_learner(node, problem, config, **extra)
+    return learner.to(device=env.device, dtype=torch.float64)

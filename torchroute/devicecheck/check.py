@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from torchroute.devicecheck import problems
-from torchroute.devicecheck.cases import CASES, Case, build_learner
+from torchroute.devicecheck.cases import CASES, Case, case_learner
 from torchroute.devicecheck.compare import (
     close,
     comparable_state,
@@ -73,7 +73,7 @@ def reference(name: str, rounds: int, seed: int, case: Case | None = None) -> Re
     case = CASES[name] if case is None else case
     env = fresh_env(case.env, "cpu", rounds, case.env_directory)
     torch.manual_seed(seed)
-    learner = build_learner(case.config, env, case.directory)
+    learner = case_learner(case.config, env, case.directory)
     result = _run(learner, env, seed, rounds)
     return Reference(result.summary, result.curve, comparable_state(learner))
 
@@ -95,7 +95,7 @@ def check_case(
     dev_env = fresh_env(case.env, device, rounds, case.env_directory)
     with CpuRandomness(device) as mode:
         torch.manual_seed(seed)
-        dev = build_learner(case.config, dev_env, case.directory)
+        dev = case_learner(case.config, dev_env, case.directory)
         failures += placement_failures(dev, device, "after .to(device)")
         dev_result = _run(dev, dev_env, seed, rounds)
     failures += placement_failures(dev, device, f"after {rounds} rounds")

@@ -28,6 +28,19 @@ NEURAL = Tol(1e-7, 1e-10)
 SOLVER = Tol(1e-5, 1e-8)
 #: CABS: targets divided by probabilities of the graph program (an interior-point method)
 IPS = Tol(1e-4, 1e-8)
+#: the tolerances by the name a learner gives in ``Learner.device_tolerance``
+TOLERANCES: dict[str, Tol] = {"exact": EXACT, "neural": NEURAL, "solver": SOLVER, "ips": IPS}
+
+
+def tolerance_of(learner: type[Learner]) -> Tol:
+    """The tolerance a learner class declares (``device_tolerance``, one of
+    :data:`TOLERANCES`)."""
+    name = getattr(learner, "device_tolerance", "exact")
+    if name not in TOLERANCES:
+        raise ValueError(
+            f"{learner.__name__}.device_tolerance = {name!r}: expected one of {sorted(TOLERANCES)}"
+        )
+    return TOLERANCES[name]
 
 
 def flatten(state: Any, prefix: str = "") -> dict[str, Any]:

@@ -7,16 +7,16 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    for a pre-trained oracle) on a small float64 problem of its protocol
    (:mod:`torchroute.devicecheck.problems`: single-choice learners on a ``SingleChoiceEnv``,
    subset learners on a ``SubsetEnv``, the HPG family on ``LowRankExperts``; the rest of the
-   envs through the extra cases of ``OVERRIDES``; ``--config-dir`` adds the learner and env
+   envs through ``EXTRA_CASES``; ``--config-dir`` adds the learner and env
    configs of an extra config folder, ``--learner-dir`` those of a folder of learner
    configs), and :func:`torchroute.loop.simulate` runs
    ``--rounds`` rounds once on the CPU and once on ``--device`` with the same seed. The
    summaries, the curves and the final learner states must agree within the tolerance of
-   the case: ``DEFAULT_TOL`` unless ``OVERRIDES`` names another. The cases are found from
-   the configs (:func:`torchroute.devicecheck.cases.find_cases`): a new learner config is
-   checked without editing the check; an env config that no case runs on is checked with
-   the ``random`` learner (``random_subset`` on a subset env), and ``--only
-   <learner>@<env>`` pairs any learner config with any env.
+   the case: the one the learner class declares (``Learner.device_tolerance``). The cases
+   are found from the configs (:func:`torchroute.devicecheck.cases.find_cases`): a new
+   learner config is checked without editing the check; an env config that no case runs
+   on is checked with the ``random`` learner (``random_subset`` on a subset env), and
+   ``--only <learner>@<env>`` pairs any learner config with any env.
 
    *Randomness.* CPU and CUDA generators give different streams, so instead of comparing
    statistically the device run is fed the CPU run's random numbers: inside

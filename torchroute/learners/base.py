@@ -1,14 +1,22 @@
-"""The learner interface: ``act`` and ``update``, state in buffers with a leading trial dim."""
+"""The learner interface: ``act`` and ``update``, state in buffers with a leading trial dim.
+
+A learner also says what it can do, in class attributes read by the runner, the router and
+the device check (no list of classes is kept elsewhere): :attr:`Learner.feedback`,
+:attr:`Learner.protocol`, :attr:`Learner.device_tolerance`, :attr:`Learner.reads_groups`
+and :attr:`Learner.samples_from_probs`; and :meth:`Learner.routing_probs` gives the
+probability of every arm under the rule ``act`` applies.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
 
 from torchroute.buildable import buildable
 from torchroute.checks import check_number
+from torchroute.errors import InputError
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -52,6 +60,25 @@ class Learner(nn.Module):
 
     #: the size of ``Context.x`` the learner reads (``None``: it does not read ``x``)
     dim: int | None = None
+    #: the feedback it learns from: ``"bandit"`` (the played arm), ``"full"`` (every arm's
+    #: reward, asked for with ``Decision.observe``) or ``"graph"`` (some arms besides the
+    #: played one). A router, which sees the routed model only, warns for ``"full"``.
+    feedback: ClassVar[Literal["bandit", "full", "graph"]] = "bandit"
+    #: the round protocol it plays: ``"single"`` (one arm per query), ``"subset"`` (a
+    #: multiset of arms, :class:`~torchroute.learners.SubsetLearner`) or ``"low_rank"``
+    #: (a softmax policy over experts); the device check runs it on an env of that protocol
+    protocol: ClassVar[Literal["single", "subset", "low_rank"]] = "single"
+    #: the tolerance of its device-vs-CPU comparison in the device check: ``"exact"``
+    #: (closed-form updates), ``"neural"`` (MLPs trained with Adam), ``"solver"``
+    #: (iterative solvers) or ``"ips"`` (targets divided by solver probabilities)
+    device_tolerance: ClassVar[Literal["exact", "neural", "solver", "ips"]] = "exact"
+    #: whether ``act`` reads each query's group (a one-hot context a router must be sent)
+    reads_groups: ClassVar[bool] = False
+    #: whether ``act`` draws the action from the ``probs`` it returns: then those are the
+    #: exact routing probabilities (:meth:`routing_probs` returns them)
+    samples_from_probs: ClassVar[bool] = False
+    #: Monte-Carlo draws of the default :meth:`routing_probs`
+    routing_draws: ClassVar[int] = 200
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
@@ -91,7 +118,7 @@ class Learner(nn.Module):
             ("d (features)", self.dim, problem.dim if self.dim is not None else None),
         ):
             if mine != theirs:
-                raise ValueError(f"{name} was built for {what}={mine} but {who} has {theirs}")
+                raise InputError(f"{name} was built for {what}={mine} but {who} has {theirs}")
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Choose arms: ``context.x [R, B, d]`` -> ``Decision(probs [R, B, K], action [R, B])``.
@@ -114,14 +141,56 @@ class Learner(nn.Module):
         """
         raise NotImplementedError
 
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """The probability of every arm under the rule ``act`` applied to ``context``.
+
+        ``Decision.probs`` is that distribution only when ``act`` samples the action from it
+        (:attr:`samples_from_probs`); an argmax rule reports a one-hot vector although it
+        breaks ties at random. The default is exact for a sampling learner and otherwise a
+        Monte-Carlo estimate: ``draws`` further ``act`` calls on the same contexts (default
+        :attr:`routing_draws` = 200) plus the decision taken,
+        ``(count + 1[chosen]) / (draws + 1)`` (never 0 for the chosen arm; a rule that does
+        not depend on the generator gets exactly 1). Learners that know their distribution
+        in closed form override it. The state is only read.
+
+        Args:
+            context: ``x [R, B, d]`` as given to ``act``.
+            decision: what ``act`` returned (``probs [R, B, K]``, ``action [R, B]``).
+            generator: the source of any draws (not the one ``act`` used).
+            draws: Monte-Carlo draws (``None``: :attr:`routing_draws`).
+
+        Returns:
+            ``probs [R, B, K]`` float64, each row summing to 1.
+        """
+        if self.samples_from_probs:
+            return decision.probs.double()
+        m = self.routing_draws if draws is None else int(draws)
+        check_number(type(self).__name__, "draws", m, ge=1, integer=True)
+        r, b = context.x.shape[:2]
+        many = Context(
+            x=context.x.repeat(1, m, 1),
+            embedding=None if context.embedding is None else context.embedding.repeat(1, m, 1),
+        )
+        with torch.no_grad():
+            picks = self.act(many, generator).action.view(r, m, b)  # [R, M, B]
+        counts = torch.nn.functional.one_hot(picks, self.num_arms).double().sum(1)  # [R, B, K]
+        chosen = torch.nn.functional.one_hot(decision.action, self.num_arms).double()
+        return (counts + chosen) / (m + 1)
+
     def _check_context(self, context: Context) -> None:
         if context.num_trials != self.num_trials:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} holds {self.num_trials} trials but the context has "
                 f"{context.num_trials} (Context.x is [R, B, d])"
             )
         if self.dim is not None and context.x.shape[-1] != self.dim:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} was built for d={self.dim} features but the context "
                 f"has d={context.x.shape[-1]}"
             )
@@ -129,7 +198,7 @@ class Learner(nn.Module):
     def _check_feedback(self, context: Context, feedback: Feedback) -> None:
         expected = (*context.x.shape[:2], self.num_arms)
         if tuple(feedback.reward.shape) != expected:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} expects feedback [R, B, K] = {expected}, got "
                 f"{tuple(feedback.reward.shape)}"
             )

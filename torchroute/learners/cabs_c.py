@@ -150,6 +150,9 @@ class CABSC(Learner):
         context) and ``played_prob``, each ``[R]``.
     """
 
+    samples_from_probs = True  # given the graph drawn in ``act``
+    device_tolerance = "ips"  # targets divided by the graph program's probabilities
+
     def __init__(
         self,
         num_trials: int,

@@ -35,6 +35,8 @@ class NeuralSquareCB(NeuralUCB):
     (``nu = 0``: no ``Z`` statistics). Other arguments as :class:`NeuralUCB`.
     """
 
+    samples_from_probs = True
+
     def __init__(
         self,
         num_trials: int,
@@ -195,6 +197,9 @@ class CABSD(Learner):
         as :class:`CABSC`; ``log_weights`` ``[R, 2, L]`` (``L = 1`` for ``single_ix``);
         ``update`` also returns ``cabs_c_weight`` ``[R]``.
     """
+
+    samples_from_probs = True  # given the graph drawn in ``act``
+    device_tolerance = "ips"  # targets divided by the graph program's probabilities
 
     def __init__(
         self,

@@ -26,6 +26,8 @@ def _per_trial(value: float | Tensor, num_trials: int, name: str, owner: str) ->
 class _LowRankQuadPolicy(SoftmaxPolicy):
     """State of ``M`` mirror iterates per trial: ``U [R, M, d, k]``, ``theta [R, M, k]``."""
 
+    device_tolerance = "solver"  # eigen-updates of the mirror iterates
+
     def __init__(
         self, num_trials: int, num_arms: int, dim: int, capacity: int | None, beta
     ) -> None:

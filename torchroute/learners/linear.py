@@ -1,4 +1,8 @@
-"""Linear contextual bandits on a ridge solver: LinUCB, LinTS, epsilon-greedy, SquareCB."""
+"""Linear contextual bandits on a ridge solver: LinUCB, LinTS, epsilon-greedy, SquareCB.
+
+(Over 400 lines: the four rules share the per-trial hyper-parameters and each carries its
+routing probabilities next to its ``act``.)
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
+from torchroute.errors import OptionError
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import (
     ridge_init,
@@ -43,7 +48,7 @@ def per_trial(owner: str, name: str, value: PerTrial, num_trials: int, **bounds)
         value if isinstance(value, Tensor) else list(value), dtype=torch.float64
     ).reshape(-1)
     if values.numel() != num_trials:
-        raise ValueError(
+        raise OptionError(
             f"{owner}: {name} must be a number or R={num_trials} per-trial values, "
             f"got {values.numel()} values"
         )
@@ -55,6 +60,22 @@ def per_trial(owner: str, name: str, value: PerTrial, num_trials: int, **bounds)
 def _scale(value: float | Tensor, like: Tensor) -> float | Tensor:
     """A number as is; ``[R]`` per-trial values as ``[R, 1, 1]`` in ``like``'s dtype."""
     return value if not isinstance(value, Tensor) else value.to(like.dtype)[:, None, None]
+
+
+def tie_probs(scores: Tensor, action: Tensor | None = None) -> Tensor:
+    """Uniform over the arms tied at the top of ``scores [R, B, K]`` -> ``[R, B, K]`` float64.
+
+    The distribution of :func:`~torchroute.functional.sampling.argmax_random_ties`. With
+    ``action [R, B]``, a row whose ``action`` is not among the tied arms (another kernel
+    rounded the scores differently) is that action's one-hot vector.
+    """
+    tied = (scores >= scores.amax(-1, keepdim=True)).double()  # [R, B, K]
+    probs = tied / tied.sum(-1, keepdim=True)
+    if action is None:
+        return probs
+    chosen = torch.nn.functional.one_hot(action, scores.shape[-1]).double()
+    inside = (tied * chosen).sum(-1, keepdim=True) > 0  # [R, B, 1]
+    return torch.where(inside, probs, chosen)
 
 
 class _PerTrialRidge(RidgeLearner):
@@ -153,11 +174,31 @@ class LinUCB(_PerTrialRidge):
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
+        action = argmax_random_ties(self._scores(x), generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+    def _scores(self, x: Tensor) -> Tensor:
+        """The upper confidence bounds ``[R, B, K]`` of ``x [R, B, d]`` (eager operators)."""
         scores = ridge_predict(self.theta, x)  # [R, B, K]
         if isinstance(self.alpha, Tensor) or self.alpha != 0:
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
-        action = argmax_random_ties(scores, generator)
-        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+        return scores
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """Exact: uniform over the arms tied at the top bound, ``[R, B, K]`` float64.
+
+        The bounds are recomputed with eager operators; where a fused kernel rounded them
+        so that its arm is not among the tied ones, that arm's one-hot vector.
+        ``generator`` and ``draws`` are unused.
+        """
+        self._check_context(context)
+        return tie_probs(self._scores(context.x.to(self.theta.dtype)), decision.action)
 
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
@@ -185,6 +226,8 @@ class FullFeedbackLinUCB(LinUCB):
     arm's ridge model is updated each round; ``alpha = 0`` by default (greedy on the ridge
     prediction), as in the CABS experiments.
     """
+
+    feedback = "full"
 
     def __init__(
         self,
@@ -268,6 +311,8 @@ class LinTS(_PerTrialRidge):
     a good arm's mean (``<= 1``) with probability ``>= 0.24`` each round. With the CABS
     ``lam = 10`` and ``v = 0.5`` the deviation is ``0.22`` and an untried arm almost never
     beats a model scoring 0.8.
+
+    :meth:`routing_probs` estimates the arms' chances from further posterior draws.
     """
 
     per_trial_hparams = ("v", "lam")
@@ -287,6 +332,32 @@ class LinTS(_PerTrialRidge):
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
         action = argmax_random_ties(scores, generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """The chance of each arm to win a posterior draw, from ``M = draws`` more draws.
+
+        ``(count + 1[chosen]) / (M + 1)``, ``[R, B, K]`` float64: never 0 for the chosen
+        arm, a resolution of ``1 / (M + 1)``; averaged over decisions it is the rule's
+        distribution. One draw of ``[M, R, B, K]`` normals from ``generator``, no ``act``
+        call (``draws``: :attr:`routing_draws` when ``None``).
+        """
+        self._check_context(context)
+        m = self.routing_draws if draws is None else int(draws)
+        check_number(type(self).__name__, "draws", m, ge=1, integer=True)
+        x = context.x.to(self.theta.dtype)
+        mean = ridge_predict(self.theta, x)  # [R, B, K]
+        width = _scale(self.v, x) * ridge_width(self.a_inv, x)  # [R, B, K]
+        noise = normal(generator, (m, *mean.shape), dtype=mean.dtype, device=mean.device)
+        picks = (mean + width * noise).argmax(-1)  # [M, R, B]
+        counts = torch.nn.functional.one_hot(picks, self.num_arms).double().sum(0)
+        chosen = torch.nn.functional.one_hot(decision.action, self.num_arms).double()
+        return (counts + chosen) / (m + 1)
 
 
 class EpsilonGreedy(_PerTrialRidge):
@@ -339,15 +410,39 @@ class EpsilonGreedy(_PerTrialRidge):
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
-        # number / tensor is reciprocal() * number in torch: written so, per-trial values
-        # give the bits of a float eps0.
-        eps0 = self.eps0 if not isinstance(self.eps0, Tensor) else self.eps0.to(x.dtype)
-        denom = 1 + self.decay * self.rounds.to(x.dtype)  # [R]
-        eps = (denom.reciprocal() * eps0).clamp_min(self.eps_min)
-        eps = eps[:, None, None]  # [R, 1, 1]
+        eps = self._eps(x.dtype)  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
+
+    def _eps(self, dtype: torch.dtype) -> Tensor:
+        """This round's exploration rate ``eps_t`` per trial, ``[R, 1, 1]``."""
+        # number / tensor is reciprocal() * number in torch: written so, per-trial values
+        # give the bits of a float eps0.
+        eps0 = self.eps0 if not isinstance(self.eps0, Tensor) else self.eps0.to(dtype)
+        denom = 1 + self.decay * self.rounds.to(dtype)  # [R]
+        return (denom.reciprocal() * eps0).clamp_min(self.eps_min)[:, None, None]
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """Exact: ``act``'s floored mixture averaged over the greedy arms tied at the top,
+        ``[R, B, K]`` float64 (``generator`` and ``draws`` unused).
+
+        Every one-hot mixture has the same smallest entry ``eps_t / K``, so the floor mixes
+        each the same way and the average is the mixture of the tie distribution.
+        """
+        self._check_context(context)
+        x = context.x.to(self.theta.dtype)
+        ties = tie_probs(ridge_predict(self.theta, x))  # [R, B, K]
+        eps = self._eps(torch.float64)[..., None]  # [R, 1, 1, 1]
+        eye = torch.eye(self.num_arms, dtype=torch.float64, device=x.device)
+        per_arm = probability_floor((1 - eps) * eye + eps / self.num_arms, self.eps_floor)
+        return (ties[..., None] * per_arm).sum(-2)  # [R, B, K]: sum_j ties_j p(. | j)
 
 
 class SquareCB(_PerTrialRidge):
@@ -367,6 +462,8 @@ class SquareCB(_PerTrialRidge):
             untried arm, predicted 0, probability ``1 / (mu + gamma r^_b) >= 1 / (K + gamma)``;
             a number, or ``R`` per-trial values).
     """
+
+    samples_from_probs = True
 
     def __init__(
         self,

@@ -72,6 +72,8 @@ class NeuralUCB(Learner):
         >>> learner = NeuralUCB.from_problem(env.problem(), hidden=64)  # doctest: +SKIP
     """
 
+    device_tolerance = "neural"  # MLPs trained with Adam
+
     def __init__(
         self,
         num_trials: int,
@@ -342,6 +344,8 @@ class FullFeedbackNeuralUCB(NeuralUCB):
     every arm's output trains each round; ``nu = 0`` by default (greedy), as in the CABS
     experiments. Arguments as :class:`NeuralUCB`.
     """
+
+    feedback = "full"
 
     def __init__(
         self, num_trials: int, num_arms: int, dim: int, nu: float = 0.0, **kwargs: Any

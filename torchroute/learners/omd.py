@@ -25,6 +25,7 @@ class _ApproachabilityBase(SubsetLearner):
     """The dual player: OGD on the unit ball maximising ``f(w) = w^T u - h_S(w)``."""
 
     iid_draws = True  # M i.i.d. draws from q
+    device_tolerance = "solver"  # projections onto the capped simplex and halfspace
 
     def _setup(self, gamma: float | None, eta_ogd: float, d: int) -> None:
         name = type(self).__name__
@@ -138,6 +139,8 @@ class ContextualOMDApproachability(_ApproachabilityBase):
     the ``M`` draws come from the new ``q^(x)``; ``g^(x) = r / q^(x) * counts``.
     ``act`` computes the step without storing it; ``update`` stores the same step.
     """
+
+    reads_groups = True
 
     def __init__(
         self,

@@ -41,7 +41,11 @@ class SoftmaxPolicy(Learner):
     """A policy ``pi(m | q) = softmax_m(score_m(q))`` sampled every round.
 
     Subclasses implement :meth:`scores` (``[R, B, d] -> [R, B, K]``) and :meth:`update`.
+    The device check plays them on the low-rank experts env.
     """
+
+    protocol = "low_rank"
+    samples_from_probs = True
 
     def scores(self, x: Tensor) -> Tensor:
         raise NotImplementedError

@@ -19,6 +19,8 @@ class RandomRouter(FixedPolicy):
         num_arms: ``K``.
     """
 
+    samples_from_probs = True
+
     def act(self, context: Context, generator: Source = None) -> Decision:
         """A uniformly random arm per context: ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
@@ -61,3 +63,15 @@ class BestSingleArm(FixedPolicy):
         action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)
         return Decision(probs=probs, action=action.clone())
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """Exact: each trial's arm with probability 1, ``[R, B, K]`` float64."""
+        self._check_context(context)
+        action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
+        return one_hot_probs(action, self.num_arms, torch.float64)

@@ -25,6 +25,7 @@ class SubsetLearner(Learner):
     them): :attr:`iid_draws` and :attr:`probs_from_draws`.
     """
 
+    protocol = "subset"
     #: the ``M`` draws are i.i.d. from ``Decision.probs`` (else: ``M`` distinct experts)
     iid_draws: bool = False
     #: ``Decision.probs`` is uniform over the drawn set (a summary of the random action,

@@ -22,7 +22,7 @@ import pandas as pd
 from torchroute.paper_results import paper_table
 from torchroute.report.figures import save_figure
 from torchroute.report.regimes import REGIMES, cost_regime, relative_regret
-from torchroute.report.verdicts import verdict_lines
+from torchroute.report.verdicts import PAPER_RELATIONS, verdict_lines
 
 
 def _measured(results: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -51,27 +51,21 @@ def paper_comparison(results: pd.DataFrame, metric: str = "avg_utility") -> pd.D
 
 
 def relations(results: pd.DataFrame) -> list[str]:
-    """The paper's relations per regime (issue 7): which hold in the measured results."""
+    """The paper's relations per regime (:data:`~torchroute.report.verdicts.PAPER_RELATIONS`,
+    the table the verdicts judge too): which hold in the measured mean utilities."""
     util = _measured(results, "avg_utility")
     lines = []
-    checks = [
-        ("cabs_d", ">", "linucb"),
-        ("cabs_d", ">", "lints"),
-        ("cabs_d", ">", "epsilon_greedy"),
-        ("cabs_d", ">=", "cabs_c"),
-        ("linucb_full", ">=", "cabs_d"),
-    ]
-    for a, op, b in checks:
-        if a not in util.index or b not in util.index:
+    for rel in PAPER_RELATIONS:
+        if rel.a not in util.index or rel.b not in util.index:
             continue
         cells = []
         for regime in REGIMES:
             if regime not in util:
                 continue
-            x, y = util.loc[a, regime], util.loc[b, regime]
-            ok = x > y if op == ">" else x >= y
+            x, y = util.loc[rel.a, regime], util.loc[rel.b, regime]
+            ok = x > y if rel.op == ">" else x >= y
             cells.append(f"{regime}: {'holds' if ok else 'FAILS'} ({x:.4f} vs {y:.4f})")
-        lines.append(f"- `{a}` {op} `{b}`: " + "; ".join(cells))
+        lines.append(f"- {rel.text}: " + "; ".join(cells))
     return lines
 
 

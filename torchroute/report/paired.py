@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from torchroute.errors import InputError
 from torchroute.report.regimes import REGIMES, cost_regime
 
 #: the columns that name a trial of a run (shared by every learner of the run)
@@ -25,9 +26,9 @@ REGIME_ROWS = (*REGIMES, "all")
 def _by_trial(results: pd.DataFrame, learner: str, metric: str) -> pd.Series:
     rows = results[results["learner"] == learner]
     if rows.empty:
-        raise ValueError(f"results have no rows of learner {learner!r}")
+        raise InputError(f"results have no rows of learner {learner!r}")
     if rows.duplicated(list(TRIAL_KEYS)).any():
-        raise ValueError(
+        raise InputError(
             f"learner {learner!r} has several rows for one (seed, rho) trial: pass the "
             "results of one run (split several runs by their 'run' column)"
         )
@@ -55,7 +56,7 @@ def paired_differences(
     """
     diff = (_by_trial(results, a, metric) - _by_trial(results, b, metric)).dropna()
     if diff.empty:
-        raise ValueError(f"learners {a!r} and {b!r} share no (seed, rho) trial")
+        raise InputError(f"learners {a!r} and {b!r} share no (seed, rho) trial")
     regime = diff.index.get_level_values("rho").map(cost_regime)
     out = {}
     for name in REGIME_ROWS:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from torchroute.errors import InputError
 from torchroute.functional.routing_metrics import aiq, apgr, cpt, pgr
 
 TITLE = "## Routing metrics (AIQ, APGR, CPT)"
@@ -48,7 +49,7 @@ def weak_and_strong(results: pd.DataFrame) -> tuple[int, int, pd.DataFrame]:
     """
     acc, cost = _arm_columns(results, "arm_accuracy"), _arm_columns(results, "arm_cost")
     if not acc or len(acc) != len(cost):
-        raise ValueError("results need the columns arm_accuracy_<k> and arm_cost_<k>")
+        raise InputError("results need the columns arm_accuracy_<k> and arm_cost_<k>")
     arms = pd.DataFrame(
         {"accuracy": results[acc].mean().to_numpy(), "cost": results[cost].mean().to_numpy()}
     )

@@ -169,8 +169,13 @@ def build_learner(
     name: str,
     init_seed: int = 0,
     init_keys: torch.Tensor | None = None,
+    **kwargs: Any,
 ) -> Learner:
     """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
+
+    The one learner factory: simulate, sweep, serve, evaluate's targets and the device check
+    build learners here. ``kwargs`` are passed to the config's ``_target_`` with its own
+    values (the device check passes a small fixed ``oracle``).
 
     Hyper-parameters are validated here, before anything of the run is written. The factory
     runs with torch's default generator seeded by ``init_seed`` (and restored afterwards), so
@@ -181,7 +186,7 @@ def build_learner(
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
-    factory = instantiate_node(node, f"learners.{name}")
+    factory = instantiate_node(node, f"learners.{name}", **kwargs)
     if not callable(factory) or isinstance(factory, Learner):
         raise ConfigError(
             f"learners.{name} must be a factory called with the Problem (a "

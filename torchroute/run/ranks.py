@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from torchroute.errors import OptionError
+
 T = TypeVar("T")
 
 
@@ -28,7 +30,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+        raise OptionError(
+            f"environment variable {name} must be an integer, got {value!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,9 @@ class Distributed:
         world = _env_int("WORLD_SIZE", 1)
         rank = _env_int("RANK", 0)
         if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"RANK={rank} and WORLD_SIZE={world}: expected 0 <= RANK < WORLD_SIZE")
+            raise OptionError(
+                f"RANK={rank} and WORLD_SIZE={world}: expected 0 <= RANK < WORLD_SIZE"
+            )
         return cls(rank, world, _env_int("LOCAL_RANK", 0))
 
     @property

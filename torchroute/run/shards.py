@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from torchroute.errors import OptionError
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -59,12 +61,12 @@ def plan(num_trials: int, trial_chunk: int | None, world_size: int, rank: int) -
         ValueError: more ranks than trials, or ``trial_chunk < 1``.
     """
     if world_size > num_trials:
-        raise ValueError(
+        raise OptionError(
             f"WORLD_SIZE={world_size} processes for {num_trials} trials; run at most "
             f"{num_trials} processes (each rank needs a trial)"
         )
     if trial_chunk is not None and trial_chunk < 1:
-        raise ValueError(f"trial_chunk must be an integer >= 1 or null, got {trial_chunk!r}")
+        raise OptionError(f"trial_chunk must be an integer >= 1 or null, got {trial_chunk!r}")
     start = rank * num_trials // world_size
     stop = (rank + 1) * num_trials // world_size
     size = stop - start if trial_chunk is None else trial_chunk

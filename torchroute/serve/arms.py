@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from torchroute.errors import InputError
 from torchroute.learners.base import Learner
 from torchroute.types import Problem
 
@@ -47,7 +48,7 @@ def add_arm(
     try:
         fresh = factory(grown).cpu()
     except ValueError as exc:
-        raise ValueError(f"{type(learner).__name__} cannot add a model: {exc}") from exc
+        raise InputError(f"{type(learner).__name__} cannot add a model: {exc}") from exc
     fresh.load_state_dict(grow_state(learner.state_dict(), fresh.state_dict(), k))
     return fresh, grown
 
@@ -71,16 +72,16 @@ def grow_state(
         A new state dict with ``fresh``'s shapes (``a_inv [R, K + 1, d, d]``).
     """
     if set(old) != set(fresh):
-        raise ValueError(
+        raise InputError(
             f"the learner's state keys change with the arm count ({sorted(set(old) ^ set(fresh))})"
         )
     out = {}
     for key, new in fresh.items():
         value = old[key]
         if not isinstance(new, Tensor):
-            raise ValueError(f"state {key!r} is not a tensor; this learner cannot add an arm")
+            raise InputError(f"state {key!r} is not a tensor; this learner cannot add an arm")
         if value.ndim != new.ndim:
-            raise ValueError(f"state {key!r} changes rank when an arm is added")
+            raise InputError(f"state {key!r} changes rank when an arm is added")
         index = []
         for dim, (a, b) in enumerate(zip(value.shape, new.shape)):
             if a == b:
@@ -88,7 +89,7 @@ def grow_state(
             elif (a, b) == (num_arms, num_arms + 1):
                 index.append(slice(0, num_arms))
             else:
-                raise ValueError(
+                raise InputError(
                     f"state {key!r} dimension {dim} goes from {a} to {b} when an arm is added; "
                     f"expected {num_arms} -> {num_arms + 1}"
                 )

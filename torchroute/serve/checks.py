@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.errors import InputError, ScoreRangeError, UserError
 
 
 class UnknownModelError(UserError, ValueError):
@@ -21,9 +21,9 @@ class DuplicateModelError(UserError, ValueError):
 def check_texts(texts: Sequence[str]) -> list[str]:
     """``B >= 1`` query strings."""
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise ValueError("texts must be a list of strings")
+        raise InputError("texts must be a list of strings")
     if not texts:
-        raise ValueError("texts is empty: give at least one query")
+        raise InputError("texts is empty: give at least one query")
     return list(texts)
 
 
@@ -32,11 +32,11 @@ def check_embeddings(embeddings: Tensor | Sequence, dim: int | None, dtype: torc
     try:
         emb = torch.as_tensor(embeddings, dtype=dtype)
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"embeddings must be a [B, e={dim}] array of numbers ({exc})") from exc
+        raise InputError(f"embeddings must be a [B, e={dim}] array of numbers ({exc})") from exc
     if emb.ndim != 2 or emb.shape[0] == 0 or emb.shape[1] != dim:
-        raise ValueError(f"embeddings must be [B >= 1, e={dim}], got {tuple(emb.shape)}")
+        raise InputError(f"embeddings must be [B >= 1, e={dim}], got {tuple(emb.shape)}")
     if not torch.isfinite(emb).all():
-        raise ValueError("embeddings contain NaN or infinite values")
+        raise InputError("embeddings contain NaN or infinite values")
     return emb
 
 
@@ -52,20 +52,20 @@ def check_feedback(
     ``models``, when given, must be ``n`` names among ``served``.
     """
     if isinstance(ids, str) or not all(isinstance(i, str) for i in ids):
-        raise ValueError("request_ids must be a list of strings")
+        raise InputError("request_ids must be a list of strings")
     for name, values in (("scores", scores), ("costs", costs), ("models", models)):
         if values is not None and len(values) != len(ids):
-            raise ValueError(f"{name} has {len(values)} entries for {len(ids)} request_ids")
+            raise InputError(f"{name} has {len(values)} entries for {len(ids)} request_ids")
     score = torch.as_tensor(list(scores), dtype=torch.float64)
     cost = torch.as_tensor(list(costs), dtype=torch.float64)
     bad = ~(torch.isfinite(score) & (score >= 0) & (score <= 1))
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ValueError(f"scores must be in [0, 1], got {score[i].item()} for {ids[i]!r}")
+        raise ScoreRangeError(f"scores must be in [0, 1], got {score[i].item()} for {ids[i]!r}")
     bad = ~(torch.isfinite(cost) & (cost >= 0))
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ValueError(f"costs must be finite and >= 0, got {cost[i].item()} for {ids[i]!r}")
+        raise InputError(f"costs must be finite and >= 0, got {cost[i].item()} for {ids[i]!r}")
     for name in models or ():
         if name not in served:
             raise UnknownModelError(f"unknown model {name!r}; served: {list(served)}")

@@ -1,4 +1,8 @@
-"""A live router: one trial of a learner answering queries, learning from delayed feedback."""
+"""A live router: one trial of a learner answering queries, learning from delayed feedback.
+
+(Over 400 lines: admission, pending requests, learning and restore share the router's lock
+and state; splitting them by job waits for the serve package's reorganisation.)
+"""
 
 from __future__ import annotations
 
@@ -19,9 +23,8 @@ from torch import Tensor
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.checks import check_number
+from torchroute.errors import InputError
 from torchroute.learners.base import Learner
-from torchroute.learners.linear import FullFeedbackLinUCB
-from torchroute.learners.neural import FullFeedbackNeuralUCB
 from torchroute.serve.arms import add_arm, pad_arms
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
 from torchroute.serve.log import (
@@ -39,9 +42,6 @@ from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
 
 log = logging.getLogger(__name__)
-
-#: learners that learn from every model's reward each round (full-information baselines)
-FULL_FEEDBACK = (FullFeedbackLinUCB, FullFeedbackNeuralUCB)
 
 
 class StoreError(RuntimeError):
@@ -140,7 +140,7 @@ class Router:
         propensity_draws: int = 200,
     ) -> None:
         if problem.num_trials != 1:
-            raise ValueError(
+            raise InputError(
                 f"a Router serves one trial, got problem.num_trials={problem.num_trials}"
             )
         learner.check_problem(problem, who="the router's problem")
@@ -157,7 +157,7 @@ class Router:
         self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
         self.checkpoint_every, self.propensity_draws = checkpoint_every, propensity_draws
         self.state_path = None if state_path is None else Path(state_path)
-        self.full_feedback = isinstance(learner, FULL_FEEDBACK)
+        self.full_feedback = learner.feedback == "full"
         if self.full_feedback:
             log.warning(
                 "%s learns from every model's reward but a router only sees the routed "
@@ -254,7 +254,7 @@ class Router:
             StoreError: the log cannot be written; no request was added.
         """
         if rho is not None and float(rho) != self.rho:
-            raise ValueError(
+            raise InputError(
                 f"rho={rho} but this router serves the trial with rho={self.rho}; start a "
                 "router for that rho"
             )
@@ -267,7 +267,7 @@ class Router:
             self.generator.manual_seed(_mix(self.seed, "route", self._routes))
             decision = self.learner.act(context, self.generator)
             if decision.is_subset:
-                raise ValueError(f"{type(self.learner).__name__} routes subsets; not served")
+                raise InputError(f"{type(self.learner).__name__} routes subsets; not served")
             probs, _ = routing_probs(
                 self.learner, context, decision, self.generator, self.propensity_draws
             )  # [B, K]
@@ -517,10 +517,10 @@ class Router:
 
     def _embed(self, texts, embeddings) -> Tensor:
         if (texts is None) == (embeddings is None):
-            raise ValueError("give either texts or embeddings (one of the two)")
+            raise InputError("give either texts or embeddings (one of the two)")
         if texts is not None:
             if self.encode is None:
-                raise ValueError("this router has no encoder: send embeddings instead of texts")
+                raise InputError("this router has no encoder: send embeddings instead of texts")
             texts = check_texts(texts)
             with self._encode_lock:
                 embeddings = self.encode(texts)
@@ -578,7 +578,7 @@ class Router:
             else:
                 routed = self.arm_names[self.pending[rid]["arm"]]
                 if models is not None and models[i] != routed:
-                    raise ValueError(
+                    raise InputError(
                         f"request {rid!r} was routed to {routed!r}, not {models[i]!r}; no "
                         "feedback applied"
                     )

@@ -7,6 +7,8 @@ import ipaddress
 import re
 from collections.abc import Sequence
 
+from torchroute.errors import InputError
+
 #: characters of a model name: letters, digits and ``. _ - : / @ +``, starting alphanumeric
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
 MAX_MODEL_NAME = 128
@@ -24,13 +26,13 @@ def check_model_name(name: object, served: Sequence[str]) -> str:
     from torchroute.serve.checks import DuplicateModelError
 
     if not isinstance(name, str):
-        raise ValueError(f"model name must be a string, got {type(name).__name__}")
+        raise InputError(f"model name must be a string, got {type(name).__name__}")
     if name != name.strip():
-        raise ValueError(f"model name {name!r} has leading or trailing spaces")
+        raise InputError(f"model name {name!r} has leading or trailing spaces")
     if not 1 <= len(name) <= MAX_MODEL_NAME:
-        raise ValueError(f"model name must have 1 to {MAX_MODEL_NAME} characters, got {len(name)}")
+        raise InputError(f"model name must have 1 to {MAX_MODEL_NAME} characters, got {len(name)}")
     if not MODEL_NAME.fullmatch(name):
-        raise ValueError(
+        raise InputError(
             f"model name {name!r} may only hold letters, digits and . _ - : / @ + "
             "(starting with a letter or digit)"
         )
@@ -45,7 +47,7 @@ def check_token(token: str | None, where: str = "--token") -> str | None:
     if token is None:
         return None
     if len(token) < MIN_TOKEN or not TOKEN.fullmatch(token):
-        raise ValueError(
+        raise InputError(
             f"{where} must be at least {MIN_TOKEN} printable ASCII characters without spaces "
             f"(got {len(token)} characters); e.g. python -c 'import secrets; "
             "print(secrets.token_urlsafe(32))'"

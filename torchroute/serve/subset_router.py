@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchroute.learners.omd import ContextualOMDApproachability
+from torchroute.errors import InputError, ScoreRangeError
 from torchroute.serve.log import RouteRow
 from torchroute.serve.router import Router, _mix, _sha256
 from torchroute.serve.subset_propensity import subset_propensity
@@ -54,7 +54,7 @@ class SubsetRouter(Router):
         self.context_names = tuple(getattr(problem, "context_names", ()) or ())
         self.draws = int(problem.draws)
         self.num_facets = int(getattr(problem, "num_facets", 1))
-        self.needs_groups = isinstance(learner, ContextualOMDApproachability)
+        self.needs_groups = bool(learner.reads_groups)
         super().__init__(learner, factory, problem, **kwargs)
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
@@ -86,7 +86,7 @@ class SubsetRouter(Router):
             StoreError: the log cannot be written; no request was added.
         """
         if rho is not None and float(rho) != self.rho:
-            raise ValueError(f"rho={rho} but this router serves the trial with rho={self.rho}")
+            raise InputError(f"rho={rho} but this router serves the trial with rho={self.rho}")
         emb = self._embed(texts, embeddings)  # [B, e]
         x = self._contexts(groups, emb.shape[0])  # [B, X]
         hashes = None if texts is None else [_sha256(t) for t in texts]
@@ -130,7 +130,7 @@ class SubsetRouter(Router):
 
     def add_model(self, name: str, price: float) -> None:
         """Refused: a subset learner's cost vectors and target box are fixed by its run."""
-        raise ValueError(
+        raise InputError(
             f"{type(self.learner).__name__} routes subsets: its per-model cost vectors and "
             "target box come from the run, so a model cannot be added; simulate again with it"
         )
@@ -146,16 +146,16 @@ class SubsetRouter(Router):
         dim, dtype = self.problem.dim, self.problem.dtype
         if groups is None:
             if self.needs_groups and dim > 1:
-                raise ValueError(
+                raise InputError(
                     f"groups: {type(self.learner).__name__} reads each query's group; send "
                     f"groups (one of {list(self.context_names)}) with the queries"
                 )
             return torch.zeros(b, dim, dtype=dtype) if dim > 1 else torch.ones(b, 1, dtype=dtype)
         if isinstance(groups, str) or len(groups) != b:
-            raise ValueError(f"groups must be a list of {b} group names, one per query")
+            raise InputError(f"groups must be a list of {b} group names, one per query")
         unknown = [g for g in groups if g not in self.context_names]
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"groups: unknown group {unknown[0]!r}; the run's groups: "
                 f"{list(self.context_names)}"
             )
@@ -165,7 +165,7 @@ class SubsetRouter(Router):
     def _check_feedback(self, ids, scores, costs, models) -> tuple[Tensor, Tensor]:
         """Set outcomes ``[n]`` in ``[0, N]`` and costs ``[n]`` ``>= 0``; no ``models``."""
         if models is not None:
-            raise ValueError(
+            raise InputError(
                 "models: a subset router takes no models with feedback (each request's set "
                 "is known from its id)"
             )
@@ -173,12 +173,10 @@ class SubsetRouter(Router):
         scaled = [s / n if isinstance(s, (int, float)) else s for s in scores]
         try:
             score, cost = super()._check_feedback(ids, scaled, costs, None)
-        except ValueError as exc:
-            if str(exc).startswith("scores must be in"):
-                raise ValueError(
-                    f"scores must be the set's outcome in [0, {n}] (N={n} facets): {exc}"
-                ) from exc
-            raise
+        except ScoreRangeError as exc:
+            raise ScoreRangeError(
+                f"scores must be the set's outcome in [0, {n}] (N={n} facets): {exc}"
+            ) from exc
         return score * n, cost
 
     def _item(self, row: RouteRow) -> dict[str, Any]:
