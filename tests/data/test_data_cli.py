@@ -94,7 +94,8 @@ def test_simulate_without_experiment_gets_the_default_learners():
 
 @pytest.mark.slow
 def test_simulate_data_table_runs(tmp_path: Path, capsys):
-    path = _csv(tmp_path / "pub.csv")
+    (tmp_path / "data").mkdir()  # a run never writes inside its data folder
+    path = _csv(tmp_path / "data" / "pub.csv")
     code = main(
         [
             "simulate",
