@@ -22,6 +22,7 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
         "rhos=[0,900]",
         "seeds=[0]",
         "progress=false",
+        "jobs=1",
         "~logger",
         "+learners.cabs_d.oracle.config.trainer={max_epochs: 2}",
     ]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from torchroute.cli_conventions import NO_HYDRA_CONFIG, MultirunError, info_text, multirun_answer
 from torchroute.configs_path import compose_config, config_dir, config_dirs
 
 log = logging.getLogger("torchroute")
@@ -45,6 +46,14 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     overrides = list(args.overrides if overrides is None else overrides)
     extra = args.config_dir or []
     directories = config_dirs(extra)  # an extra folder that is missing or clashes: one line
+    if getattr(args, "multirun", False):
+        raise MultirunError(multirun_answer(args.command, overrides))
+    if getattr(args, "info", False):
+        print(info_text(args.command, primary_config(args.command), directories), end="")
+        return None
+    if args.cfg == "hydra":
+        print(NO_HYDRA_CONFIG)
+        return None
     try:
         cfg = compose_config(primary_config(args.command), overrides, extra=extra)
     except Exception as exc:
@@ -58,6 +67,8 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
             raise
         raise ValueError(hint) from exc
     if args.cfg:
+        if args.cfg == "all":  # Hydra's job + hydra configs: torchroute has no hydra part
+            print(NO_HYDRA_CONFIG)
         print(OmegaConf.to_yaml(cfg), end="")
         return None
     return cfg
@@ -82,7 +93,11 @@ def _simulate(args: argparse.Namespace) -> None:
             companions.append(RunOptions.from_config(companion))
     for companion in companions:
         check_out_dir(companion.out_dir, companion.digest(), companion.overwrite)
-    results = run(opts)
+    try:
+        results = run(opts)
+    except (Exception, KeyboardInterrupt):
+        _report_what_finished(opts)
+        raise
     for companion in companions:
         run(companion)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
@@ -103,6 +118,25 @@ def _simulate(args: argparse.Namespace) -> None:
                 companions=[c.out_dir for c in companions],
             )
         )
+
+
+def _report_what_finished(opts) -> None:
+    """After a stopped or failed run: the report of the learners that finished (their
+    ``runs/<learner>/summary.csv``), when the run asked for a report and one finished."""
+    from torchroute.report import write_report
+    from torchroute.report.partial import finished_learners
+
+    if not opts.report or os.environ.get("RANK", "0") != "0":
+        return
+    if not finished_learners(opts.out_dir):
+        return
+    try:
+        text = write_report([opts.out_dir], sections=opts.report_sections)
+    except Exception as exc:  # the run's own error is the one to show
+        log.warning("no report of the finished learners: %s", one_line(exc))
+        return
+    print(text)
+    log.warning("the run stopped; the report above covers the learners that finished")
 
 
 #: command-line overrides a companion run shares with its main run: the grid, the data,
@@ -239,6 +273,7 @@ def _serve(args: argparse.Namespace) -> None:
             pending_ttl=args.pending_ttl,
             checkpoint_every=args.checkpoint_every,
             propensity_draws=args.propensity_draws,
+            explore=args.explore,
         )
         if plan.fresh:
             router.log.set_info("origin", "fresh")
@@ -385,10 +420,18 @@ def build_parser() -> argparse.ArgumentParser:
             "--cfg",
             nargs="?",
             const="job",
-            choices=["job"],
+            choices=["job", "hydra", "all"],
             default=None,
-            help="print the composed config and exit",
+            help="print the composed config and exit (job; hydra and all say why there is "
+            "no hydra part)",
         )
+        p.add_argument(
+            "-m",
+            "--multirun",
+            action="store_true",
+            help="(Hydra's multirun) answered with the torchroute sweep command that runs the grid",
+        )
+        p.add_argument("--info", action="store_true", help="print the config search path and exit")
         p.set_defaults(func=func)
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")
@@ -458,6 +501,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--propensity-draws", type=int, default=200, help="Monte-Carlo draws of propensities"
     )
     p.add_argument(
+        "--explore",
+        type=float,
+        default=0.0,
+        metavar="EPS",
+        help="exploration floor: route a query to a uniformly drawn model with probability "
+        "EPS (the logged propensity is the mixture's), so the log can evaluate other "
+        "routers (default 0)",
+    )
+    p.add_argument(
         "--export-log",
         default=None,
         metavar="OUT",
@@ -486,6 +538,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: loggers of the libraries torchroute drives whose INFO lines only ``-v`` shows
+_CHATTY = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric", "wandb")
+
+
+def quiet_console() -> None:
+    """Lightning's and wandb's own INFO lines and Lightning's deprecation notices off (``-v``
+    keeps them): the console holds one line per learner and the report."""
+    import warnings
+
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for configuration and input errors).
 
@@ -497,6 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        quiet_console()
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
