@@ -538,6 +538,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ConsoleFormatter(logging.Formatter):
+    """INFO lines as their bare message (``linucb: 9 trials x 600 rounds, ...``); warnings,
+    errors and every line under ``-v`` with their level and logger."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as a console line."""
+        if record.levelno == logging.INFO and not self.verbose:
+            return record.getMessage()
+        return super().format(record)
+
+
 #: loggers of the libraries torchroute drives whose INFO lines only ``-v`` shows
 _CHATTY = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric", "wandb")
 
@@ -549,6 +564,8 @@ def quiet_console() -> None:
 
     for name in _CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # transformers' "Loading weights" bar (read when transformers is first imported)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
 
 
@@ -559,10 +576,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     error: ...``) and return 2; ``--debug`` or ``HYDRA_FULL_ERROR=1`` show the traceback.
     """
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_ConsoleFormatter(verbose=args.verbose))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     if not args.verbose:
         quiet_console()
     from hydra.errors import HydraException
