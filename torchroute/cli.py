@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from torchroute.cli_conventions import NO_HYDRA_CONFIG, MultirunError, info_text, multirun_answer
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+from torchroute.console import ConsoleFormatter, quiet_console
 
 log = logging.getLogger("torchroute")
 
@@ -363,6 +364,19 @@ class _HelpWithConfigs(argparse.Action):
         parser.exit()
 
 
+class _DataHelp(argparse.Action):
+    """``torchroute data -h``: the data command's own help (actions and loader keys)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        """Print the data command's help and exit."""
+        from torchroute.data.inspect import data_command
+
+        data_command(["--help"])
+
+
 _EXAMPLES = """\
 examples:
   torchroute simulate rounds=200 seeds=[0] '~logger'      the built-in benchmark, no wandb
@@ -447,7 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a report section by dotted path, repeatable (default: the built-in four)",
     )
     p.set_defaults(func=_report)
-    p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
+    p = sub.add_parser(
+        "data", help="inspect a table, or convert it to the generic format", add_help=False
+    )
+    p.add_argument("-h", "--help", action=_DataHelp, help="the actions and loader keys")
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
     p.set_defaults(func=_data)
     p = sub.add_parser("serve", help="a live router behind HTTP, from a simulate out_dir")
@@ -516,7 +533,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the decision log to OUT (.parquet or .csv) and exit",
     )
     p.set_defaults(func=_serve)
-    p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
+    from torchroute.evaluate_keys import keys_help
+
+    p = sub.add_parser(
+        "evaluate",
+        help="off-policy evaluation of routers on a decision log",
+        description="Off-policy evaluation of routers on a decision log.",
+        epilog=keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")
     p.add_argument(
         "--config-dir",
@@ -538,37 +563,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _ConsoleFormatter(logging.Formatter):
-    """INFO lines as their bare message (``linucb: 9 trials x 600 rounds, ...``); warnings,
-    errors and every line under ``-v`` with their level and logger."""
-
-    def __init__(self, verbose: bool) -> None:
-        super().__init__("%(levelname)s %(name)s: %(message)s")
-        self.verbose = verbose
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The record as a console line."""
-        if record.levelno == logging.INFO and not self.verbose:
-            return record.getMessage()
-        return super().format(record)
-
-
-#: loggers of the libraries torchroute drives whose INFO lines only ``-v`` shows
-_CHATTY = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_fabric", "wandb")
-
-
-def quiet_console() -> None:
-    """Lightning's and wandb's own INFO lines and Lightning's deprecation notices off (``-v``
-    keeps them): the console holds one line per learner and the report."""
-    import warnings
-
-    for name in _CHATTY:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # transformers' "Loading weights" bar (read when transformers is first imported)
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 for configuration and input errors).
 
@@ -577,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     handler = logging.StreamHandler()
-    handler.setFormatter(_ConsoleFormatter(verbose=args.verbose))
+    handler.setFormatter(ConsoleFormatter(verbose=args.verbose))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     if not args.verbose:
         quiet_console()

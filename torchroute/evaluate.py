@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.errors import UserError
+from torchroute.evaluate_keys import DEFAULTS
 from torchroute.evaluate_limits import clip_intervals, log_warnings, row_warnings
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
@@ -53,27 +54,6 @@ from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.types import Problem
-
-DEFAULTS: dict[str, Any] = {
-    "logs": None,
-    "targets": [],
-    "replay": [],
-    "rhos": None,
-    "checkpoint": None,
-    "estimators": list(ESTIMATORS),
-    "interval": "bootstrap",
-    "bootstrap": 200,
-    "alpha": 0.05,
-    "switch_tau": 10.0,
-    "clip": 10.0,
-    "lam": 1.0,
-    "folds": 2,
-    "crossfit": "random",
-    "seed": 0,
-    "device": "cpu",
-    "out_dir": "outputs/evaluate",
-}
-
 
 logger = logging.getLogger(__name__)
 

@@ -191,10 +191,14 @@ def _build(cfg: Mapping[str, Any], section: str, **runtime: Any) -> Any:
 
 
 def _quiet_trainer(trainer: Mapping[str, Any]) -> dict[str, bool]:
-    """Lightning's progress bar and model summary off unless debug logging is on (the
-    CLI's ``-v``) or the ``trainer`` config sets them: the figures go to metrics.json."""
+    """Lightning's progress bar, model summary and INFO lines off unless debug logging is
+    on (the CLI's ``-v``) or the ``trainer`` config sets them: the figures go to
+    metrics.json."""
     if logging.getLogger("torchroute").isEnabledFor(logging.DEBUG):
         return {}
+    # Lightning sets its loggers to INFO when imported, with a console handler of its own
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     keys = ("enable_progress_bar", "enable_model_summary")
     return {key: False for key in keys if key not in trainer}
 
