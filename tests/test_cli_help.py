@@ -162,3 +162,15 @@ def test_cfg_hydra_and_all_and_info_say_what_torchroute_has(capsys, tmp_path, mo
     out = capsys.readouterr().out
     assert "primary config pretrain.yaml" in out and str(config_dir()) in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_long_descriptions_end_at_a_phrase_never_inside_parentheses():
+    from torchroute.cli_help import shorten
+
+    text = "Alpha beta gamma delta epsilon zeta eta: " + "word " * 5 + "(one, two, three)" * 5
+    short = shorten(text, limit=80)
+    # the last phrase end before the limit outside a parenthesis: before the first "("
+    assert short == "Alpha beta gamma delta epsilon zeta eta: word word word word word ..."
+    text = "A sentence with many words, " + "more words " * 10 + "and the end"
+    assert shorten(text, limit=60) == "A sentence with many words ..."
+    assert shorten("short", limit=60) == "short"
