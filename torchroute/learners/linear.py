@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import (
     ridge_init,
@@ -149,14 +150,14 @@ class LinUCB(_PerTrialRidge):
         Returns:
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
-        if self._fused():
+        if self._fused() and context.available is None:
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         scores = ridge_predict(self.theta, x)  # [R, B, K]
         if isinstance(self.alpha, Tensor) or self.alpha != 0:
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
-        action = argmax_random_ties(scores, generator)
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
     def update(
@@ -285,7 +286,7 @@ class LinTS(_PerTrialRidge):
         mean = ridge_predict(self.theta, x)  # [R, B, K]
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
-        action = argmax_random_ties(scores, generator)
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
 
@@ -338,7 +339,8 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
+        predicted = mask_scores(ridge_predict(self.theta, x), context.available)
+        greedy = argmax_random_ties(predicted, generator)  # [R, B]
         # number / tensor is reciprocal() * number in torch: written so, per-trial values
         # give the bits of a float eps0.
         eps0 = self.eps0 if not isinstance(self.eps0, Tensor) else self.eps0.to(x.dtype)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
@@ -55,7 +56,7 @@ class _StaticRouter(FixedPolicy):
         with torch.no_grad():
             y_hat, c_hat = self.predict(context)
             value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
-        action = argmax_random_ties(value, generator)
+        action = argmax_random_ties(mask_scores(value, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 
 
