@@ -112,8 +112,18 @@ def test_thompson_draws_have_the_posterior_mean_and_scale(cls):
     torch.testing.assert_close(draws.std(0), 0.5 * quad.sqrt(), atol=0.05, rtol=0.05)
 
 
-def test_new_arm_bonus_favours_the_arms_never_observed():
-    learner = DiscountedLinUCB(R, K, D, alpha=0.0, new_arm_bonus=5.0).double()
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DiscountedLinUCB(R, K, D, alpha=0.0, new_arm_bonus=5.0),
+        lambda: SlidingWindowLinUCB(R, K, D, window=50, alpha=0.0, new_arm_bonus=5.0),
+        lambda: LinUCB(R, K, D, alpha=0.0, new_arm_bonus=5.0),
+        lambda: LinTS(R, K, D, v=0.0, new_arm_bonus=5.0),
+        lambda: DiscountedLinTS(R, K, D, v=0.0, new_arm_bonus=5.0),
+    ],
+)
+def test_new_arm_bonus_favours_the_arms_never_observed(make):
+    learner = make().double()
     problem = LinearProblem(R, K, D, seed=1)
     arm = torch.zeros(R, 1, dtype=torch.long)  # arm 0 observed (reward 0.8), the others never
     for _ in range(30):
@@ -122,7 +132,7 @@ def test_new_arm_bonus_favours_the_arms_never_observed():
         reward = torch.full((R, 1, K), 0.8, dtype=F64)
         learner.update(context, decision, feedback_for(learner, decision, reward))
     x = problem.context().x
-    base = learner._scores(x, None)
+    base = torch.einsum("rkd,rbd->rbk", _theta(learner), x)  # the ridge means (alpha = v = 0)
     assert bool((base[:, 0, 0] > 0).all()) and bool((base[:, 0, 1:] == 0).all())
     chosen = learner.act(Context(x=x), torch.Generator().manual_seed(0)).action
     assert not bool((chosen == 0).any())  # 0 + 5 beats the observed arm's score
@@ -130,12 +140,23 @@ def test_new_arm_bonus_favours_the_arms_never_observed():
     assert bool((learner.act(Context(x=x)).action == 0).all())  # without it: the known arm
 
 
+def _theta(learner):
+    if hasattr(learner, "theta"):
+        return learner.theta
+    eye = torch.eye(D, dtype=F64)
+    return torch.linalg.solve(learner.gram + learner.lam * eye, learner.target)
+
+
 FACTORIES = {
     "LinUCB": lambda p: LinUCB.from_problem(p, lam=0.5).double(),
     "LinTS": lambda p: LinTS.from_problem(p, lam=0.5).double(),
+    "LinUCB-bonus": lambda p: LinUCB.from_problem(p, new_arm_bonus=0.5).double(),
+    "LinTS-bonus": lambda p: LinTS.from_problem(p, new_arm_bonus=0.5).double(),
     "DiscountedLinUCB": lambda p: DiscountedLinUCB.from_problem(p, gamma=0.9).double(),
     "DiscountedLinTS": lambda p: DiscountedLinTS.from_problem(p, gamma=0.9).double(),
-    "SlidingWindowLinUCB": lambda p: SlidingWindowLinUCB.from_problem(p, window=5).double(),
+    "SlidingWindowLinUCB": lambda p: SlidingWindowLinUCB.from_problem(
+        p, window=5, new_arm_bonus=0.5
+    ).double(),
     "SlidingWindowLinTS": lambda p: SlidingWindowLinTS.from_problem(p, window=5).double(),
 }
 
