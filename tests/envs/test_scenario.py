@@ -157,3 +157,40 @@ def test_select_trials_keeps_each_trials_scenario():
     alone = env.select_trials([1])
     assert torch.equal(alone.context(0).available, env.context(0).available[1:])
     assert torch.equal(alone.problem().hidden_arms, env.problem().hidden_arms[1:])
+
+
+def test_recover_tolerance_and_window_are_used(tiny_table):
+    scenario = [{"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.2}]
+    env = _env(tiny_table, scenario, recover_window=2, recover_tolerance=0.3)
+    result = simulate(RandomRouter(2, 4), env, progress=False)
+    expected = rounds_to_recover(env._trace[:, 10:], 2, 0.3)
+    got = torch.tensor(result.summary["rounds_to_recover"].to_numpy())
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    with pytest.raises(ValueError, match="recover_tolerance"):
+        _env(tiny_table, scenario, recover_tolerance=1.5)
+    with pytest.raises(ValueError, match=r"recover_window must be in 1\.\.10"):
+        _env(tiny_table, scenario, recover_window=11)
+
+
+def test_resume_gives_the_uninterrupted_scenario_columns(tiny_table, tmp_path):
+    """Interrupted after the round-14 checkpoint (the change is at round 8), resumed: the
+    before/after columns and rounds_to_recover are those of the uninterrupted run."""
+    scenario = [{"kind": "new_model", "arm": "best", "at": 0.4}]
+    whole_env = _env(tiny_table, scenario)
+    whole = simulate(LinUCB.from_problem(whole_env.problem()), whole_env, progress=False)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def stop(t, *_):
+        if t == 16:
+            raise KeyboardInterrupt
+
+    env = _env(tiny_table, scenario)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(LinUCB.from_problem(env.problem()), env, progress=False, ckpt_every=7,
+                 ckpt_path=ckpt, on_round=stop)  # fmt: skip
+    fresh = _env(tiny_table, scenario)
+    resumed = simulate(LinUCB.from_problem(fresh.problem()), fresh, progress=False,
+                       resume_from=ckpt)  # fmt: skip
+    cols = ["avg_utility_before", "avg_utility_after", "rounds_to_recover", "avg_utility"]
+    assert whole.summary[cols].equals(resumed.summary[cols])
+    assert torch.equal(fresh._trace, whole_env._trace)

@@ -13,7 +13,13 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
-from torchroute.envs.scenario import Scenario, default_window, parse_scenario, rounds_to_recover
+from torchroute.envs.scenario import (
+    RECOVER_TOLERANCE,
+    Scenario,
+    default_window,
+    parse_scenario,
+    rounds_to_recover,
+)
 from torchroute.functional.random import Source
 from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
@@ -43,6 +49,8 @@ class SingleChoiceEnv(Env):
             :mod:`torchroute.envs.scenario`, ``docs/scenarios.md``), or ``None``.
         recover_window: the moving-average window of ``rounds_to_recover`` (default: 5% of
             the rounds after the change, at least 1).
+        recover_tolerance: how close to its post-change best the moving average must stay
+            for ``rounds_to_recover`` (default 0.01).
 
     With a scenario the contexts carry ``available [R, 1, K]`` while a new model is not
     there yet, the problem names the new models (``Problem.hidden_arms``; the train split
@@ -77,6 +85,7 @@ class SingleChoiceEnv(Env):
         dtype: torch.dtype = torch.float32,
         scenario: Any = None,
         recover_window: int | None = None,
+        recover_tolerance: float = RECOVER_TOLERANCE,
     ) -> None:
         events = parse_scenario(scenario)
         rho_t = torch.as_tensor(rho, dtype=torch.float64).reshape(-1)
@@ -148,6 +157,9 @@ class SingleChoiceEnv(Env):
                     f"got {recover_window}"
                 )
             self.recover_window = int(recover_window or default_window(after))
+            if not 0.0 <= float(recover_tolerance) < 1.0:
+                raise ValueError(f"recover_tolerance must be in [0, 1), got {recover_tolerance}")
+            self.recover_tolerance = float(recover_tolerance)
             # each trial's utility per round, for rounds_to_recover
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
 
@@ -339,7 +351,9 @@ class SingleChoiceEnv(Env):
         return {
             "avg_utility_before": sums["utility_before"] / before if before else nan,
             "avg_utility_after": sums["utility_after"] / after if after else nan,
-            "rounds_to_recover": rounds_to_recover(trace, self.recover_window).to(nan.device),
+            "rounds_to_recover": rounds_to_recover(
+                trace, self.recover_window, self.recover_tolerance
+            ).to(nan.device),
         }
 
     def state_dict(self) -> dict[str, Any]:
