@@ -194,3 +194,22 @@ def test_resume_gives_the_uninterrupted_scenario_columns(tiny_table, tmp_path):
     cols = ["avg_utility_before", "avg_utility_after", "rounds_to_recover", "avg_utility"]
     assert whole.summary[cols].equals(resumed.summary[cols])
     assert torch.equal(fresh._trace, whole_env._trace)
+
+
+def test_arm_references_follow_drift_and_price(tiny_table):
+    scenario = [
+        {"kind": "drift", "arm": "arm1", "at": 0.5, "score_shift": 0.4},
+        {"kind": "price", "arm": "arm2", "at": 0.25, "factor": 3.0},
+    ]
+    env = _env(tiny_table, scenario)
+    result = simulate(RandomRouter(2, 4), env, progress=False, log_every=3)
+    rows = env._stream  # [R, T]
+    scores = tiny_table.scores[rows].double().clone()  # [R, T, K]
+    costs = tiny_table.costs[rows].double().clone()
+    scores[:, 10:, 1] = (scores[:, 10:, 1] + 0.4).clamp(0, 1)
+    costs[:, 5:, 2] *= 3.0
+    for k in range(4):
+        got_acc = torch.tensor(result.summary[f"arm_accuracy_{k}"].to_numpy())
+        got_cost = torch.tensor(result.summary[f"arm_cost_{k}"].to_numpy())
+        torch.testing.assert_close(got_acc, scores[:, :, k].mean(1))
+        torch.testing.assert_close(got_cost, costs[:, :, k].mean(1))

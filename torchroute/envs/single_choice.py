@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -369,12 +370,20 @@ class SingleChoiceEnv(Env):
         self._trace = state["trace"].to(self._trace)
 
     def _arm_totals(self, rounds: int) -> Tensor:
-        """Score and cost sums of every arm over each trial's first ``rounds`` queries."""
+        """Score and cost sums of every arm over each trial's first ``rounds`` queries (as
+        they were at each round, under a scenario's drift and price events)."""
         if rounds < self._arm_rounds:
             self._arm_rounds, self._arm_sums = 0, torch.zeros_like(self._arm_sums)
-        rows = self._stream[:, self._arm_rounds : rounds]  # [R, t] rows not summed yet
-        part = torch.stack([self._scores[rows], self._costs[rows]])  # [2, R, t, K]
-        self._arm_sums = self._arm_sums + part.sum(2, dtype=torch.float64)
+        bounds = [self._arm_rounds, rounds]
+        if self.scenario is not None:  # drift and price events change the arms mid-stream
+            bounds[1:1] = sorted({s for s in self.scenario.starts if bounds[0] < s < rounds})
+        for start, stop in itertools.pairwise(bounds):
+            rows = self._stream[:, start:stop]  # [R, t] rows not summed yet
+            scores, costs = self._scores[rows], self._costs[rows]
+            if self.scenario is not None:
+                scores, costs = self.scenario.apply(start, scores, costs)
+            part = torch.stack([scores, costs])  # [2, R, t, K]
+            self._arm_sums = self._arm_sums + part.sum(2, dtype=torch.float64)
         self._arm_rounds = rounds
         return self._arm_sums
 
