@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from tests.conftest import make_table
 from tests.learners.helpers import LinearProblem, feedback_for, forced_decision
@@ -13,6 +14,7 @@ from torchroute.learners import LinTS, LinUCB
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.serve import Router
+from torchroute.serve.app import create_app
 from torchroute.types import Context, Decision
 
 R, K, D = 3, 4, 5
@@ -162,10 +164,10 @@ FACTORIES = {
 
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))
-def test_adding_an_arm_in_simulation_and_in_serve_gives_the_same_state(name, tmp_path):
+def test_adding_an_arm_in_simulation_and_in_serve_gives_the_same_state(name):
     """The same queries and the same routed models: a new_model scenario (the last arm
-    masked until round 10) and a router that gets the model through ``add_model`` (what
-    ``POST /models`` calls) hold the same learner state before and after the arrival."""
+    masked until round 10) and a live router that gets the model through ``POST /models``
+    hold the same learner state before and after the arrival."""
     factory = FACTORIES[name]
     table = make_table(n=60, k=4, d=D)
     rho = 2.0
@@ -176,28 +178,37 @@ def test_adding_an_arm_in_simulation_and_in_serve_gives_the_same_state(name, tmp
     sim = factory(env.problem())
     router = Router.fresh(factory, ["arm0", "arm1", "arm2"], rho=rho, dim=D, dtype=F64)
     gen = torch.Generator().manual_seed(0)
-    for t in range(env.horizon):
-        if t == env.scenario.starts[0]:
-            router.add_model("arm3", float(table.costs[:, 3].mean()))
-            assert _same_state(sim, router.learner)
-        context = env.context(t)
-        own = sim.act(context, gen)  # the simulation's own decision respects availability
-        assert t >= 10 or int(own.action) != 3
-        served = router.route(embeddings=context.x[0].numpy())[0]
-        arm = router.arm_names.index(served["model"])
-        decision = Decision(torch.nn.functional.one_hot(torch.tensor([[arm]]), 4).to(F64),
-                            torch.tensor([[arm]]))  # fmt: skip
-        feedback, _ = env.step(context, decision)
-        row = int(context.index[0, 0])
-        score = float(table.scores[row, arm])
-        router.feedback([served["request_id"]], [score], [float(table.costs[row, arm])])
-        sim.update(context, decision, feedback, gen)
-    assert _same_state(sim, router.learner)
+    with TestClient(create_app(router), base_url="http://localhost") as http:
+        for t in range(env.horizon):
+            if t == env.scenario.starts[0]:
+                price = float(table.costs[:, 3].mean())
+                response = http.post("/models", json={"name": "arm3", "price": price})
+                assert response.status_code == 200
+                _assert_same_state(sim, router.learner)
+            context = env.context(t)
+            own = sim.act(context, gen)  # the simulation's own decision respects availability
+            assert t >= 10 or int(own.action) != 3
+            body = {"embeddings": context.x[0].tolist()}
+            served = http.post("/route", json=body).json()["decisions"][0]
+            arm = router.arm_names.index(served["model"])
+            decision = Decision(
+                torch.nn.functional.one_hot(torch.tensor([[arm]]), 4).to(F64),
+                torch.tensor([[arm]]),
+            )
+            feedback, _ = env.step(context, decision)
+            row = int(context.index[0, 0])
+            body = {
+                "request_ids": [served["request_id"]],
+                "scores": [float(table.scores[row, arm])],
+                "costs": [float(table.costs[row, arm])],
+            }
+            assert http.post("/feedback", json=body).status_code == 200
+            sim.update(context, decision, feedback, gen)
+    _assert_same_state(sim, router.learner)
 
 
-def _same_state(a, b) -> bool:
+def _assert_same_state(a, b) -> None:
     sa, sb = a.state_dict(), b.state_dict()
     assert set(sa) == set(sb)
     for key in sa:
         torch.testing.assert_close(sa[key], sb[key].to(sa[key].dtype), msg=key)
-    return True
