@@ -213,3 +213,31 @@ def test_arm_references_follow_drift_and_price(tiny_table):
         got_cost = torch.tensor(result.summary[f"arm_cost_{k}"].to_numpy())
         torch.testing.assert_close(got_acc, scores[:, :, k].mean(1))
         torch.testing.assert_close(got_cost, costs[:, :, k].mean(1))
+
+
+def test_knn_router_learns_nothing_about_a_new_model():
+    """kNN fitted on the train split scores a new model 0 (its cost is known): after the
+    arrival it routes as a naive kNN with the new model's scores unknown (0). On this table
+    kNN with the scores known picks the new model in 15 of the 40 rounds."""
+    from torchroute.learners import KNNRouter
+
+    table = make_table(n=120, k=3, seed=1)
+    env = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}])
+    problem = env.problem()
+    hidden = problem.hidden_arms
+    knn = KNNRouter.from_problem(problem, k=3)
+    train_unit = torch.nn.functional.normalize(problem.train.features.float(), dim=-1)
+    rows = torch.as_tensor(table.rows("train"))
+    picked_known = 0
+    for t in range(env.scenario.change, env.horizon):
+        context = env.context(t)
+        chosen = knn.act(context, torch.Generator().manual_seed(0)).action[:, 0]
+        for r in range(2):
+            x = context.x[r, 0].float()
+            near = (train_unit @ (x / x.norm())).topk(3).indices
+            score = table.scores[rows][near].mean(0).clone()
+            cost = table.costs[rows][near].mean(0)
+            picked_known += int(bool(hidden[r, (score - float(env.rho[r]) * cost).argmax()]))
+            score[hidden[r]] = 0.0
+            assert int(chosen[r]) == int((score - float(env.rho[r]) * cost).argmax())
+    assert picked_known == 15
