@@ -241,3 +241,16 @@ def test_knn_router_learns_nothing_about_a_new_model():
             score[hidden[r]] = 0.0
             assert int(chosen[r]) == int((score - float(env.rho[r]) * cost).argmax())
     assert picked_known == 15
+
+
+def test_a_bad_scenario_fails_before_any_data_is_loaded(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tests.conftest import LINUCB_NODE, tiny_run_config
+    from torchroute.run.options import ConfigError, RunOptions
+
+    cfg = tiny_run_config(tmp_path / "out", {"linucb": LINUCB_NODE})
+    cfg.env.scenario = OmegaConf.create([{"kind": "drift", "arm": "best", "at": 0.5}])
+    with pytest.raises(ConfigError, match=r"env: scenario\[0\]\.score_shift is missing"):
+        RunOptions.from_config(cfg)
+    assert not (tmp_path / "out").exists()
