@@ -254,3 +254,15 @@ def test_a_bad_scenario_fails_before_any_data_is_loaded(tmp_path):
     with pytest.raises(ConfigError, match=r"env: scenario\[0\]\.score_shift is missing"):
         RunOptions.from_config(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_saved_problem_keeps_the_hidden_arms(tiny_table):
+    from torchroute.run.saved import problem_from_state, problem_state, trial_problem
+
+    problem = _env(tiny_table, [{"kind": "new_model", "arm": "best", "at": 0.5}]).problem()
+    back = problem_from_state(problem_state(problem))
+    assert torch.equal(back.hidden_arms, problem.hidden_arms)
+    assert torch.equal(trial_problem(back, 1).hidden_arms, problem.hidden_arms[1:])
+    plain = _env(tiny_table, None).problem()
+    assert "hidden_arms" not in problem_state(plain)
+    assert problem_from_state(problem_state(plain)).hidden_arms is None
