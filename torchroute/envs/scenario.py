@@ -1,7 +1,7 @@
 """Scenarios: changes to the world in the middle of a stream (a new model, drift, a price).
 
 A scenario is a list of events, each replayed identically for every learner and trial
-(``docs/scenarios.md``)::
+(``docs/guides/scenarios.md``)::
 
     scenario:
       - {kind: new_model, arm: best, at: 0.5}             # unavailable before round T/2

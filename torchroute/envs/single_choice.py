@@ -47,7 +47,7 @@ class SingleChoiceEnv(Env):
         device: where every tensor lives.
         dtype: floating dtype of contexts and rewards.
         scenario: a list of events (a new model, drift, a price change;
-            :mod:`torchroute.envs.scenario`, ``docs/scenarios.md``), or ``None``.
+            :mod:`torchroute.envs.scenario`, ``docs/guides/scenarios.md``), or ``None``.
         recover_window: the moving-average window of ``rounds_to_recover`` (default: 5% of
             the rounds after the change, at least 1).
         recover_tolerance: how close to its post-change best the moving average must stay
