@@ -58,6 +58,9 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, capl
     report = (out / "report.md").read_text()
     assert report.startswith(OPENING) and OPENING in printed
     opening = report.split("\n## ", 2)[0]
+    # the drift halfway: the opening compares online and static routers after it too
+    assert {"avg_utility_before", "avg_utility_after", "rounds_to_recover"} <= set(results)
+    assert "- **online vs static**:" in opening and "after the change in the stream" in opening
     for family in ("baselines", "CABS", "HPG", "subset routing"):
         assert f"- **{family}**:" in opening
     assert "## Companion run default_subset" in report
