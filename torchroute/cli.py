@@ -252,6 +252,9 @@ def _serve(args: argparse.Namespace) -> None:
         rows = export_log(log_path(plan.state_path), args.export_log)
         print(f"wrote {args.export_log} ({rows} decisions)")
         return
+    from torchroute.serve.exploration import check_epsilon
+
+    check_epsilon(args.explore)  # before the port is bound or a state file is opened
     plan = plan_serve(args)  # every flag checked, the port bound: before the encoder loads
     import uvicorn
 
