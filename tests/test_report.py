@@ -220,3 +220,15 @@ def test_a_stopped_run_reports_its_finished_learners(tmp_path):
     assert summary.loc["b", "utility_high"] == pytest.approx(0.90, abs=1e-12)
     assert (run / "regret_curves.png").stat().st_size > 0
     assert not (run / "results.csv").exists()  # the report never writes the run's files
+
+
+def test_a_metric_some_learners_lack_reads_n_a_with_a_word(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    results = _results()
+    results["rank"] = results["learner"].map({"a": 3.0})  # only "a" reports it
+    results.to_csv(run / "results.csv", index=False)
+    text = write_report([run])
+    means = text[text.index("## Overall means") :]
+    assert "nan" not in means and "n/a" in means
+    assert "n/a: no value for that learner" in means

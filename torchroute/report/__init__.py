@@ -167,7 +167,21 @@ def write_report(
     else:
         table = summary
     write_csv_atomic(out / "summary.csv", table.reset_index())
-    lines += ["## Overall means over trials", "", summary.to_markdown(floatfmt=".4g"), ""]
+    lines += [
+        "## Overall means over trials",
+        "",
+        summary.astype(object)
+        .where(summary.notna(), None)
+        .to_markdown(floatfmt=".4g", missingval="n/a"),
+    ]
+    if summary.isna().any().any():
+        lines += [
+            "",
+            "n/a: no value for that learner: a statistic only some learners report (their "
+            "own state, e.g. a CABS-D weight or an HPG rank), or a measure none of its trials "
+            "reached (rounds_to_recover: the utility never settled within the tolerance).",
+        ]
+    lines += [""]
     for column in [c for c in curves.columns if c.startswith("cum_")]:
         name = column[len("cum_") :]
         path = "regret_curves.png" if name == "regret" else f"curves_{name}.png"
