@@ -32,10 +32,13 @@ CACHE_FORMAT = 1
 
 
 def default_cache_root() -> Path:
-    """``$TORCHROUTE_CACHE/embeddings``, else ``./.cache/torchroute/embeddings`` (cwd)."""
+    """``$TORCHROUTE_CACHE/embeddings``, else ``<user cache>/torchroute/embeddings``, the user
+    cache being ``$XDG_CACHE_HOME`` or ``~/.cache`` (the same folder in every directory)."""
     base = os.environ.get("TORCHROUTE_CACHE")
-    root = Path(base).expanduser() if base else Path.cwd() / ".cache" / "torchroute"
-    return root / "embeddings"
+    if base:
+        return Path(base).expanduser() / "embeddings"
+    user = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(user).expanduser() / "torchroute" / "embeddings"
 
 
 def encoder_key(encoder: TextEncoder) -> str:

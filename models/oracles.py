@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from torchroute.errors import UserError
 from torchroute.functional.oracle import (
     affinity_from_accuracy,
     iqr_keep_mask,
@@ -49,7 +50,7 @@ ORACLE_FORMAT = 1
 ORACLE_KIND = "torchroute.MultiHeadOracle"
 
 
-class OracleArtifactError(ValueError):
+class OracleArtifactError(UserError, ValueError):
     """An oracle file is missing, not an oracle artifact, or does not fit the data."""
 
 

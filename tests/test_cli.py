@@ -29,6 +29,7 @@ def _args(out_dir, cache_dir, *extra):
         "seeds=[0,1]",
         "log_every=10",
         "progress=false",
+        "jobs=1",
         f"run_learners=[{BASELINES}]",
         *extra,
     ]
@@ -121,6 +122,31 @@ def test_interrupted_run_resumes_to_the_same_results(default_run, tmp_path, cach
         after.reset_index(drop=True),
         before[before["learner"] == "squarecb"].reset_index(drop=True),
     )
+
+
+def test_a_stopped_run_prints_the_report_of_the_learners_that_finished(
+    tmp_path, cache_dir, monkeypatch, capsys
+):
+    """Ctrl-C in the second learner: the first one's results are reported, the second is
+    named as without results, and ``torchroute report`` says the same afterwards."""
+    from torchroute.learners import SquareCB
+
+    def stop(self, context, generator=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SquareCB, "act", stop)
+    out = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        main(_args(out, cache_dir, "run_learners=[random,squarecb]", "~logger"))
+    printed = capsys.readouterr().out
+    assert not (out / "results.csv").exists()
+    assert "the learners that finished (random); without results: squarecb." in printed
+    random = pd.read_csv(out / "runs" / "random" / "summary.csv")
+    summary = pd.read_csv(out / "summary.csv").set_index("learner")
+    assert list(summary.index) == ["random"]
+    assert summary.loc["random", "avg_utility"] == pytest.approx(random["avg_utility"].mean())
+    assert main(["report", str(out)]) == 0
+    assert "without results: squarecb." in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

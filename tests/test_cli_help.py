@@ -92,7 +92,7 @@ def test_cfg_prints_the_composed_config_and_runs_nothing(capsys, tmp_path, monke
         "hpg",
     }
     composed = compose_config("simulate", overrides)
-    assert printed["rhos"] == list(composed.rhos) == [0.0, 250.0, 500.0, 750.0, 1000.0]
+    assert printed["rhos"] == list(composed.rhos) == [0.0, 500.0, 1000.0]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -137,3 +137,40 @@ def test_help_lists_the_configs_of_config_dir_folders(capsys, tmp_path) -> None:
         main(["simulate", "--config-dir", str(tmp_path / "missing"), "--help"])
     assert exit_.value.code == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_multirun_is_answered_with_the_sweep_that_runs_the_grid(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["simulate", "-m", "experiment=default", "learners.linucb.alpha=0.5,1.0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no -m/--multirun" in err
+    assert "torchroute sweep experiment=default '+sweep.grid.linucb.alpha=[0.5,1.0]'" in err
+    assert main(["simulate", "--multirun", "rhos=0,500"]) == 2
+    assert "a grid over ['rhos'] is not a learner hyper-parameter" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cfg_hydra_and_all_and_info_say_what_torchroute_has(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--cfg", "hydra"]) == 0
+    assert "no hydra runtime config" in capsys.readouterr().out
+    assert main(["simulate", "rounds=7", "--cfg", "all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# torchroute composes") and yaml.safe_load(out)["rounds"] == 7
+    assert main(["pretrain", "--info"]) == 0
+    out = capsys.readouterr().out
+    assert "primary config pretrain.yaml" in out and str(config_dir()) in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_long_descriptions_end_at_a_phrase_never_inside_parentheses():
+    from torchroute.cli_help import shorten
+
+    text = "Alpha beta gamma delta epsilon zeta eta: " + "word " * 5 + "(one, two, three)" * 5
+    short = shorten(text, limit=80)
+    # the last phrase end before the limit outside a parenthesis: before the first "("
+    assert short == "Alpha beta gamma delta epsilon zeta eta: word word word word word ..."
+    text = "A sentence with many words, " + "more words " * 10 + "and the end"
+    assert shorten(text, limit=60) == "A sentence with many words ..."
+    assert shorten("short", limit=60) == "short"

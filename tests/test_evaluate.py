@@ -261,3 +261,30 @@ def test_a_fresh_target_is_built_by_the_runs_factory_with_its_seed():
     assert all(torch.equal(built[k], expected[k]) for k in expected)
     other = _tensor_state(build_target("neural_ucb", problem, seed=0))
     assert not all(torch.equal(other[k], expected[k]) for k in expected)
+
+
+def test_a_deterministic_small_log_is_warned_about_and_intervals_are_clipped(tmp_path, caplog):
+    """LinUCB (argmax) logs propensity 1 on (almost) every row of a 90-row log: the report
+    and the console say so and name dm and on_policy; every interval lies in [0, 1] and is
+    marked when clipped; no ``-0.0000`` or ``nan`` cell is printed."""
+    env = _env([50.0])
+    logs, _ = log_decisions(LinUCB.from_problem(env.problem(), alpha=0.0), env, seed=1)
+    log = save_decisions(logs[0], tmp_path / "log.parquet")
+    n = load_decisions(log).num_decisions
+    ones = int((load_decisions(log).propensity >= 1 - 1e-9).sum())
+    assert n < 100 and ones > 0
+    out = tmp_path / "ope"
+    args = ["targets=[arm:arm0,arm:arm2]", "interval=normal", f"out_dir={out}"]
+    with caplog.at_level("WARNING"):
+        assert main(["evaluate", f"logs={log}", *args]) == 0
+    report = (out / "report.md").read_text()
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    for text in (report, said):
+        assert "propensity 1" in text and "dm, on_policy" in text
+        assert f"the log has {n} decisions with feedback" in text
+    ope = pd.read_csv(out / "ope.csv")
+    inside = (ope["lower"] >= 0) & (ope["upper"] <= 1)
+    assert (inside | ope["value"].isna()).all()  # n/a: snips of a target never logged
+    wide = ope["clipped"].sum()
+    assert f"({wide} were wider, marked *)" in report if wide else "(none was wider)" in report
+    assert "-0.0000" not in report and "nan" not in report.lower()

@@ -3,6 +3,8 @@ family, the companion subset run, an opening sentence per family, the oracle cac
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import pytest
 
@@ -11,7 +13,8 @@ from torchroute.report.headline import OPENING
 
 
 @pytest.mark.slow
-def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
+def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="torchroute")
     out = tmp_path / "run"
     argv = [
         "simulate",
@@ -22,11 +25,21 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
         "rhos=[0,900]",
         "seeds=[0]",
         "progress=false",
+        "jobs=1",
         "~logger",
         "+learners.cabs_d.oracle.config.trainer={max_epochs: 2}",
     ]
     assert main(argv) == 0, capsys.readouterr().err
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # a quiet console: one line per learner, no Lightning banner, bars or model summary
+    console = captured.out + captured.err
+    for noise in ("GPU available", "Trainable params", "LeafSpec", "Epoch ", "it/s]"):
+        assert noise not in console, noise
+    lines = [m for m in caplog.messages if " trials x " in m]  # one per learner, both runs
+    assert len(lines) == 9 + 4, lines
+    for name in ("random", "cabs_d", "hpg", "omd_approachability"):
+        assert any(m.startswith(f"{name}: ") and " rounds, " in m for m in lines), name
     results = pd.read_csv(out / "results.csv")
     assert set(results["learner"]) == {
         "random",
@@ -45,6 +58,9 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert report.startswith(OPENING) and OPENING in printed
     opening = report.split("\n## ", 2)[0]
+    # the drift halfway: the opening compares online and static routers after it too
+    assert {"avg_utility_before", "avg_utility_after", "rounds_to_recover"} <= set(results)
+    assert "- **online vs static**:" in opening and "after the change in the stream" in opening
     for family in ("baselines", "CABS", "HPG", "subset routing"):
         assert f"- **{family}**:" in opening
     assert "## Companion run default_subset" in report

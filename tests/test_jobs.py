@@ -102,6 +102,7 @@ def test_a_failing_learner_is_raised_and_the_others_keep_their_results(tmp_path,
     assert not (tmp_path / "results.csv").exists()
 
 
+@pytest.mark.slow  # spawns two workers (about 15-20 s on 2 busy cores)
 def test_a_worker_that_dies_is_a_one_line_error_naming_the_unfinished(tmp_path):
     learners = {"dies": _node(f"{__name__}.DyingLearner.from_problem")}
     learners["lints"] = LEARNERS["lints"]
@@ -131,6 +132,7 @@ def test_threads_are_shared_out_between_the_jobs():
     assert threads_per_job(4, threads=2) == 1  # never below one
 
 
+@pytest.mark.slow  # spawns two workers (about 15-20 s on 2 busy cores)
 def test_workers_split_into_chunks_and_log_decisions_as_one_process(tmp_path, caplog):
     """``jobs`` beside ``trial_chunk`` and ``log_decisions``: the same files and logs."""
     learners = {name: LEARNERS[name] for name in ("lints", "squarecb")}

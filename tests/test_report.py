@@ -196,3 +196,39 @@ def test_write_report_without_rho_has_no_regime_table(tmp_path):
 def test_load_results_names_a_folder_without_results(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"results\.csv not found"):
         write_report([tmp_path])
+
+
+def test_a_stopped_run_reports_its_finished_learners(tmp_path):
+    """No results.csv: the report is built from runs/<learner>/summary.csv and names the
+    configured learner that never finished."""
+    run = tmp_path / "run"
+    (run / "runs").mkdir(parents=True)
+    (run / "config.yaml").write_text("learners:\n  a: {}\n  b: {}\n  slow: {}\n")
+    results, curves = _results(), _curves().replace({"learner": {"linucb": "a", "sq": "b"}})
+    for name in ("a", "b"):
+        folder = run / "runs" / name
+        folder.mkdir()
+        results[results["learner"] == name].to_csv(folder / "summary.csv", index=False)
+        curves[curves["learner"] == name].to_csv(folder / "curve.csv", index=False)
+    (run / "runs" / "slow").mkdir()  # started, never wrote its summary
+    text = write_report([run])
+    assert text.startswith("## An unfinished run")
+    assert "the learners that finished (a, b); without results: slow." in text
+    # the same numbers as from results.csv: a's low-regime mean worked out by hand above
+    summary = pd.read_csv(run / "summary.csv").set_index("learner")
+    assert summary.loc["a", "utility_low"] == pytest.approx(0.75, abs=1e-12)
+    assert summary.loc["b", "utility_high"] == pytest.approx(0.90, abs=1e-12)
+    assert (run / "regret_curves.png").stat().st_size > 0
+    assert not (run / "results.csv").exists()  # the report never writes the run's files
+
+
+def test_a_metric_some_learners_lack_reads_n_a_with_a_word(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    results = _results()
+    results["rank"] = results["learner"].map({"a": 3.0})  # only "a" reports it
+    results.to_csv(run / "results.csv", index=False)
+    text = write_report([run])
+    means = text[text.index("## Overall means") :]
+    assert "nan" not in means and "n/a" in means
+    assert "n/a: no value for that learner" in means

@@ -45,8 +45,11 @@ def test_one_sentence_per_family_with_the_numbers_of_the_results(tmp_path):
     lines = headline([(results, learner_classes(run))])
     assert lines[0] == OPENING
     sentences = [line for line in lines if line.startswith("- ")]
-    assert len(sentences) == 3  # baselines, CABS, HPG
-    base, cabs, hpg = sentences
+    assert len(sentences) == 4  # online vs static, baselines, CABS, HPG
+    online, base, cabs, hpg = sentences
+    # online learners linucb, cabs_d, hpg; static best_single; random and full feedback neither
+    assert "learning online beats every static router: cabs_d averages utility 0.750" in online
+    assert "+0.140 against the best static router best_single (0.610)" in online
     # hand-computed means: linucb 0.72, cabs_d 0.75, hpg 0.56, random 0.51, best_single 0.61
     # linucb_full sees every reward: the reference of the baselines, not their best bandit
     assert "linucb averages utility 0.720" in base and "random (0.510, +0.210)" in base
@@ -54,6 +57,25 @@ def test_one_sentence_per_family_with_the_numbers_of_the_results(tmp_path):
     assert "cabs_d averages utility 0.750" in cabs and "(rank 2 of 6)" in cabs
     assert "linucb (0.720, +0.030)" in cabs and "best_single (0.610, +0.140)" in cabs
     assert "hpg averages utility 0.560" in hpg and "linucb (0.720, -0.160)" in hpg
+
+
+def test_the_online_sentence_says_so_when_a_static_router_wins(tmp_path):
+    utility = {"random": [0.5, 0.5], "best_single": [0.8, 0.9], "linucb": [0.7, 0.74]}
+    run = _run_dir(tmp_path / "run", utility)
+    results = pd.read_csv(run / "results.csv")
+    online = [line for line in headline([(results, learner_classes(run))]) if "online" in line]
+    assert (
+        "no online learner beats the best static router here: best_single averages " in (online[0])
+    )
+    assert (
+        "utility 0.850 over 2 trials, the best online learner linucb 0.720 (-0.130)" in (online[0])
+    )
+    # with the columns of a stream that changes, the comparison after the change too
+    results["avg_utility_after"] = results["learner"].map({"linucb": 0.8, "best_single": 0.4})
+    (line,) = [x for x in headline([(results, learner_classes(run))]) if "online vs" in x]
+    assert "after the change in the stream, linucb 0.800 against best_single 0.400 (+0.400)" in (
+        line
+    )
 
 
 def test_a_subset_run_gets_its_sentence(tmp_path):

@@ -61,12 +61,26 @@ def test_section_table_and_notes():
     lines = routing_section(_results(), pd.DataFrame(), None)
     text = "\n".join(lines)
     assert TITLE in lines
-    assert "[1, 3]" in text and "strong arm 1" in text and "weak arm 0" in text
+    assert "[1, 3]" in text and "strong model arm 1" in text and "weak model arm 0" in text
+    assert "APGR above 1 means" in text  # a value past the usual range is explained
     rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| ")}
     cells = [c.strip() for c in rows["b"].split("|")[2:-1]]
     assert cells == ["0.5750", "0.5938", "37.5%", "not reached"]
     cells = [c.strip() for c in rows["a"].split("|")[2:-1]]
     assert cells == ["0.7000", "0.5000", "50.0%", "80.0%"]
+
+
+def test_section_names_the_arms_by_model_when_the_run_folder_has_them(tmp_path):
+    """The run folder's problem.pt names the models; the report uses the names."""
+    from torchroute.checkpoint import save_checkpoint
+    from torchroute.report import write_report
+
+    results = _results()
+    results.to_csv(tmp_path / "results.csv", index=False)
+    problem = {"num_arms": 2, "arm_names": ["tiny-llm", "huge-llm"]}
+    save_checkpoint(tmp_path / "problem.pt", {"format": 1, "problem": problem})
+    text = write_report([tmp_path])
+    assert "strong model huge-llm (arm 1)" in text and "weak model tiny-llm (arm 0)" in text
 
 
 def test_section_needs_single_choice_results_and_handles_one_rho():

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from torchroute.cli_conventions import NO_HYDRA_CONFIG, MultirunError, info_text, multirun_answer
 from torchroute.configs_path import compose_config, config_dir, config_dirs
+from torchroute.console import ConsoleFormatter, quiet_console
 from torchroute.errors import is_user_error, one_line
 
 if TYPE_CHECKING:
@@ -53,6 +55,14 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
     overrides = list(args.overrides if overrides is None else overrides)
     extra = args.config_dir or []
     directories = config_dirs(extra)  # an extra folder that is missing or clashes: one line
+    if getattr(args, "multirun", False):
+        raise MultirunError(multirun_answer(args.command, overrides))
+    if getattr(args, "info", False):
+        print(info_text(args.command, primary_config(args.command), directories), end="")
+        return None
+    if args.cfg == "hydra":
+        print(NO_HYDRA_CONFIG)
+        return None
     try:
         cfg = compose_config(primary_config(args.command), overrides, extra=extra)
     except Exception as exc:
@@ -66,6 +76,8 @@ def _compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) -
             raise
         raise ConfigError(hint) from exc
     if args.cfg:
+        if args.cfg == "all":  # Hydra's job + hydra configs: torchroute has no hydra part
+            print(NO_HYDRA_CONFIG)
         print(OmegaConf.to_yaml(cfg), end="")
         return None
     return cfg
@@ -91,7 +103,11 @@ def _simulate(args: argparse.Namespace) -> None:
             companions.append(RunOptions.from_config(companion))
     for companion in companions:
         check_out_dir(companion.out_dir, companion.digest(), companion.overwrite)
-    results = run(opts)
+    try:
+        results = run(opts)
+    except (Exception, KeyboardInterrupt):
+        _report_what_finished(opts)
+        raise
     for companion in companions:
         run(companion)
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0 writes nothing
@@ -109,6 +125,25 @@ def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
             f"reference={opts.reference!r} is not a learner of this run; expected one of "
             f"{list(opts.run_learners)}"
         )
+
+
+def _report_what_finished(opts) -> None:
+    """After a stopped or failed run: the report of the learners that finished (their
+    ``runs/<learner>/summary.csv``), when the run asked for a report and one finished."""
+    from torchroute.report import write_report
+    from torchroute.report.partial import finished_learners
+
+    if not opts.report or os.environ.get("RANK", "0") != "0":
+        return
+    if not finished_learners(opts.out_dir):
+        return
+    try:
+        text = write_report([opts.out_dir], sections=opts.report_sections)
+    except Exception as exc:  # the run's own error is the one to show
+        log.warning("no report of the finished learners: %s", one_line(exc))
+        return
+    print(text)
+    log.warning("the run stopped; the report above covers the learners that finished")
 
 
 def _gap(args: argparse.Namespace) -> None:
@@ -183,6 +218,9 @@ def _serve(args: argparse.Namespace) -> None:
         rows = export_log(log_path(plan.state_path), args.export_log)
         print(f"wrote {args.export_log} ({rows} decisions)")
         return
+    from torchroute.serve.exploration import check_epsilon
+
+    check_epsilon(args.explore)  # before the port is bound or a state file is opened
     plan = plan_serve(args)  # every flag checked, the port bound: before the encoder loads
     import uvicorn
 
@@ -204,6 +242,7 @@ def _serve(args: argparse.Namespace) -> None:
             pending_ttl=args.pending_ttl,
             checkpoint_every=args.checkpoint_every,
             propensity_draws=args.propensity_draws,
+            explore=args.explore,
         )
         if plan.fresh:
             router.log.set_info("origin", "fresh")
@@ -299,6 +338,19 @@ class _HelpWithConfigs(argparse.Action):
         parser.exit()
 
 
+class _DataHelp(argparse.Action):
+    """``torchroute data -h``: the data command's own help (actions and loader keys)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        """Print the data command's help and exit."""
+        from torchroute.data.inspect import data_command
+
+        data_command(["--help"])
+
+
 _EXAMPLES = """\
 examples:
   torchroute simulate rounds=200 seeds=[0] '~logger'      the built-in benchmark, no wandb
@@ -356,10 +408,18 @@ def build_parser() -> argparse.ArgumentParser:
             "--cfg",
             nargs="?",
             const="job",
-            choices=["job"],
+            choices=["job", "hydra", "all"],
             default=None,
-            help="print the composed config and exit",
+            help="print the composed config and exit (job; hydra and all say why there is "
+            "no hydra part)",
         )
+        p.add_argument(
+            "-m",
+            "--multirun",
+            action="store_true",
+            help="(Hydra's multirun) answered with the torchroute sweep command that runs the grid",
+        )
+        p.add_argument("--info", action="store_true", help="print the config search path and exit")
         p.set_defaults(func=func)
     p = sub.add_parser("report", help="tables and plots from simulate outputs")
     p.add_argument("dirs", nargs="+", help="out_dir folders of simulate runs")
@@ -383,7 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a plug-in package whose report sections the run may declare; repeatable",
     )
     p.set_defaults(func=_report)
-    p = sub.add_parser("data", help="inspect a table, or convert it to the generic format")
+    p = sub.add_parser(
+        "data", help="inspect a table, or convert it to the generic format", add_help=False
+    )
+    p.add_argument("-h", "--help", action=_DataHelp, help="the actions and loader keys")
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
     p.set_defaults(func=_data)
     p = sub.add_parser("serve", help="a live router behind HTTP, from a simulate out_dir")
@@ -446,6 +509,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--propensity-draws", type=int, default=200, help="Monte-Carlo draws of propensities"
     )
     p.add_argument(
+        "--explore",
+        type=float,
+        default=0.0,
+        metavar="EPS",
+        help="exploration floor: route a query to a uniformly drawn model with probability "
+        "EPS (the logged propensity is the mixture's), so the log can evaluate other "
+        "routers (default 0)",
+    )
+    p.add_argument(
         "--export-log",
         default=None,
         metavar="OUT",
@@ -455,7 +527,15 @@ def build_parser() -> argparse.ArgumentParser:
     from torchroute.gateway.main import add_parser as add_gateway
 
     add_gateway(sub)
-    p = sub.add_parser("evaluate", help="off-policy evaluation of routers on a decision log")
+    from torchroute.evaluate_keys import keys_help
+
+    p = sub.add_parser(
+        "evaluate",
+        help="off-policy evaluation of routers on a decision log",
+        description="Off-policy evaluation of routers on a decision log.",
+        epilog=keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("overrides", nargs="*", help="key=value (logs=, targets=[...], rhos=[...])")
     p.add_argument(
         "--config-dir",
@@ -486,10 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with its traceback (exit 1).
     """
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(ConsoleFormatter(verbose=args.verbose))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
+    if not args.verbose:
+        quiet_console()
     try:
         args.func(args)
     except Exception as exc:

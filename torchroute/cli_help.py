@@ -42,11 +42,30 @@ def description(path: Path) -> str:
             break
         lines.append(line.lstrip("#").strip())
     text = " ".join(lines)
-    match = re.search(r"(?<=[a-z0-9)\]])\.(\s|$)", text)
-    if match:
-        text = text[: match.start()]
-    text = text.rstrip(" .,:;")
-    return text if len(text) <= 150 else text[:147].rstrip() + "..."
+    for match in re.finditer(r"(?<=[a-z0-9)\]])\.(\s|$)", text):
+        if not text[: match.start()].endswith(ABBREVIATIONS):  # "e.g." ends no sentence
+            text = text[: match.start()]
+            break
+    return shorten(text.rstrip(" .,:;"))
+
+
+#: words whose full stop ends no sentence
+ABBREVIATIONS = ("e.g", "i.e", "etc", "vs", "cf", "approx")
+
+
+def shorten(text: str, limit: int = 150) -> str:
+    """``text`` cut to at most ``limit`` characters at the end of a phrase (a ``;``, ``:``
+    or ``,`` or before a parenthesis, never inside one), else of a word, marked ``...``."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 4]
+    cuts = [
+        m.start()
+        for m in re.finditer(r"[;:,](?=\s)|\s(?=\()|\s(?=-\s)", head)
+        if head[: m.start()].count("(") == head[: m.start()].count(")")
+    ]
+    cut = cuts[-1] if cuts and cuts[-1] > limit // 3 else head.rfind(" ")
+    return text[:cut].rstrip(" ,;:") + " ..."
 
 
 def groups(directory: Path | Sequence[Path]) -> dict[str, list[str]]:

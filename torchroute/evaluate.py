@@ -26,11 +26,15 @@ Keys (``key=value``; lists in brackets):
 
 Writes ``out_dir/ope.csv`` (one row per target x rho x estimator), ``out_dir/report.md``
 and ``out_dir/ope.png``. Rows without feedback (null score) are left out, and counted.
+The intervals are clipped to the utility's range ``[0, 1]`` (``clipped`` says which), and
+what the log cannot support (propensity-1 decisions, a small log, a small effective sample
+size) is warned about and said in the report (:mod:`torchroute.evaluate_limits`).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +46,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.errors import UserError
+from torchroute.evaluate_keys import DEFAULTS
+from torchroute.evaluate_limits import clip_intervals, log_warnings, row_warnings
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
@@ -49,25 +55,7 @@ from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.types import Problem
 
-DEFAULTS: dict[str, Any] = {
-    "logs": None,
-    "targets": [],
-    "replay": [],
-    "rhos": None,
-    "checkpoint": None,
-    "estimators": list(ESTIMATORS),
-    "interval": "bootstrap",
-    "bootstrap": 200,
-    "alpha": 0.05,
-    "switch_tau": 10.0,
-    "clip": 10.0,
-    "lam": 1.0,
-    "folds": 2,
-    "crossfit": "random",
-    "seed": 0,
-    "device": "cpu",
-    "out_dir": "outputs/evaluate",
-}
+logger = logging.getLogger(__name__)
 
 
 class EvaluateError(UserError, ValueError):
@@ -241,11 +229,16 @@ def run(
     frame = pd.DataFrame(rows)
     frame["n"] = log.num_decisions
     frame["dropped_no_feedback"] = full.num_decisions - log.num_decisions
+    notes = log_warnings(log.propensity)
+    clipped = clip_intervals(frame)
+    notes += row_warnings(frame)
+    for note in notes:
+        logger.warning("%s", note)
     out_dir = Path(str(cfg.out_dir))
     write_csv_atomic(out_dir / "ope.csv", frame)
     from torchroute.evaluate_report import write_evaluate_report
 
-    write_evaluate_report(frame, out_dir, cfg)
+    write_evaluate_report(frame, out_dir, cfg, notes=notes, clipped=clipped)
     return frame
 
 

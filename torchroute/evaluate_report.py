@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +13,14 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from torchroute.io import atomic_write, write_text_atomic
+
+
+def _number(value: float) -> str:
+    """``value`` to 4 decimals; ``n/a`` for NaN and never ``-0.0000``."""
+    if pd.isna(value):
+        return "n/a"
+    text = f"{value:.4f}"
+    return "0.0000" if text == "-0.0000" else text
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -25,15 +34,28 @@ def markdown_table(frame: pd.DataFrame) -> str:
         ess_text = "" if pd.isna(ess) else f"{ess:.0f}"
         if getattr(row, "mode", "") == "replay":
             ess_text = f"{int(row.accepted)} accepted"
+        interval = f"[{_number(row.lower)}, {_number(row.upper)}]"
+        if getattr(row, "clipped", False):
+            interval += " *"
         lines.append(
-            f"| {row.target} | {row.mode} | {row.estimator} | {row.value:.4f} | "
-            f"[{row.lower:.4f}, {row.upper:.4f}] | {ess_text} |"
+            f"| {row.target} | {row.mode} | {row.estimator} | {_number(row.value)} | "
+            f"{interval} | {ess_text} |"
         )
     return "\n".join(lines)
 
 
-def write_evaluate_report(frame: pd.DataFrame, out_dir: Path, cfg: DictConfig) -> Path:
-    """Write ``report.md`` and ``ope.png`` under ``out_dir``; returns the report's path."""
+def write_evaluate_report(
+    frame: pd.DataFrame,
+    out_dir: Path,
+    cfg: DictConfig,
+    notes: Sequence[str] = (),
+    clipped: int = 0,
+) -> Path:
+    """Write ``report.md`` and ``ope.png`` under ``out_dir``; returns the report's path.
+
+    ``notes``: what the log cannot support (:mod:`torchroute.evaluate_limits`), listed
+    first; ``clipped``: how many intervals were clipped to ``[0, 1]`` (marked ``*``).
+    """
     n = int(frame["n"].iloc[0])
     dropped = int(frame["dropped_no_feedback"].iloc[0])
     level = round(100 * (1 - float(cfg.alpha)))
@@ -47,11 +69,29 @@ def write_evaluate_report(frame: pd.DataFrame, out_dir: Path, cfg: DictConfig) -
         "(sum w)^2 / sum w^2 of the importance weights.",
         "",
     ]
+    if notes:
+        parts += ["## What this log can support", "", *(f"- {n}" for n in notes), ""]
+    parts += [_range_note(frame, clipped), ""]
     for rho, part in frame.groupby("rho", sort=True):
         parts += [f"## rho = {rho:g}", "", markdown_table(part), ""]
     parts += ["![estimates](ope.png)", ""]
     _plot(frame, out_dir / "ope.png")
     return write_text_atomic(out_dir / "report.md", "\n".join(parts))
+
+
+def _range_note(frame: pd.DataFrame, clipped: int) -> str:
+    """The sentence on the utility's range: clipped intervals, values outside it, n/a."""
+    text = "Utilities lie in [0, 1]; the intervals are clipped to it"
+    text += f" ({clipped} were wider, marked *)." if clipped else " (none was wider)."
+    outside = int(((frame["value"] < 0) | (frame["value"] > 1)).sum())
+    if outside:
+        text += (
+            f" {outside} estimates lie outside [0, 1]: unbiased estimators (IPS, DR) are not "
+            "bounded on a finite log; the true value is in [0, 1]."
+        )
+    if frame["value"].isna().any():
+        text += " n/a: no estimate (the notes above say why)."
+    return text
 
 
 def _plot(frame: pd.DataFrame, path: Path) -> None:
@@ -72,7 +112,11 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
                 if t in sub.index
             ]
             rows = sub.loc[[t for t in targets if t in sub.index]]
-            err = [rows["value"] - rows["lower"], rows["upper"] - rows["value"]]
+            # (a value outside its clipped interval gets no bar on that side)
+            err = [
+                (rows["value"] - rows["lower"]).clip(lower=0),
+                (rows["upper"] - rows["value"]).clip(lower=0),
+            ]
             ax.errorbar(xs, rows["value"], yerr=err, fmt="o", capsize=3, label=est)
         ax.set_xticks(range(len(targets)), targets, rotation=30, ha="right")
         ax.set_title(f"rho = {rho:g}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -99,6 +100,15 @@ def wandb_settings(mode: str) -> dict[str, Any]:
     return {k: v for k, v in _LOCAL_SETTINGS.items() if k in fields}
 
 
+def _quiet(wandb: Any) -> dict[str, Any]:
+    """``silent=True`` (no wandb banner, sync hints or run summary on the console) unless
+    debug logging is on (the CLI's ``-v``) or the installed wandb lacks the field."""
+    if logging.getLogger("torchroute").isEnabledFor(logging.DEBUG):
+        return {}
+    fields = getattr(wandb.Settings, "model_fields", None) or {}
+    return {"silent": True} if "silent" in fields else {}
+
+
 def _set_env(key: str, value: str) -> None:
     os.environ[key] = value
     _written[key] = value
@@ -191,7 +201,7 @@ class WandbTracker:
             config=config,
             tags=tags,
             reinit="create_new",
-            settings=wandb.Settings(**wandb_settings(effective)),
+            settings=wandb.Settings(**wandb_settings(effective), **_quiet(wandb)),
         )
 
     def log(self, metrics: dict[str, float], step: int) -> None:

@@ -195,6 +195,19 @@ def _build(cfg: Mapping[str, Any], section: str, **runtime: Any) -> Any:
     return factory(**runtime)
 
 
+def _quiet_trainer(trainer: Mapping[str, Any]) -> dict[str, bool]:
+    """Lightning's progress bar, model summary and INFO lines off unless debug logging is
+    on (the CLI's ``-v``) or the ``trainer`` config sets them: the figures go to
+    metrics.json."""
+    if logging.getLogger("torchroute").isEnabledFor(logging.DEBUG):
+        return {}
+    # Lightning sets its loggers to INFO when imported, with a console handler of its own
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    keys = ("enable_progress_bar", "enable_model_summary")
+    return {key: False for key in keys if key not in trainer}
+
+
 def _instantiate(node: Any) -> Any:
     if isinstance(node, Mapping) or hasattr(node, "_target_"):
         from hydra.utils import instantiate
@@ -323,7 +336,7 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     check_values(cfg)
     threads = cfg["train"].get("threads")
     if threads is not None:
-        log.info(
+        log.debug(
             "pretrain: fitting on %d torch intra-op thread(s) (train.threads; the caller's "
             "setting, %d, is restored after), so the weights do not depend on it",
             threads,
@@ -388,7 +401,12 @@ def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
     early = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
     logger = _logger(cfg, out_dir, str(cfg.get("name") or "pretrain"))
     trainer = _build(
-        cfg, "trainer", default_root_dir=str(out_dir), logger=logger, callbacks=[ckpt, early]
+        cfg,
+        "trainer",
+        default_root_dir=str(out_dir),
+        logger=logger,
+        callbacks=[ckpt, early],
+        **_quiet_trainer(cfg["trainer"]),
     )
     trainer.fit(module, datamodule=dm)
     if ckpt.best_model_path:

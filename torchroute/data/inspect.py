@@ -223,9 +223,26 @@ def shipped_data_roots() -> dict[Path, str]:
     return roots
 
 
+def loader_keys_help() -> str:
+    """The loader options (``key=value``) with their defaults and notes, from
+    ``configs/data/table.yaml``: the ``keys`` section of ``torchroute data --help``."""
+    from torchroute.configs_path import config_dir
+
+    lines = ["loader options (key=value after the path, as data.<key> of data=table):"]
+    for line in (config_dir() / "data" / "table.yaml").read_text().splitlines():
+        if line and not line.startswith(("#", " ", "_target_", "path:")):
+            lines.append(f"  {line}")
+    return "\n".join(lines)
+
+
 def data_command(argv: Sequence[str]) -> None:
     """``torchroute data inspect|convert ...`` (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="torchroute data", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="torchroute data",
+        description=__doc__.splitlines()[0],
+        epilog=loader_keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     for action, help_ in [
         ("inspect", "print what the loader sees in a table"),

@@ -9,6 +9,8 @@ probability of every arm under the rule ``act`` applies.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -17,6 +19,7 @@ from torch import Tensor, nn
 from torchroute.buildable import buildable
 from torchroute.checks import check_number
 from torchroute.errors import InputError
+from torchroute.functional.availability import restrict_decision
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -38,6 +41,15 @@ class Learner(nn.Module):
     leading ``R`` dimension and a number of draw calls per round that does not depend on
     the data, so that with per-trial streams a trial's numbers do not depend on the other
     trials.
+
+    Arms that do not exist this round (``Context.available``, a scenario's new model before
+    it arrives) are never played: every subclass's ``act`` is wrapped so that, when the
+    context carries the mask, the decision is restricted to the available arms
+    (:func:`~torchroute.functional.availability.restrict_decision`: probability exactly 0
+    on the others, renormalised, an unavailable action redrawn). A learner that picks an
+    argmax masks its scores itself (:func:`~torchroute.functional.availability.mask_scores`)
+    so that it plays its best available arm; the wrapper then changes nothing but makes one
+    extra draw. Without the mask (the default) ``act`` runs unwrapped, bit for bit.
 
     Args:
         num_trials: ``R``.
@@ -79,6 +91,11 @@ class Learner(nn.Module):
     samples_from_probs: ClassVar[bool] = False
     #: Monte-Carlo draws of the default :meth:`routing_probs`
     routing_draws: ClassVar[int] = 200
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "act" in cls.__dict__:
+            cls.act = _respecting_availability(cls.__dict__["act"])  # type: ignore[method-assign]
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
@@ -173,9 +190,15 @@ class Learner(nn.Module):
         m = self.routing_draws if draws is None else int(draws)
         check_number(type(self).__name__, "draws", m, ge=1, integer=True)
         r, b = context.x.shape[:2]
+
+        def repeat(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.repeat(1, m, *([1] * (t.dim() - 2)))
+
         many = Context(
-            x=context.x.repeat(1, m, 1),
-            embedding=None if context.embedding is None else context.embedding.repeat(1, m, 1),
+            x=repeat(context.x),
+            index=repeat(context.index),
+            embedding=repeat(context.embedding),
+            available=repeat(context.available),
         )
         with torch.no_grad():
             picks = self.act(many, generator).action.view(r, m, b)  # [R, M, B]
@@ -205,6 +228,25 @@ class Learner(nn.Module):
 
     def _tick(self, context: Context) -> None:
         self.rounds.add_(context.batch_size)  # in place: no Module.__setattr__ per round
+
+
+def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Decision]:
+    """``act`` restricted to ``context.available`` (once, however deep ``super().act`` goes)."""
+
+    @functools.wraps(act)
+    def wrapped(self: Learner, context: Context, generator: Source = None) -> Decision:
+        if context.available is None or self.__dict__.get("_restricting", False):
+            return act(self, context, generator)
+        self.__dict__["_restricting"] = True
+        try:
+            decision = act(self, context, generator)
+        finally:
+            self.__dict__["_restricting"] = False
+        if decision.is_subset:
+            return decision
+        return restrict_decision(decision, context.available, generator)
+
+    return wrapped
 
 
 class FixedPolicy(Learner):

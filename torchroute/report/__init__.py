@@ -24,9 +24,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
+from torchroute.report.arms import attach_arm_names, run_arm_names
 from torchroute.report.escape import escape_learners, markdown_name
 from torchroute.report.figures import save_figure
 from torchroute.report.headline import OPENING, headline, learner_classes
+from torchroute.report.partial import partial_note, partial_results
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
 from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
@@ -40,11 +42,16 @@ def run_labels(dirs: Sequence[str | Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(d) for d in dirs]
 
 
-def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_results(
+    dirs: Sequence[str | Path], notes: list[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Concatenate ``results.csv`` and ``curves.csv`` of several output folders.
 
     With more than one folder every row gets a ``run`` column (the folder's label, see
     :func:`run_labels`): the trials of different runs share their ``(seed, rho)`` labels.
+    A folder without ``results.csv`` (a stopped run, a failed learner) is read from its
+    learners' ``runs/<learner>/summary.csv`` (:mod:`~torchroute.report.partial`); the lines
+    saying so are appended to ``notes`` when given.
     """
     results, curves = [], []
     labels = run_labels(dirs) if len(dirs) > 1 else [None] * len(dirs)
@@ -55,7 +62,14 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
                 f"{d} is a file; report reads the out_dir (folder) of a simulate run"
             )
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: is {d} the out_dir of a simulate run?")
+            frame, curve, absent = partial_results(d)
+            check_results_columns(frame, d / "runs")
+            results.append(frame if label is None else frame.assign(run=label))
+            if not curve.empty:
+                curves.append(curve if label is None else curve.assign(run=label))
+            if notes is not None:
+                notes += partial_note(d, list(dict.fromkeys(frame["learner"])), absent)
+            continue
         frame = read_run_csv(path)
         check_results_columns(frame, path)
         results.append(frame if label is None else frame.assign(run=label))
@@ -63,7 +77,11 @@ def load_results(dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame
             curve = read_run_csv(d / "curves.csv")
             curves.append(curve if label is None else curve.assign(run=label))
     curve = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
-    return pd.concat(results, ignore_index=True), curve
+    frame = pd.concat(results, ignore_index=True)
+    names = [run_arm_names(d) for d in dirs]  # one set of models, or none named
+    if names and names[0] is not None and all(n == names[0] for n in names):
+        attach_arm_names(frame, names[0])
+    return frame, curve
 
 
 #: result columns that label trials rather than measure them
@@ -106,7 +124,8 @@ def write_report(
         SectionError: a section path that does not name an importable function.
     """
     section_functions = load_sections(sections)
-    results, curves = map(escape_learners, load_results(dirs))  # names as text, not markup
+    notes: list[str] = []
+    results, curves = map(escape_learners, load_results(dirs, notes))  # names as text
     out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
     extra = [(Path(c), *map(escape_learners, load_results([c]))) for c in companions]
     classes = {markdown_name(k): v for d in dirs for k, v in learner_classes(d).items()}
@@ -118,7 +137,7 @@ def write_report(
         set(results["learner"]) | set(curves.get("learner", [])),
         given=reference is not None,
     )
-    lines: list[str] = headline(runs)
+    lines: list[str] = notes + headline(runs)
     no_curves = [str(d) for d in dirs if not (Path(d) / "curves.csv").is_file()]
     if no_curves:
         note = (
@@ -162,7 +181,21 @@ def write_report(
     else:
         table = summary
     write_csv_atomic(out / "summary.csv", table.reset_index())
-    lines += ["## Overall means over trials", "", summary.to_markdown(floatfmt=".4g"), ""]
+    lines += [
+        "## Overall means over trials",
+        "",
+        summary.astype(object)
+        .where(summary.notna(), None)
+        .to_markdown(floatfmt=".4g", missingval="n/a"),
+    ]
+    if summary.isna().any().any():
+        lines += [
+            "",
+            "n/a: no value for that learner: a statistic only some learners report (their "
+            "own state, e.g. a CABS-D weight or an HPG rank), or a measure none of its trials "
+            "reached (rounds_to_recover: the utility never settled within the tolerance).",
+        ]
+    lines += [""]
     for column in [c for c in curves.columns if c.startswith("cum_")]:
         name = column[len("cum_") :]
         path = "regret_curves.png" if name == "regret" else f"curves_{name}.png"
@@ -213,7 +246,7 @@ def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
         part = frame[frame["regime"] == regime]
         mean = part.groupby(["learner", "round"], as_index=False)[column].mean()
         for name, group in mean.groupby("learner"):
-            ax.plot(group["round"], group[column], label=name)
+            _line(ax, group["round"], group[column], name)
         ax.set_title(f"{regime} cost regime" if regime != "all" else "all trials")
         ax.set_xlabel("round")
     axes[0][0].set_ylabel(column.replace("cum_", "cumulative ").replace("stat_", ""))
@@ -221,10 +254,20 @@ def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
     save_figure(fig, path)
 
 
+#: curves with at most this many points get a marker on every point (a lone point shows)
+FEW_POINTS = 12
+
+
+def _line(ax, x: pd.Series, y: pd.Series, label: str) -> None:
+    """A learner's curve; with few points each is marked, so one point is never invisible."""
+    marker = "o" if len(x) <= FEW_POINTS else None
+    ax.plot(x, y, label=label, marker=marker, ms=4)
+
+
 def _plot_relative(relative: pd.DataFrame, reference: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for name, group in relative.groupby("learner"):
-        ax.plot(group["round"], group["relative"], label=name)
+        _line(ax, group["round"], group["relative"], name)
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel("round")
     ax.set_ylabel(f"cumulative regret minus {reference}'s")

@@ -26,6 +26,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 #: learners every comparison is made against, when they ran
 RANDOM, BEST_SINGLE = "random", "best_single"
+#: classes of static routers (fixed after training offline: they never learn online)
+STATIC_CLASSES = ("BestSingleArm", "BestSingle", "RegressorRouter", "KNNRouter")
 #: the heading the opening starts with
 OPENING = "## What the numbers show"
 
@@ -102,6 +104,53 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
     return sentences
 
 
+def is_static(classes: Mapping[str, str], learner: str) -> bool:
+    """Whether ``learner`` is a static router (:data:`STATIC_CLASSES`, or ``best_single``)."""
+    return learner == BEST_SINGLE or classes.get(learner, "") in STATIC_CLASSES
+
+
+def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[str]:
+    """The sentence on why to route online: the best online learner against the best static
+    router (``[]`` unless both ran; ``random`` and full-feedback references are neither).
+
+    Where the results carry ``avg_utility_after`` (the rounds after a change in the
+    stream), the comparison is made there too.
+    """
+    if "avg_utility" not in results:
+        return []
+    means = _means(results, "avg_utility")
+    full = {n for n in means.index if classes.get(n, "").startswith("FullFeedback")}
+    static = [n for n in means.index if is_static(classes, n)]
+    online = [n for n in means.index if n not in {RANDOM, *full, *static}]
+    if not static or not online:
+        return []
+    trials = int(results.groupby("learner").size().max())
+    best, anchor = max(online, key=lambda n: means[n]), max(static, key=lambda n: means[n])
+    gap = means[best] - means[anchor]
+    if gap > 0:
+        text = (
+            f"**online vs static**: learning online beats every static router: {best} "
+            f"averages utility {means[best]:.3f} over {trials} trials, {gap:+.3f} against "
+            f"the best static router {anchor} ({means[anchor]:.3f})"
+        )
+    else:
+        text = (
+            f"**online vs static**: no online learner beats the best static router here: "
+            f"{anchor} averages utility {means[anchor]:.3f} over {trials} trials, the best "
+            f"online learner {best} {means[best]:.3f} ({gap:+.3f})"
+        )
+        if "avg_utility_after" not in results:
+            text += "; a stream that does not change favours a router fitted on the train split"
+    if "avg_utility_after" in results:
+        after = _means(results, "avg_utility_after")
+        if best in after.index and anchor in after.index:
+            text += (
+                f"; after the change in the stream, {best} {after[best]:.3f} against "
+                f"{anchor} {after[anchor]:.3f} ({after[best] - after[anchor]:+.3f})"
+            )
+    return [text + "."]
+
+
 def subset_sentences(results: pd.DataFrame) -> list[str]:
     """One sentence for a subset-routing run (mean ``avg_reward`` and ``feasible`` share)."""
     if not {"avg_reward", "feasible"} <= set(results):
@@ -127,6 +176,7 @@ def headline(runs: Sequence[tuple[pd.DataFrame, Mapping[str, str]]]) -> list[str
     """The opening lines for ``runs`` (each: its results and ``{learner: class}``)."""
     sentences: list[str] = []
     for results, classes in runs:
+        sentences += online_sentence(results, classes)
         sentences += single_choice_sentences(results, classes)
         sentences += subset_sentences(results)
     if not sentences:
@@ -146,7 +196,9 @@ __all__ = [
     "OPENING",
     "family_of",
     "headline",
+    "is_static",
     "learner_classes",
+    "online_sentence",
     "single_choice_sentences",
     "subset_sentences",
 ]

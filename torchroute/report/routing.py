@@ -24,6 +24,7 @@ import pandas as pd
 
 from torchroute.errors import InputError
 from torchroute.functional.routing_metrics import aiq, apgr, cpt, pgr
+from torchroute.report.arms import arm_label
 
 TITLE = "## Routing metrics (AIQ, APGR, CPT)"
 
@@ -135,12 +136,16 @@ def routing_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) 
         else:
             note = (
                 "APGR and CPT(x%) (RouteLLM) use PGR = (accuracy - q_w) / (q_s - q_w) against "
-                f"the share of calls to the strong arm {info['strong']} (most accurate: "
-                f"q_s = {info['q_strong']:.4f}, cost {info['c_strong']:.4g}); weak arm "
-                f"{info['weak']} (cheapest: q_w = {info['q_weak']:.4f}, cost "
-                f"{info['c_weak']:.4g}). APGR runs from all-weak (0, 0) to all-strong "
+                f"the share of calls to the strong model {arm_label(results, info['strong'])} "
+                "(most accurate: "
+                f"q_s = {info['q_strong']:.4f}, cost {info['c_strong']:.4g}); weak model "
+                f"{arm_label(results, info['weak'])} (cheapest: q_w = {info['q_weak']:.4f}, "
+                f"cost {info['c_weak']:.4g}). APGR runs from all-weak (0, 0) to all-strong "
                 "(1, 1); CPT is the least share of strong calls at which the learner's own "
-                "points reach that PGR."
+                "points reach that PGR. APGR above 1 means the learner beats the strong "
+                "model's accuracy with fewer strong calls (it routes each query to a model "
+                "better for it than the single most accurate one); below 0, it is less "
+                "accurate than the weak model alone. PGR itself runs past [0, 1] likewise."
             )
         lines.append(note)
     else:

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from torchroute.console import ConsoleFormatter
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -38,7 +40,9 @@ def threads_per_job(jobs: int, threads: int | None = None) -> int:
 def _start_worker(payload: Any, threads: int, level: int) -> None:
     global _payload
     torch.set_num_threads(threads)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(ConsoleFormatter(verbose=level <= logging.DEBUG))
+    logging.basicConfig(level=level, handlers=[handler])
     _payload = payload
 
 

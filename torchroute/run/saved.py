@@ -28,7 +28,8 @@ class SavedProblemError(UserError, ValueError):
 
 
 def problem_state(problem: Problem) -> dict[str, Any]:
-    """``problem`` as tensors, strings and numbers (on the CPU; ``init_rng`` left out).
+    """``problem`` as tensors, strings and numbers (on the CPU; ``init_rng`` left out;
+    ``hidden_arms`` only when a scenario set it).
 
     A :class:`~torchroute.envs.subset.SubsetProblem` also keeps its draws, cost vectors,
     target box, facets and context names (``subset``); another subclass's extra fields are
@@ -43,7 +44,8 @@ def problem_state(problem: Problem) -> dict[str, Any]:
     if isinstance(problem, SubsetProblem):
         subset = {k: _cpu(getattr(problem, k)) for k in _SUBSET_FIELDS}
         subset["context_names"] = list(problem.context_names)
-    return {
+    hidden = {} if problem.hidden_arms is None else {"hidden_arms": _cpu(problem.hidden_arms)}
+    return hidden | {
         "subset": subset,
         "kind": type(problem).__name__,
         "num_trials": problem.num_trials,
@@ -96,6 +98,7 @@ def problem_from_state(state: dict[str, Any]) -> Problem:
         device="cpu",
         dtype=getattr(torch, str(state.get("dtype", "float32"))),
         labels=dict(state.get("labels") or {}),
+        hidden_arms=state.get("hidden_arms"),
         **extra,
     )
 
@@ -108,6 +111,8 @@ def trial_problem(problem: Problem, trial: int) -> Problem:
         for k in _SUBSET_TRIAL_FIELDS
         if isinstance(getattr(problem, k, None), torch.Tensor)
     }
+    if problem.hidden_arms is not None:
+        per_trial["hidden_arms"] = problem.hidden_arms[index].clone()
     return dataclasses.replace(
         problem,
         **per_trial,

@@ -27,6 +27,8 @@ from torchroute.errors import InputError
 from torchroute.learners.base import Learner
 from torchroute.serve.arms import add_arm, pad_arms
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
+from torchroute.serve.exploration import check_epsilon
+from torchroute.serve.exploration import explore as explore_floor
 from torchroute.serve.log import (
     ANSWERED,
     STATUS_NAMES,
@@ -122,6 +124,10 @@ class Router:
         checkpoint_every: feedbacks between two checkpoints of the learner's state.
         propensity_draws: Monte-Carlo draws of the routing probabilities of rules that do
             not give them in closed form (LinTS and the like).
+        explore: exploration floor ``epsilon`` in ``[0, 1]``: each query goes, with
+            probability ``epsilon``, to a model drawn uniformly instead of the learner's
+            choice, and the logged propensity is ``(1 - epsilon) p + epsilon / K``
+            (:mod:`~torchroute.serve.exploration`); 0: the learner's choice always.
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class Router:
         pending_ttl: float | None = None,
         checkpoint_every: int = 1000,
         propensity_draws: int = 200,
+        explore: float = 0.0,
     ) -> None:
         if problem.num_trials != 1:
             raise InputError(
@@ -156,6 +163,7 @@ class Router:
         self.seed = int(seed)
         self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
         self.checkpoint_every, self.propensity_draws = checkpoint_every, propensity_draws
+        self.explore = check_epsilon(explore)
         self.state_path = None if state_path is None else Path(state_path)
         self.full_feedback = learner.feedback == "full"
         if self.full_feedback:
@@ -218,9 +226,12 @@ class Router:
         pending_ttl: float | None = None,
         checkpoint_every: int | None = None,
         propensity_draws: int | None = None,
+        explore: float | None = None,
     ) -> None:
         """Change the router's bounds (arguments as the constructor's; ``None``: unchanged,
         except ``pending_ttl``, where ``None`` means no expiry)."""
+        if explore is not None:
+            self.explore = check_epsilon(explore)
         if max_pending is not None:
             check_number("Router", "max_pending", max_pending, ge=1, integer=True)
             self.max_pending = int(max_pending)
@@ -271,7 +282,8 @@ class Router:
             probs, _ = routing_probs(
                 self.learner, context, decision, self.generator, self.propensity_draws
             )  # [B, K]
-            action = decision.action[0].tolist()
+            served, probs = explore_floor(decision.action[0], probs, self.explore, self.generator)
+            action = served.tolist()
             chosen = [float(probs[b, a]) for b, a in enumerate(action)]
             x64, e64, p64 = context.x[0].double().numpy(), emb.double().numpy(), probs.numpy()
             rows = [
