@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from torchroute.errors import UserError
+from torchroute.functional.utility import utility
 
 #: the keys each kind of event takes (besides ``kind``)
 KINDS: dict[str, tuple[str, ...]] = {
@@ -212,6 +213,37 @@ class Scenario:
     def fingerprint(self) -> list[dict[str, Any]]:
         """The events as plain values (resume compares them)."""
         return [{"kind": e.kind, "arm": e.arm, "at": e.at, "value": e.value} for e in self.events]
+
+
+def best_arms(table: Any, rho: Tensor) -> Tensor:
+    """``[R]`` the arm of largest mean train utility ``clip(Y - rho C, 0, 1)`` at each
+    ``rho [R]`` (what ``arm: best`` means).
+
+    Raises:
+        ValueError: the table has no train split.
+    """
+    if "train" not in table.split:
+        raise ValueError(
+            f"scenario: arm 'best' is chosen on the train split, but {table.source} "
+            "has none; name the model instead"
+        )
+    rows = torch.as_tensor(table.rows("train"))
+    scores = table.scores[rows].double()
+    costs = table.costs[rows].double()
+    mean = utility(scores[None], costs[None], rho.double().cpu()[:, None, None])
+    return mean.mean(1).argmax(-1)
+
+
+def new_model_names(spec: Any, table: Any, rho: Sequence[float]) -> list[str]:
+    """The models a ``scenario:`` config adds mid-stream in any trial of the ``rho`` grid
+    (a named arm, or each rho's ``best``), in table order; ``[]`` without such an event."""
+    events = [e for e in parse_scenario(spec) if e.kind == "new_model"]
+    names = list(table.arm_names)
+    new: set[str] = {e.arm for e in events if e.arm != "best"}
+    if any(e.arm == "best" for e in events):
+        best = best_arms(table, torch.as_tensor(list(rho), dtype=torch.float64))
+        new |= {names[int(k)] for k in best.unique()}
+    return [n for n in names if n in new]
 
 
 def rounds_to_recover(

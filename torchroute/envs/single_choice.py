@@ -17,6 +17,7 @@ from torchroute.envs.base import Env
 from torchroute.envs.scenario import (
     RECOVER_TOLERANCE,
     Scenario,
+    best_arms,
     parse_scenario,
     rounds_to_recover,
 )
@@ -168,16 +169,7 @@ class SingleChoiceEnv(Env):
 
     def _best_arms(self) -> Tensor:
         """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
-        if "train" not in self.table.split:
-            raise ValueError(
-                f"scenario: arm 'best' is chosen on the train split, but {self.table.source} "
-                "has none; name the model instead"
-            )
-        rows = torch.as_tensor(self.table.rows("train"))
-        scores = self.table.scores[rows].double()
-        costs = self.table.costs[rows].double()
-        mean = utility(scores[None], costs[None], self.rho.double().cpu()[:, None, None])
-        return mean.mean(1).argmax(-1)
+        return best_arms(self.table, self.rho)
 
     @property
     def device(self) -> torch.device:
