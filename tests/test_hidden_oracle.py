@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
 
 from tests.trainers.test_pretrain import _cfg, tiny_table
-from torchroute.cli import compose_config
+from torchroute.cli import compose_config, main
 from torchroute.envs.scenario import new_model_names
 from torchroute.run.hidden import PRETRAIN_TARGET, hide_from_oracles, scenario_new_models
 from torchroute.run.options import RunOptions
@@ -84,3 +85,27 @@ def test_pretrain_with_hide_arms_is_pretraining_on_the_scores_zeroed(tmp_path):
     assert torch.equal(kept.costs, table.costs) and bool((kept.scores[:, 1] == 0).all())
     with pytest.raises(PretrainConfigError, match=r"cfg\.hide_arms: no model 'gpt-9'"):
         hide_arms(table, ["gpt-9"])
+
+
+def test_a_scenario_run_pretrains_its_oracle_without_the_new_models(tmp_path):
+    """End to end: the static preset on the synthetic text table with each regime's best
+    model new halfway pre-trains its oracle with those models hidden (the ones the run's
+    problem names, in every trial where they are new), and the regressor scores them 0."""
+    out = tmp_path / "run"
+    args = [
+        "simulate",
+        "experiment=routerbench_static",
+        "data=synthetic_text",
+        "data.num_queries=200",
+        f"out_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "+env.scenario=[{kind: new_model, arm: best, at: 0.5}]",
+        "+learners.regressor.oracle.config.trainer.max_epochs=2",
+        "+learners.regressor.oracle.config.logger=null",
+    ]
+    assert main(args) == 0
+    problem = torch.load(out / "problem.pt", weights_only=True)["problem"]
+    new = [n for n, h in zip(problem["arm_names"], problem["hidden_arms"].any(0)) if h]
+    assert new  # the scenario hides at least one model
+    key = json.loads((out / "oracle" / "pretrain_key.json").read_text())
+    assert key["config"]["hide_arms"] == new
