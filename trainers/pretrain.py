@@ -26,6 +26,7 @@ import os
 import pydoc
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,26 @@ def oracle_metrics(
     }
 
 
+def hide_arms(table: RoutingTable, names: Sequence[str]) -> RoutingTable:
+    """``table`` with the scores of the models ``names`` set to 0 in every row (their costs
+    kept): what an oracle pre-trained before those models existed knows of them (nothing
+    but their price), as a scenario's new model in the problem's train split.
+
+    Raises:
+        PretrainConfigError: a name that is not a model of the table.
+    """
+    if not names:
+        return table
+    unknown = [n for n in names if n not in table.arm_names]
+    if unknown:
+        raise PretrainConfigError(
+            f"cfg.hide_arms: no model {unknown[0]!r} in {table.source} (models: "
+            f"{', '.join(table.arm_names)})"
+        )
+    hidden = torch.tensor([n in names for n in table.arm_names])
+    return replace(table, scores=table.scores.masked_fill(hidden, 0.0))
+
+
 def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Pre-train a :class:`MultiHeadOracle` on a routing table; see the module docstring.
 
@@ -311,7 +332,8 @@ def run_pretrain(cfg: Mapping[str, Any]) -> dict[str, Any]:
     :func:`resolve_config`), so a plain dict needs only ``data`` and ``out_dir``. Keys:
     ``data`` (a RoutingTable or a ``_target_`` config), ``out_dir``, ``encoder`` (optional:
     a :class:`TextEncoder`, a name or path, or a config), ``cache_dir``, ``seed``, ``name``,
-    and the sections ``oracle`` (:class:`MultiHeadOracle`), ``module``
+    ``hide_arms`` (models whose scores the oracle never sees, :func:`hide_arms`), and the
+    sections ``oracle`` (:class:`MultiHeadOracle`), ``module``
     (:class:`OracleModule`), ``data_module`` (:class:`RoutingDataModule`), ``trainer``
     (``lightning.Trainer``) -- ``_target_`` configs whose other arguments run_pretrain
     passes itself -- ``train`` (``patience``, ``unfreeze_layers``, ``init_from``,
@@ -359,6 +381,7 @@ def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
             f"data: {table.source} has {table.num_arms} arm {list(table.arm_names)}; an oracle "
             "routes between models: give a table of at least 2"
         )
+    table = hide_arms(table, cfg.get("hide_arms") or [])
     encoder, cache = resolve_encoder(cfg.get("encoder"), cfg.get("cache_dir"))
     finetune = int(train["unfreeze_layers"]) > 0
     dm = _build(

@@ -94,21 +94,43 @@ def test_drift_and_price_change_scores_and_costs_from_at_on(tiny_table):
 
 
 def test_rounds_to_recover_on_a_hand_made_stream():
-    # window 2: moving averages 0, .5, 1, 1, 1 -> best 1, within 0.01 from the third on,
-    # which ends 2 + 2 = 4 rounds after the change
-    u = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.5, 0.5]])
-    out = rounds_to_recover(u, window=2)
-    # second row: averages 1, .5, 0, .25, .5 -> best 1 is never regained: NaN
-    assert out[0].item() == 4.0 and math.isnan(out[1].item())
-    # a dip within the tolerance does not count: .995 vs best 1
-    v = torch.tensor([[0.2, 1.0, 0.995, 1.0]])
-    assert rounds_to_recover(v, window=1).item() == 2.0
+    """Five trials, 20 rounds after the change, window 2 (final part F = max(2, 20 // 4) = 5),
+    three groups; every number below is worked out by hand."""
+    u = torch.tensor(
+        [
+            [0.0] * 6 + [1.0] * 14,  # group 0
+            [0.0] * 8 + [1.0] * 12,  # group 0: mean 0 x6, .5, .5, 1 x12
+            [0.0] * 17 + [1.0] * 3,  # group 1: still moving in the final part
+            [0.0] * 17 + [1.0] * 3,
+            [0.5] * 20,  # group 2: flat
+        ]
+    )
+    group = torch.tensor([0, 0, 1, 1, 2])
+    out = rounds_to_recover(u, group, window=2)
+    # group 0: level 1; successive differences .5, .5 -> s^2 = .5 / (2 * 19) = 1 / 76,
+    # band = .01 + 3 sqrt(1/76) / sqrt(2) = .2533; moving averages m_5 = .25, m_6 = .5,
+    # m_7 = .75, then 1: within the band from j = 7 on -> 7 + 2 = 9 (<= 20 - 5)
+    assert out[:2].tolist() == [9.0, 9.0]
+    # group 1: level .6, one difference of 1 -> band = .01 + 3 sqrt(1/38) / sqrt(2) = .354;
+    # the last moving averages are 1 (|1 - .6| > .354): never settled -> NaN
+    assert math.isnan(out[2].item()) and math.isnan(out[3].item())
+    # group 2: no noise, the band is the tolerance, settled from the first window
+    assert out[4].item() == 2.0
+    # each trial alone: trial 0 settles at m_6 = 1 (m_5 = .5 is outside .01 + .344)
+    alone = rounds_to_recover(u[:2], window=2)
+    assert alone.tolist() == [8.0, 10.0]
+    # settling inside the final part does not count: the step at round 16, level .8,
+    # band 0 + .344; m_14 = 0 is out, m_15 = .5 and then 1 are in -> 15 + 2 = 17 > 20 - 5
+    late = torch.tensor([[0.0] * 16 + [1.0] * 4])
+    assert math.isnan(rounds_to_recover(late, window=2, tolerance=0.0).item())
+    # the tolerance widens the band: group 1 with tolerance .7 (band 1.04) settles at once
+    assert rounds_to_recover(u[2:4], window=2, tolerance=0.7).tolist() == [2.0, 2.0]
 
 
 def test_results_before_after_and_recover_columns(tiny_table):
     scenario = [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.5}]
-    env = _env(tiny_table, scenario, recover_window=3)
-    result = simulate(RandomRouter(2, 4), env, progress=False, log_every=7)
+    env = _env(tiny_table, scenario, rho=[0.0, 500.0, 0.0], seeds=[0, 1, 2], recover_window=3)
+    result = simulate(RandomRouter(3, 4), env, progress=False, log_every=7)
     trace = env._trace  # the per-round utilities the env recorded
     summary = result.summary
     c = 10
@@ -121,9 +143,13 @@ def test_results_before_after_and_recover_columns(tiny_table):
     torch.testing.assert_close(
         torch.tensor(summary["avg_utility"].to_numpy()), trace.mean(1), rtol=1e-6, atol=1e-9
     )
-    expected = rounds_to_recover(trace[:, c:], 3)
+    # trials 0 and 2 share rho = 0: their mean curve; trial 1 alone
+    pair = rounds_to_recover(trace[[0, 2], c:].mean(0, keepdim=True), window=3)
+    single = rounds_to_recover(trace[[1], c:], window=3)
+    expected = torch.cat([pair, single, pair])
     got = torch.tensor(summary["rounds_to_recover"].to_numpy())
     torch.testing.assert_close(got, expected, equal_nan=True)
+    assert summary["recover_trials"].tolist() == [2, 1, 2]
 
 
 def test_no_scenario_adds_no_column_and_no_mask(tiny_table):
@@ -163,13 +189,13 @@ def test_recover_tolerance_and_window_are_used(tiny_table):
     scenario = [{"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.2}]
     env = _env(tiny_table, scenario, recover_window=2, recover_tolerance=0.3)
     result = simulate(RandomRouter(2, 4), env, progress=False)
-    expected = rounds_to_recover(env._trace[:, 10:], 2, 0.3)
+    expected = rounds_to_recover(env._trace[:, 10:], None, 2, 0.3)
     got = torch.tensor(result.summary["rounds_to_recover"].to_numpy())
     torch.testing.assert_close(got, expected, equal_nan=True)
     with pytest.raises(ValueError, match="recover_tolerance"):
         _env(tiny_table, scenario, recover_tolerance=1.5)
-    with pytest.raises(ValueError, match=r"recover_window must be in 1\.\.10"):
-        _env(tiny_table, scenario, recover_window=11)
+    with pytest.raises(ValueError, match=r"recover_window must be in 1\.\.5"):
+        _env(tiny_table, scenario, recover_window=6)
 
 
 def test_resume_gives_the_uninterrupted_scenario_columns(tiny_table, tmp_path):

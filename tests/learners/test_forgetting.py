@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import make_table
 from tests.learners.helpers import LinearProblem, feedback_for, forced_decision
 from torchroute.envs import SingleChoiceEnv
-from torchroute.learners import LinTS, LinUCB
+from torchroute.learners import EpsilonGreedy, LinTS, LinUCB, SquareCB
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.serve import Router
@@ -160,6 +160,8 @@ FACTORIES = {
         p, window=5, new_arm_bonus=0.5
     ).double(),
     "SlidingWindowLinTS": lambda p: SlidingWindowLinTS.from_problem(p, window=5).double(),
+    "EpsilonGreedy-bonus": lambda p: EpsilonGreedy.from_problem(p, new_arm_bonus=0.5).double(),
+    "SquareCB-bonus": lambda p: SquareCB.from_problem(p, new_arm_bonus=0.5).double(),
 }
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from torchroute.errors import UserError
+from torchroute.functional.utility import utility
 
 #: the keys each kind of event takes (besides ``kind``)
 KINDS: dict[str, tuple[str, ...]] = {
@@ -214,31 +215,91 @@ class Scenario:
         return [{"kind": e.kind, "arm": e.arm, "at": e.at, "value": e.value} for e in self.events]
 
 
-def rounds_to_recover(utility: Tensor, window: int, tolerance: float = RECOVER_TOLERANCE) -> Tensor:
-    """Rounds after a change until the moving-average utility stays near its best, ``[R]``.
+def best_arms(table: Any, rho: Tensor) -> Tensor:
+    """``[R]`` the arm of largest mean train utility ``clip(Y - rho C, 0, 1)`` at each
+    ``rho [R]`` (what ``arm: best`` means).
 
-    ``utility [R, n]`` holds each trial's utility in the ``n`` rounds from the change on.
-    ``m_j`` is the mean of rounds ``j .. j + window - 1`` (``j = 0 .. n - window``), the
-    moving average at the round ``j + window`` rounds after the change; ``best = max_j m_j``.
-    The result is ``j* + window`` for the smallest ``j*`` with ``m_i >= best - tolerance``
-    for every ``i >= j*``, or NaN when ``n < window``.
+    Raises:
+        ValueError: the table has no train split.
+    """
+    if "train" not in table.split:
+        raise ValueError(
+            f"scenario: arm 'best' is chosen on the train split, but {table.source} "
+            "has none; name the model instead"
+        )
+    rows = torch.as_tensor(table.rows("train"))
+    scores = table.scores[rows].double()
+    costs = table.costs[rows].double()
+    mean = utility(scores[None], costs[None], rho.double().cpu()[:, None, None])
+    return mean.mean(1).argmax(-1)
+
+
+def new_model_names(spec: Any, table: Any, rho: Sequence[float]) -> list[str]:
+    """The models a ``scenario:`` config adds mid-stream in any trial of the ``rho`` grid
+    (a named arm, or each rho's ``best``), in table order; ``[]`` without such an event."""
+    events = [e for e in parse_scenario(spec) if e.kind == "new_model"]
+    names = list(table.arm_names)
+    new: set[str] = {e.arm for e in events if e.arm != "best"}
+    if any(e.arm == "best" for e in events):
+        best = best_arms(table, torch.as_tensor(list(rho), dtype=torch.float64))
+        new |= {names[int(k)] for k in best.unique()}
+    return [n for n in names if n in new]
+
+
+def rounds_to_recover(
+    utility: Tensor,
+    group: Tensor | None = None,
+    window: int | None = None,
+    tolerance: float = RECOVER_TOLERANCE,
+) -> Tensor:
+    """Rounds after a change until a group's mean utility settles at its level, ``[R]``.
+
+    ``utility [R, n]`` holds each trial's utility in the ``n`` rounds from the change on;
+    ``group [R]`` labels the trials averaged together (in a run: those of one ``rho``, i.e.
+    the seeds of one learner, regime and scenario; default: each trial alone). Per group,
+    with ``u_t`` its mean utility at round ``t`` after the change and ``W = window``
+    (default :func:`default_window`):
+
+    - the level is the mean of ``u_t`` over the final ``F = max(W, n // 4)`` rounds;
+    - the noise of a ``W``-round average is ``se = s / sqrt(W)``, with ``s^2 = sum_t
+      (u_{t+1} - u_t)^2 / (2 (n - 1))`` (successive differences: a step or a trend in
+      ``u`` barely moves it);
+    - ``m_j`` is the mean of ``u_j .. u_{j+W-1}`` (``j = 0 .. n - W``), and ``j*`` the
+      smallest ``j`` with ``|m_i - level| <= tolerance + 3 se`` for every ``i >= j``.
+
+    The result is ``j* + W`` (the rounds after the change at the end of the first settled
+    window), repeated for every trial of the group; NaN when that window ends inside the
+    final ``F`` rounds (the group had not settled before the rounds that define its level)
+    or when ``n < W + F``.
 
     Example:
-        >>> rounds_to_recover(torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0, 1.0]]), window=2)
-        tensor([4.], dtype=torch.float64)
+        >>> u = torch.tensor([[0.0] * 6 + [1.0] * 14, [0.0] * 8 + [1.0] * 12])
+        >>> rounds_to_recover(u, torch.tensor([0, 0]), window=2)
+        tensor([9., 9.], dtype=torch.float64)
     """
     u = utility.to(torch.float64)
     r, n = u.shape
-    if n < window or window < 1:
+    w = default_window(n) if window is None else int(window)
+    labels = torch.arange(r, device=u.device) if group is None else group.to(u.device)
+    _, inverse = torch.unique(labels, return_inverse=True)
+    size = int(inverse.max()) + 1 if r else 0
+    count = u.new_zeros(size).index_add_(0, inverse, u.new_ones(r))
+    curve = u.new_zeros(size, n).index_add_(0, inverse, u) / count[:, None]  # [G, n]
+    final = max(w, n // 4)
+    if w < 1 or n < w + final or n < 2:
         return u.new_full((r,), math.nan)
-    total = torch.cat([u.new_zeros(r, 1), u.cumsum(-1)], -1)  # [R, n + 1]
-    moving = (total[:, window:] - total[:, :-window]) / window  # [R, n - window + 1]
-    ok = moving >= moving.amax(-1, keepdim=True) - tolerance - 1e-12
+    level = curve[:, n - final :].mean(-1, keepdim=True)  # [G, 1]
+    noise = (curve.diff(dim=-1).square().sum(-1, keepdim=True) / (2 * (n - 1))).sqrt()
+    band = tolerance + 3.0 * noise / math.sqrt(w) + 1e-12  # [G, 1]
+    total = torch.cat([curve.new_zeros(size, 1), curve.cumsum(-1)], -1)  # [G, n + 1]
+    moving = (total[:, w:] - total[:, :-w]) / w  # [G, n - w + 1]
+    ok = (moving - level).abs() <= band
     stays = ok.flip(-1).long().cumprod(-1).flip(-1).bool()  # ok from j on
-    first = stays.long().argmax(-1).to(torch.float64)
-    return torch.where(stays.any(-1), first + window, first.new_full((), math.nan))
+    first = stays.long().argmax(-1).to(torch.float64) + w
+    settled = stays.any(-1) & (first <= n - final)
+    return torch.where(settled, first, first.new_full((), math.nan))[inverse]
 
 
 def default_window(rounds_after: int) -> int:
-    """The moving-average window: 5% of the rounds after the change, at least 1."""
-    return max(1, rounds_after // 20)
+    """The moving-average window: 10% of the rounds after the change, at least 1."""
+    return max(1, rounds_after // 10)

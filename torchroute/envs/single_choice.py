@@ -17,7 +17,7 @@ from torchroute.envs.base import Env
 from torchroute.envs.scenario import (
     RECOVER_TOLERANCE,
     Scenario,
-    default_window,
+    best_arms,
     parse_scenario,
     rounds_to_recover,
 )
@@ -48,16 +48,19 @@ class SingleChoiceEnv(Env):
         dtype: floating dtype of contexts and rewards.
         scenario: a list of events (a new model, drift, a price change;
             :mod:`torchroute.envs.scenario`, ``docs/guides/scenarios.md``), or ``None``.
-        recover_window: the moving-average window of ``rounds_to_recover`` (default: 5% of
-            the rounds after the change, at least 1).
-        recover_tolerance: how close to its post-change best the moving average must stay
-            for ``rounds_to_recover`` (default 0.01).
+        recover_window: the moving-average window of ``rounds_to_recover`` (default: 10%
+            of the rounds after the change, at least 1; at most half of them).
+        recover_tolerance: how close to its settled level the moving average must stay
+            for ``rounds_to_recover``, besides its noise (default 0.01).
 
     With a scenario the contexts carry ``available [R, 1, K]`` while a new model is not
     there yet, the problem names the new models (``Problem.hidden_arms``; the train split
     keeps their prices but scores them 0, what the live router assumes of a model added
     through ``/models``), the regret is against the best available arm, and the results
-    gain ``avg_utility_before``, ``avg_utility_after`` and ``rounds_to_recover``.
+    gain ``avg_utility_before``, ``avg_utility_after`` (per trial) and
+    ``rounds_to_recover`` (on the mean utility of the trials that share a ``rho``, the same
+    in each of them; ``recover_trials`` says how many;
+    :func:`~torchroute.envs.scenario.rounds_to_recover`).
 
     Shapes:
         ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
@@ -152,30 +155,21 @@ class SingleChoiceEnv(Env):
             self.scenario = Scenario(events, table.arm_names, self._best_arms(), horizon)
             self.scenario = self.scenario.to(device)
             after = horizon - self.scenario.change
-            if recover_window is not None and not 1 <= int(recover_window) <= after:
+            if recover_window is not None and not 1 <= int(recover_window) <= after // 2:
                 raise ValueError(
-                    f"recover_window must be in 1..{after} (the rounds after the change), "
-                    f"got {recover_window}"
+                    f"recover_window must be in 1..{after // 2} (half the {after} rounds "
+                    f"after the change), got {recover_window}"
                 )
-            self.recover_window = int(recover_window or default_window(after))
+            self.recover_window = None if recover_window is None else int(recover_window)
             if not 0.0 <= float(recover_tolerance) < 1.0:
                 raise ValueError(f"recover_tolerance must be in [0, 1), got {recover_tolerance}")
             self.recover_tolerance = float(recover_tolerance)
-            # each trial's utility per round, for rounds_to_recover
+            # each trial's utility per round, for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
 
     def _best_arms(self) -> Tensor:
         """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
-        if "train" not in self.table.split:
-            raise ValueError(
-                f"scenario: arm 'best' is chosen on the train split, but {self.table.source} "
-                "has none; name the model instead"
-            )
-        rows = torch.as_tensor(self.table.rows("train"))
-        scores = self.table.scores[rows].double()
-        costs = self.table.costs[rows].double()
-        mean = utility(scores[None], costs[None], self.rho.double().cpu()[:, None, None])
-        return mean.mean(1).argmax(-1)
+        return best_arms(self.table, self.rho)
 
     @property
     def device(self) -> torch.device:
@@ -343,18 +337,26 @@ class SingleChoiceEnv(Env):
 
     def _scenario_columns(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
         """``avg_utility_before`` / ``avg_utility_after`` (means over the rounds before and
-        from the change) and ``rounds_to_recover``, each ``[R]`` (NaN before there are
-        rounds to average)."""
+        from the change), ``rounds_to_recover`` of the trials' ``rho`` group and
+        ``recover_trials`` (the group's size), each ``[R]`` (NaN before there are rounds to
+        average)."""
         change = self.scenario.change
         before, after = min(rounds, change), max(rounds - change, 0)
         nan = torch.full_like(sums["utility_before"], float("nan"))
         trace = self._trace[:, change:rounds]
+        _, group = torch.unique(self.rho, return_inverse=True)  # [R] one label per rho
+        size = torch.bincount(group)[group]
+        window = self.recover_window
         return {
             "avg_utility_before": sums["utility_before"] / before if before else nan,
             "avg_utility_after": sums["utility_after"] / after if after else nan,
             "rounds_to_recover": rounds_to_recover(
-                trace, self.recover_window, self.recover_tolerance
+                trace,
+                group,
+                window if window is None else min(window, after),
+                self.recover_tolerance,
             ).to(nan.device),
+            "recover_trials": size.to(nan),
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -32,6 +32,16 @@ def restrict_probs(probs: Tensor, available: Tensor) -> Tensor:
     return torch.where(total > 0, kept / total.clamp_min(torch.finfo(probs.dtype).tiny), uniform)
 
 
+def played_probs(probs: Tensor, available: Tensor | None) -> Tensor:
+    """The probabilities a restricted ``act`` sampled from: ``probs [..., K]`` restricted to
+    ``available [..., K]`` (:func:`restrict_probs`), or ``probs`` itself when ``None``.
+
+    An update that importance-weights by (or takes the gradient of) its own routing
+    probabilities uses these, so that its weights are right while an arm is masked.
+    """
+    return probs if available is None else restrict_probs(probs, available)
+
+
 def restrict_decision(decision: Decision, available: Tensor, generator: Source = None) -> Decision:
     """``decision`` with no mass and no action on an unavailable arm.
 

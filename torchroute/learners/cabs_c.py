@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import played_probs
 from torchroute.functional.graph_program import graph_squarecb_probs
 from torchroute.functional.oracle import (
     GRAPH_RULES,
@@ -263,19 +264,24 @@ class CABSC(Learner):
         return next(self.oracle.parameters()).dtype
 
     def probs(self, context: Context, graph: Tensor) -> Tensor:
-        """``p = floor(argmin V(p; 1 - r^, A, gamma))``, ``[R, B, K]``."""
+        """``p = floor(argmin V(p; 1 - r^, A, gamma))``, ``[R, B, K]``, restricted to
+        ``context.available`` when it is set (what ``act`` samples from and ``update``
+        weights by)."""
         losses = 1.0 - solver_predict(self.rs, context.x)
         probs = graph_squarecb_probs(losses, graph, self.gamma)
-        return probability_floor(probs, self.eps_floor)
+        return played_probs(probability_floor(probs, self.eps_floor), context.available)
 
     def surrogates(
         self, context: Context, graph: Tensor, action: Tensor, score: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Oracle surrogates ``s [R, B, K]`` and their mask ``[R, B, K]`` (neighbours, IQR)."""
+        """Oracle surrogates ``s [R, B, K]`` and their mask ``[R, B, K]`` (neighbours, IQR;
+        never an arm ``context.available`` masks)."""
         r, b, k = context.num_trials, context.batch_size, self.num_arms
         arms = torch.arange(k, device=action.device)
         neighbours = graph.gather(2, action[:, :, None, None].expand(r, b, 1, k))[:, :, 0]
         mask = neighbours & (arms != action[..., None])
+        if context.available is not None:  # a model that does not exist yet: no surrogate
+            mask = mask & context.available
         if self.graph == "identity":
             return torch.zeros(r, b, k, dtype=score.dtype, device=score.device), mask
         e = self.oracle_input_of(context).reshape(r * b, -1).to(self._oracle_dtype())

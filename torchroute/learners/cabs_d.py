@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_igw, check_number
+from torchroute.functional.availability import played_probs
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import probability_floor, sample_categorical
 from torchroute.functional.squarecb import squarecb_probs
@@ -287,9 +288,10 @@ class CABSD(Learner):
         return torch.softmax(self.log_weights.reshape(r, -1), -1).reshape(self.log_weights.shape)
 
     def _p1(self, context: Context, generator: Source) -> Tensor:
-        """The standard expert's distribution ``p_1 [R, B, K]`` (LinUCB/LinTS: one ``act``)."""
+        """The standard expert's distribution ``p_1 [R, B, K]`` (LinUCB/LinTS: one ``act``),
+        restricted to ``context.available`` when it is set."""
         if self.standard == "squarecb":
-            return _squarecb_probs(self.expert, context)
+            return played_probs(_squarecb_probs(self.expert, context), context.available)
         return self.expert.act(context, generator).probs
 
     def _expert_probs(

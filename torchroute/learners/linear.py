@@ -397,6 +397,9 @@ class EpsilonGreedy(_PerTrialRidge):
         eps_floor: minimum probability of every arm (CABS Assumption 4.5).
         lam: ridge regulariser (1 by default, as for every ridge learner; the uniform
             share ``eps_t / K`` explores whatever its value; a number, or ``R`` values).
+        new_arm_bonus: added to the ridge prediction of an arm never observed before the
+            greedy choice (a model that has just arrived is then the greedy arm until it
+            is observed); 0 (the default) adds nothing and no state.
     """
 
     per_trial_hparams = ("eps0", "lam")
@@ -411,9 +414,11 @@ class EpsilonGreedy(_PerTrialRidge):
         eps_min: float = 0.01,
         eps_floor: float = 1e-3,
         lam: PerTrial = 1.0,
+        new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         name = type(self).__name__
+        self._init_new_arm_bonus(new_arm_bonus)
         self._per_trial("eps0", eps0, ge=0, le=1)
         smallest = float(self.eps0.min()) if isinstance(self.eps0, Tensor) else self.eps0
         check_number(name, "eps_min", eps_min, ge=0, le=smallest)
@@ -429,7 +434,8 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        predicted = mask_scores(ridge_predict(self.theta, x), context.available)
+        predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
+        predicted = mask_scores(predicted, context.available)
         greedy = argmax_random_ties(predicted, generator)  # [R, B]
         eps = self._eps(x.dtype)  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
@@ -482,6 +488,9 @@ class SquareCB(_PerTrialRidge):
         lam: ridge regulariser (1 by default, as for every ridge learner; IGW gives an
             untried arm, predicted 0, probability ``1 / (mu + gamma r^_b) >= 1 / (K + gamma)``;
             a number, or ``R`` per-trial values).
+        new_arm_bonus: added to the ridge prediction of an arm never observed before the
+            inverse-gap weighting (a model that has just arrived gets more of the mass
+            until it is observed); 0 (the default) adds nothing and no state.
     """
 
     samples_from_probs = True
@@ -495,9 +504,11 @@ class SquareCB(_PerTrialRidge):
         mu: float | None = None,
         eps_floor: float = 1e-3,
         lam: PerTrial = 1.0,
+        new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
+        self._init_new_arm_bonus(new_arm_bonus)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
 
     def act(self, context: Context, generator: Source = None) -> Decision:
@@ -508,6 +519,7 @@ class SquareCB(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        probs = squarecb_probs(ridge_predict(self.theta, x), self.gamma, self.mu)
+        predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
+        probs = squarecb_probs(predicted, self.gamma, self.mu)
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))

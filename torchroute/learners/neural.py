@@ -24,6 +24,7 @@ from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge import ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
+from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback, Problem
 
 
@@ -63,6 +64,9 @@ class NeuralUCB(Learner):
         dtype: dtype of the weights and the state.
         sample_weights: keep a per-cell sample weight in the replay (``replay_w``) so that
             :meth:`fit_weighted` can train on a weighted squared error.
+        new_arm_bonus: added to the score of an arm never observed (a ``seen [R, K]``
+            count of observations; a model that has just arrived is tried soon); 0 (the
+            default) adds nothing and no state.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``;
@@ -93,9 +97,11 @@ class NeuralUCB(Learner):
         generator: Source = None,
         dtype: torch.dtype = torch.float32,
         sample_weights: bool = False,
+        new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms)
         name = type(self).__name__
+        self._init_new_arm_bonus(new_arm_bonus)
         for arg, value, bounds in (
             ("dim", dim, {"ge": 1, "integer": True}),
             ("hidden", hidden, {"ge": 1, "integer": True}),
@@ -132,6 +138,10 @@ class NeuralUCB(Learner):
         if self.sample_weights:
             self.register_buffer("replay_w", torch.zeros(r, c, num_arms, dtype=dtype))
         self._optim = self._make_optimizer()
+
+    # the ridge learners' new-arm bonus: a ``seen [R, K]`` count and a score bonus
+    _init_new_arm_bonus = RidgeLearner._init_new_arm_bonus
+    _add_new_arm_bonus = RidgeLearner._add_new_arm_bonus
 
     @classmethod
     def from_problem(cls, problem: Problem, **hparams: Any) -> NeuralUCB:
@@ -230,6 +240,7 @@ class NeuralUCB(Learner):
                 scores = f + self.nu * bonus  # [R, B, K]
             else:  # greedy: the bonus (a read of every Z_k^-1) would be multiplied by 0
                 scores = f = self(context.x)[0]
+        scores = self._add_new_arm_bonus(scores)
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, f.dtype), action=action)
 
@@ -285,6 +296,8 @@ class NeuralUCB(Learner):
                 _, phi = self(x)
                 z_inverse_update_(self.z_inv, phi, observed)
             self._store(x, reward, observed, weight)
+            if self.new_arm_bonus:
+                self.seen.add_(observed.sum(1).to(self.seen.dtype))
         loss = x.new_zeros(self.num_trials)
         for _ in range(self.steps):
             loss = self.train_step(*self.sample_replay(generator))

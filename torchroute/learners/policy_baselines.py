@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import played_probs
 from torchroute.functional.hypentropy import compact, low_rank_eig_update
 from torchroute.functional.projections import project_l1_ball
 from torchroute.functional.random import Source
@@ -59,6 +60,11 @@ class SoftmaxPolicy(Learner):
         probs = self.policy(context.x)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
 
+    def played_policy(self, context: Context) -> Tensor:
+        """``pi(. | q)`` as ``act`` played it, ``[R, B, K]``: restricted to
+        ``context.available`` (0 on a masked arm, the rest renormalised) when it is set."""
+        return played_probs(self.policy(context.x), context.available)
+
     def _played_reward(self, context: Context, decision: Decision, feedback: Feedback) -> Tensor:
         """The reward of the played arm, ``[R, B]``; checks shapes (and finiteness on CPU)."""
         self._check_context(context)
@@ -73,22 +79,32 @@ class SoftmaxPolicy(Learner):
     ) -> Tensor:
         """``r (1[m = m_t] - 1/K) / (pi_{m_t} ||q||^(2 power))``, ``[R, B, K]`` (0 for
         ``q = 0``): the minimum-norm natural step of a log-linear class whose features have
-        squared norm ``||q||^(2 power)`` (``power=2``: the flattened ``vec(q q^T)``)."""
+        squared norm ``||q||^(2 power)`` (``power=2``: the flattened ``vec(q q^T)``).
+
+        With ``context.available``: the step of the problem restricted to the ``K'``
+        available arms (``pi`` restricted, ``1/K'`` on them, 0 on a masked arm)."""
         x = context.x.to(reward.dtype)
-        played = self.policy(x).gather(-1, decision.action[..., None])[..., 0]  # [R, B]
+        pi = played_probs(self.policy(x), context.available)
+        played = pi.gather(-1, decision.action[..., None])[..., 0]  # [R, B]
         sq = x.square().sum(-1).pow(power)
         inv = torch.where(sq > 0, 1.0 / torch.where(sq > 0, sq, 1.0), 0.0)
         one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
-        return (reward * inv / played)[..., None] * (one_hot - 1.0 / self.num_arms)
+        if context.available is None:
+            center = torch.full_like(one_hot, 1.0 / self.num_arms)
+        else:
+            avail = context.available.to(reward.dtype)
+            center = avail / avail.sum(-1, keepdim=True)
+        return (reward * inv / played)[..., None] * (one_hot - center)
 
     def _advantage_weights(self, context: Context, decision: Decision, reward: Tensor) -> Tensor:
         """``r (1[m = m_t] - pi_m)``, ``[R, B, K]`` (minus the REINFORCE gradient's scale).
 
-        ``pi`` is recomputed from the state (unchanged since ``act``), so the update reads
-        only the played arm of ``decision``.
+        ``pi`` is recomputed from the state (unchanged since ``act``), restricted to
+        ``context.available`` as ``act`` played it (so a masked arm's weight is 0), and the
+        update reads only the played arm of ``decision``.
         """
         one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
-        return reward[..., None] * (one_hot - self.policy(context.x).to(reward.dtype))
+        return reward[..., None] * (one_hot - self.played_policy(context).to(reward.dtype))
 
 
 class EXP3(SoftmaxPolicy):
@@ -138,7 +154,7 @@ class EXP3(SoftmaxPolicy):
     def update(self, context, decision, feedback, generator=None) -> dict[str, Tensor]:
         reward = self._played_reward(context, decision, feedback)
         one_hot = torch.nn.functional.one_hot(decision.action, self.num_arms).to(reward.dtype)
-        probs = self.policy(context.x).to(reward.dtype)
+        probs = self.played_policy(context).to(reward.dtype)  # what act sampled from
         played = probs.gather(-1, decision.action[..., None])[..., 0]
         loss = ((self.reward_max - reward) / played)[..., None] * one_hot
         self.log_weights -= self.eta * loss.sum(1).to(self.log_weights)

@@ -28,6 +28,7 @@ from torchroute.envs.base import Env
 from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
+from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
@@ -100,7 +101,7 @@ def fit_feature_map(
                 "torchroute.trainers.load_or_pretrain, see configs/experiment/cabs_table2.yaml)"
             )
         oracle = instantiate_node(
-            f.oracle,
+            hide_from_oracles(f.oracle, scenario_new_models(opts, table)),
             "features.oracle",
             arm_names=list(table.arm_names),
             embed_dim=int(table.embeddings.shape[1]),
@@ -242,6 +243,7 @@ def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Lear
     if opts.rng == "per_trial":
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
+    node = hide_from_oracles(node, scenario_new_models(opts, getattr(env, "table", None)))
     return build_learner(node, env.problem(), name, opts.loop_seed, keys)
 
 

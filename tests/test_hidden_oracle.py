@@ -1,0 +1,111 @@
+"""A scenario's new models are hidden from the oracles a run pre-trains (``hide_arms``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from tests.trainers.test_pretrain import _cfg, tiny_table
+from torchroute.cli import compose_config, main
+from torchroute.envs.scenario import new_model_names
+from torchroute.run.hidden import PRETRAIN_TARGET, hide_from_oracles, scenario_new_models
+from torchroute.run.options import RunOptions
+from torchroute.trainers.pretrain import PretrainConfigError, hide_arms, run_pretrain
+
+
+def _naive_best(table, rho):
+    rows = table.rows("train")
+    best = []
+    for r in rho:
+        means = [
+            float((table.scores[rows, k] - r * table.costs[rows, k]).clamp(0, 1).mean())
+            for k in range(table.num_arms)
+        ]
+        best.append(max(range(len(means)), key=means.__getitem__))
+    return best
+
+
+def test_new_model_names_are_the_named_and_each_rhos_best_model():
+    table = tiny_table(k=4)
+    rho = [0.0, 300.0, 900.0]
+    expected_best = {table.arm_names[k] for k in _naive_best(table, rho)}
+    spec = [{"kind": "new_model", "arm": "best", "at": 0.5}]
+    assert set(new_model_names(spec, table, rho)) == expected_best
+    named = [{"kind": "new_model", "arm": "arm3", "at": 0.3}]
+    drift = [{"kind": "drift", "arm": "arm1", "at": 0.3, "score_shift": -0.2}]
+    assert new_model_names(named + drift, table, rho) == ["arm3"]
+    assert new_model_names(drift, table, rho) == [] and new_model_names(None, table, rho) == []
+
+
+def test_every_pretraining_oracle_node_of_a_run_gets_hide_arms(tmp_path):
+    """The CABS preset's oracle nodes (the feature source and every learner's), with a
+    named new model: the nodes that pre-train get it, a node with a checkpoint does not."""
+    cfg = compose_config(
+        "simulate",
+        [
+            "experiment=cabs_table2",
+            f"out_dir={tmp_path}",
+            "+env.scenario=[{kind: new_model, arm: gpt-4, at: 0.5}]",
+        ],
+    )
+    opts = RunOptions.from_config(cfg)
+    table = dataclasses.make_dataclass("T", ["arm_names", "split"])(("a", "gpt-4", "b"), [])
+    names = scenario_new_models(opts, table)
+    assert names == ["gpt-4"]
+    node = hide_from_oracles(opts.learners["cabs_d"], names)
+    assert node["oracle"]["_target_"] == PRETRAIN_TARGET
+    assert node["oracle"]["config"]["hide_arms"] == ["gpt-4"]
+    assert "hide_arms" not in opts.learners["cabs_d"]["oracle"]["config"]  # a copy
+    features = hide_from_oracles(opts.features.oracle, names)
+    assert features["config"]["hide_arms"] == ["gpt-4"]
+    given = {**features, "checkpoint": "some/oracle.pt", "config": {}}
+    assert "hide_arms" not in hide_from_oracles(given, names)["config"]
+    assert hide_from_oracles(node, []) is node
+
+
+def test_pretrain_with_hide_arms_is_pretraining_on_the_scores_zeroed(tmp_path):
+    """The oracle pre-trained with ``hide_arms: [arm1]`` is the one pre-trained on a copy of
+    the table whose arm1 scores are 0 in every row (costs kept), not the plain one."""
+    table = tiny_table()
+    hidden = run_pretrain(_cfg(table, tmp_path / "hidden", hide_arms=["arm1"]))
+    scores = table.scores.clone()
+    scores[:, 1] = 0.0
+    zeroed = run_pretrain(_cfg(dataclasses.replace(table, scores=scores), tmp_path / "zeroed"))
+    plain = run_pretrain(_cfg(table, tmp_path / "plain"))
+    a = torch.load(tmp_path / "hidden" / "oracle.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "zeroed" / "oracle.pt", weights_only=True)["state_dict"]
+    c = torch.load(tmp_path / "plain" / "oracle.pt", weights_only=True)["state_dict"]
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+    assert hidden["accuracy_mae"] == zeroed["accuracy_mae"] != plain["accuracy_mae"]
+    kept = hide_arms(table, ["arm1"])
+    assert torch.equal(kept.costs, table.costs) and bool((kept.scores[:, 1] == 0).all())
+    with pytest.raises(PretrainConfigError, match=r"cfg\.hide_arms: no model 'gpt-9'"):
+        hide_arms(table, ["gpt-9"])
+
+
+def test_a_scenario_run_pretrains_its_oracle_without_the_new_models(tmp_path):
+    """End to end: the static preset on the synthetic text table with each regime's best
+    model new halfway pre-trains its oracle with those models hidden (the ones the run's
+    problem names, in every trial where they are new), and the regressor scores them 0."""
+    out = tmp_path / "run"
+    args = [
+        "simulate",
+        "experiment=routerbench_static",
+        "data=synthetic_text",
+        "data.num_queries=200",
+        f"out_dir={out}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "+env.scenario=[{kind: new_model, arm: best, at: 0.5}]",
+        "+learners.regressor.oracle.config.trainer.max_epochs=2",
+        "+learners.regressor.oracle.config.logger=null",
+    ]
+    assert main(args) == 0
+    problem = torch.load(out / "problem.pt", weights_only=True)["problem"]
+    new = [n for n, h in zip(problem["arm_names"], problem["hidden_arms"].any(0)) if h]
+    assert new  # the scenario hides at least one model
+    key = json.loads((out / "oracle" / "pretrain_key.json").read_text())
+    assert key["config"]["hide_arms"] == new
