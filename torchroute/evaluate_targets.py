@@ -12,6 +12,7 @@ from torch import Tensor
 
 from torchroute.configs_path import config_dirs
 from torchroute.learners.base import Learner
+from torchroute.learners.warm_start import WARM_KEYS
 from torchroute.run.trained import load_trained, run_options
 from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem
@@ -43,6 +44,8 @@ def build_target(
 
     node, source = learner_config(name, extra)
     check_trusted(node, f"targets.{name}", source, trusted)
+    for key in WARM_KEYS:  # a frozen target is evaluated as built, never warm-started
+        node.pop(key, None)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)

@@ -216,6 +216,9 @@ class Problem:
         init_rng: per-trial streams for a learner's random initial state (NeuralUCB's
             weights), so that a trial starts the same whatever trials it runs with; ``None``
             (the default): torch's global generator, seeded per run by the runner.
+        validation: the validation split (full feedback, like ``train``), or ``None`` when
+            the env has none; learners choose hyper-parameters on it, never on the replayed
+            split.
 
     Example:
         >>> problem = env.problem()                              # doctest: +SKIP
@@ -235,6 +238,7 @@ class Problem:
     dtype: torch.dtype = torch.float32
     labels: Mapping[str, Tensor] = field(default_factory=dict)
     init_rng: TrialRNG | None = None
+    validation: TrainSplit | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
@@ -265,6 +269,16 @@ class Problem:
                 "use a table with a train split or another learner"
             )
         return self.train
+
+    def require_validation(self, who: str) -> TrainSplit:
+        """The validation split, or a one-line error saying that ``who`` needs one."""
+        if self.validation is None:
+            raise ValueError(
+                f"{who} chooses its hyper-parameters on a validation split "
+                "(Problem.validation), but the environment has none; give the table a 'val' "
+                "split (e.g. data.val_fraction=0.1) or fix the hyper-parameters"
+            )
+        return self.validation
 
     def train_mean_utility(self, who: str = "this learner") -> Tensor:
         """Mean utility of each arm on the train split for each trial's rho, ``[R, K]``."""

@@ -219,10 +219,13 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from torchroute.learners.warm_start import WARM_KEYS
     from torchroute.types import Problem
 
     def make(r: int, k: int, d: int, s: int) -> Learner:
         node = OmegaConf.load(path)
+        for key in WARM_KEYS:  # built cold (tests/learners/test_warm_start.py warms)
+            node.pop(key, None)
         extra = {}
         if "oracle" in node:
             del node["oracle"]
