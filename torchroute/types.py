@@ -53,6 +53,9 @@ class Context(_TensorContainer):
             when the contexts come from outside a table (serving, simulators).
         embedding: the encoder output of each query, ``[R, B, e]``, for learners whose
             oracles read embeddings while their bandit features stay in ``x``.
+        available: ``[R, B, K]`` bool, the arms that exist this round (a scenario's new
+            model before it arrives is ``False``), or ``None`` when every arm does. Every
+            learner gives an unavailable arm probability exactly 0 and never plays it.
 
     Example:
         >>> Context(x=torch.zeros(4, 1, 8)).num_trials
@@ -62,6 +65,7 @@ class Context(_TensorContainer):
     x: Tensor
     index: Tensor | None = None
     embedding: Tensor | None = None
+    available: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check("Context.x", self.x, 3, "[R, B, d]")
@@ -72,6 +76,11 @@ class Context(_TensorContainer):
         if self.embedding is not None:
             _check("Context.embedding", self.embedding, 3, "[R, B, e]")
             _check_lead("Context.embedding", self.embedding, lead, "[R, B, e] matching x")
+        if self.available is not None:
+            _check("Context.available", self.available, 3, "[R, B, K]")
+            _check_lead("Context.available", self.available, lead, "[R, B, K] matching x")
+            if self.available.dtype != torch.bool:
+                raise TypeError(f"Context.available must be bool, got {self.available.dtype}")
 
     @property
     def num_trials(self) -> int:
@@ -216,6 +225,11 @@ class Problem:
         init_rng: per-trial streams for a learner's random initial state (NeuralUCB's
             weights), so that a trial starts the same whatever trials it runs with; ``None``
             (the default): torch's global generator, seeded per run by the runner.
+        hidden_arms: ``[R, K]`` bool, the arms that do not exist when the run starts (a
+            scenario's new models), or ``None``. Their train-split scores are not known:
+            anything fitted offline (a warm start, a static router) must not read
+            ``train.scores`` of a hidden arm; their prices (``prices``, ``train.costs``)
+            are known, as a deployed router knows them from its configuration.
         validation: the validation split (full feedback, like ``train``), or ``None`` when
             the env has none; learners choose hyper-parameters on it, never on the replayed
             split.
@@ -238,6 +252,7 @@ class Problem:
     dtype: torch.dtype = torch.float32
     labels: Mapping[str, Tensor] = field(default_factory=dict)
     init_rng: TrialRNG | None = None
+    hidden_arms: Tensor | None = None
     validation: TrainSplit | None = None
 
     def __post_init__(self) -> None:
@@ -255,6 +270,14 @@ class Problem:
             raise ValueError(
                 f"Problem.init_rng holds {self.init_rng.num_trials} trials, expected "
                 f"R={self.num_trials}"
+            )
+        if self.hidden_arms is not None and tuple(self.hidden_arms.shape) != (
+            self.num_trials,
+            self.num_arms,
+        ):
+            raise ValueError(
+                f"Problem.hidden_arms must be [R={self.num_trials}, K={self.num_arms}], "
+                f"got {tuple(self.hidden_arms.shape)}"
             )
         if len(self.arm_names) != self.num_arms:
             raise ValueError(

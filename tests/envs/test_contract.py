@@ -34,7 +34,7 @@ class EnvSpec:
     decide: Callable[[Env, Context, torch.Generator], Decision]
 
 
-def _single_choice(order, dtype, feedback="bandit"):
+def _single_choice(order, dtype, feedback="bandit", scenario=None):
     rho = [0.0, 200.0, 700.0, 0.0]
     seeds = [0, 1, 2, 3]
     return SingleChoiceEnv(
@@ -43,7 +43,16 @@ def _single_choice(order, dtype, feedback="bandit"):
         seeds=[seeds[i] for i in order],
         feedback=feedback,
         dtype=dtype,
+        scenario=scenario,
     )
+
+
+#: every event kind, changing within the first rounds the tests play (of 20)
+SCENARIO = [
+    {"kind": "new_model", "arm": "best", "at": 0.15},
+    {"kind": "drift", "arm": "best", "at": 0.1, "score_shift": -0.3},
+    {"kind": "price", "arm": "arm0", "at": 0.2, "factor": 3.0},
+]
 
 
 def _random_arm(env: Env, context: Context, gen: torch.Generator) -> Decision:
@@ -104,6 +113,9 @@ ENVS: dict[str, EnvSpec] = {
     **config_env_specs(),
     "SingleChoiceEnv(full)": EnvSpec(
         lambda order, dtype: _single_choice(order, dtype, feedback="full"), _random_arm
+    ),
+    "SingleChoiceEnv(scenario)": EnvSpec(
+        lambda order, dtype: _single_choice(order, dtype, scenario=SCENARIO), _random_arm
     ),
 }
 NAMES = sorted(ENVS)

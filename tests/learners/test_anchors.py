@@ -143,3 +143,19 @@ def test_best_arm_classifier_learns_each_trials_best_arm():
     action = router.act(Context(probe[None].expand(2, -1, -1).clone())).action
     assert (action[0] == probe[:, :K].argmax(1)).float().mean() > 0.9  # rho = 0: the best arm
     assert (action[1] != 2).all()  # rho = 400: utility of arm 2 is 0 everywhere
+
+
+def test_a_hidden_model_is_never_routed_to():
+    """A model absent when the router was fitted (Problem.hidden_arms): its score is unknown."""
+    import dataclasses
+
+    from torchroute.types import Problem
+
+    train = _split(300, 10)
+    problem = Problem(2, K, D, RHO, ("a", "b", "c"), train=train, validation=_split(60, 11))
+    problem = dataclasses.replace(problem, hidden_arms=torch.tensor([[True, False, False]] * 2))
+    router = LogisticScoreRouter.from_problem(problem, l2=1e-3, steps=50)
+    probe = torch.randn(2, 200, D)
+    # predicted score 0: at rho = 0 every known model (score > 0) looks better
+    assert (router.act(Context(probe)).action[0] != 0).all()
+    assert torch.equal(router.costs(probe[0])[:, 0], train.costs[:200, 0])  # its price is known

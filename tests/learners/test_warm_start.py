@@ -4,6 +4,7 @@ the run's build path."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -46,7 +47,7 @@ def test_ridge_absorb_equals_row_by_row_updates():
         fb = Feedback(reward=torch.where(obs, y[:, i : i + 1], 0.0), observed=obs)
         seq.update(ctx, seq.act(ctx), fb)
     batched = LinUCB(r, k, d, lam=2.0).double()
-    a_inv, theta = ridge_absorb(batched.a_inv, batched.theta, x, y, w, torch.ones(r, dtype=F64))
+    a_inv, theta = ridge_absorb(batched.a_inv, batched.theta, x, y, w, torch.ones(r, k, dtype=F64))
     torch.testing.assert_close(a_inv, seq.a_inv, rtol=1e-9, atol=1e-11)
     torch.testing.assert_close(theta, seq.theta, rtol=1e-9, atol=1e-11)
 
@@ -68,6 +69,20 @@ def test_train_warm_start_is_a_ridge_on_each_trials_utility():
             np.testing.assert_allclose(learner.theta[t, arm].numpy(), theta, rtol=1e-8, atol=1e-10)
             np.testing.assert_allclose(learner.a_inv[t, arm].numpy(), a_inv, rtol=1e-8, atol=1e-10)
     assert learner.rounds.tolist() == [0, 0]  # round 1 is still the first round
+
+
+def test_a_hidden_model_takes_no_warm_rows():
+    """A scenario's new model did not exist offline: its rows are left out, per trial."""
+    problem = _env().problem()
+    hidden = torch.tensor([[False, True, False], [False, False, False]])
+    problem = dataclasses.replace(problem, hidden_arms=hidden)
+    learner = LinUCB.from_problem(problem, lam=2.0, new_arm_bonus=0.5).double()
+    apply_warm_start(learner, problem, WarmStart("train"), "t")
+    assert torch.count_nonzero(learner.theta[0, 1]) == 0  # hidden in trial 0: prior kept
+    torch.testing.assert_close(learner.a_inv[0, 1], torch.eye(problem.dim, dtype=F64) / 2.0)
+    assert torch.count_nonzero(learner.theta[1, 1]) > 0  # trial 1 knows it
+    n = problem.train.features.shape[0]
+    assert learner.seen.tolist() == [[n, 0, n], [n, n, n]]  # the new-arm bonus still applies
 
 
 def test_several_weights_are_chosen_per_trial_on_validation():

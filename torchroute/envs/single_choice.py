@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import pandas as pd
@@ -12,6 +14,13 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.envs.scenario import (
+    RECOVER_TOLERANCE,
+    Scenario,
+    default_window,
+    parse_scenario,
+    rounds_to_recover,
+)
 from torchroute.functional.random import Source
 from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
@@ -37,6 +46,18 @@ class SingleChoiceEnv(Env):
         feedback: ``"bandit"`` (the played arm and the requested ones) or ``"full"``.
         device: where every tensor lives.
         dtype: floating dtype of contexts and rewards.
+        scenario: a list of events (a new model, drift, a price change;
+            :mod:`torchroute.envs.scenario`, ``docs/scenarios.md``), or ``None``.
+        recover_window: the moving-average window of ``rounds_to_recover`` (default: 5% of
+            the rounds after the change, at least 1).
+        recover_tolerance: how close to its post-change best the moving average must stay
+            for ``rounds_to_recover`` (default 0.01).
+
+    With a scenario the contexts carry ``available [R, 1, K]`` while a new model is not
+    there yet, the problem names the new models (``Problem.hidden_arms``; the train split
+    keeps their prices but scores them 0, what the live router assumes of a model added
+    through ``/models``), the regret is against the best available arm, and the results
+    gain ``avg_utility_before``, ``avg_utility_after`` and ``rounds_to_recover``.
 
     Shapes:
         ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
@@ -63,7 +84,11 @@ class SingleChoiceEnv(Env):
         feedback: Literal["bandit", "full"] = "bandit",
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        scenario: Any = None,
+        recover_window: int | None = None,
+        recover_tolerance: float = RECOVER_TOLERANCE,
     ) -> None:
+        events = parse_scenario(scenario)
         rho_t = torch.as_tensor(rho, dtype=torch.float64).reshape(-1)
         seeds_t = torch.as_tensor(seeds, dtype=torch.long).reshape(-1)
         if rho_t.numel() != seeds_t.numel():
@@ -121,6 +146,36 @@ class SingleChoiceEnv(Env):
         self._arm_rounds = 0
         self._arm_sums = torch.zeros(2, self.num_trials, self.num_arms, dtype=torch.float64)
         self._arm_sums = self._arm_sums.to(device)  # [2, R, K]
+        self._round = 0  # the round of the last context() call
+        self.scenario: Scenario | None = None
+        if events:
+            self.scenario = Scenario(events, table.arm_names, self._best_arms(), horizon)
+            self.scenario = self.scenario.to(device)
+            after = horizon - self.scenario.change
+            if recover_window is not None and not 1 <= int(recover_window) <= after:
+                raise ValueError(
+                    f"recover_window must be in 1..{after} (the rounds after the change), "
+                    f"got {recover_window}"
+                )
+            self.recover_window = int(recover_window or default_window(after))
+            if not 0.0 <= float(recover_tolerance) < 1.0:
+                raise ValueError(f"recover_tolerance must be in [0, 1), got {recover_tolerance}")
+            self.recover_tolerance = float(recover_tolerance)
+            # each trial's utility per round, for rounds_to_recover
+            self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
+
+    def _best_arms(self) -> Tensor:
+        """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
+        if "train" not in self.table.split:
+            raise ValueError(
+                f"scenario: arm 'best' is chosen on the train split, but {self.table.source} "
+                "has none; name the model instead"
+            )
+        rows = torch.as_tensor(self.table.rows("train"))
+        scores = self.table.scores[rows].double()
+        costs = self.table.costs[rows].double()
+        mean = utility(scores[None], costs[None], self.rho.double().cpu()[:, None, None])
+        return mean.mean(1).argmax(-1)
 
     @property
     def device(self) -> torch.device:
@@ -146,13 +201,27 @@ class SingleChoiceEnv(Env):
         env.seeds = self.seeds[idx]
         on = idx.to(self.device)
         env._stream, env.rho, env._arm_sums = self._stream[on], self.rho[on], self._arm_sums[:, on]
+        if self.scenario is not None:
+            env.scenario = self.scenario.select(on)
+            env._trace = self._trace[on]
         return env
 
     def problem(self) -> Problem:
         """R, K, d, rho, arm names, mean train prices, the train and validation splits (when
-        present; the validation split only when the env does not replay it)."""
+        present; the validation split only when the env does not replay it) and the hidden
+        arms of a scenario."""
         train, validation = self.full_feedback_split("train"), self.full_feedback_split("val")
         prices = None if train is None else train.costs.mean(0)
+        hidden = None
+        if self.scenario is not None and bool(self.scenario.hidden.any()):
+            hidden = self.scenario.hidden
+            new = hidden.all(0)
+            if bool(new.any()):
+                # a model new in every trial: its offline scores are unknown (0, as /models)
+                if train is not None:
+                    train = replace(train, scores=train.scores.masked_fill(new, 0.0))
+                if validation is not None:
+                    validation = replace(validation, scores=validation.scores.masked_fill(new, 0.0))
         return Problem(
             num_trials=self.num_trials,
             num_arms=self.num_arms,
@@ -166,6 +235,7 @@ class SingleChoiceEnv(Env):
             device=self.device,
             dtype=self.dtype,
             validation=validation,
+            hidden_arms=hidden,
         )
 
     def full_feedback_split(self, split: str) -> TrainSplit | None:
@@ -184,11 +254,24 @@ class SingleChoiceEnv(Env):
         """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]``."""
         index = self._stream[:, t : t + 1]  # [R, 1]
         emb = None if self._embeddings is None else self._embeddings[index]
-        return Context(x=self._features[index], index=index, embedding=emb)
+        self._round = t
+        available = None
+        if self.scenario is not None:
+            mask = self.scenario.available(t)  # [R, K] or None
+            available = None if mask is None else mask[:, None, :]
+        return Context(x=self._features[index], index=index, embedding=emb, available=available)
 
     def utilities(self, index: Tensor) -> Tensor:
         """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``."""
-        return utility(self._scores[index], self._costs[index], self.rho[:, None, None])
+        scores, costs = self._scores_costs(index)
+        return utility(scores, costs, self.rho[:, None, None])
+
+    def _scores_costs(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """Scores and costs ``[R, B, K]`` of the rows ``index`` at the current round."""
+        scores, costs = self._scores[index], self._costs[index]
+        if self.scenario is not None:
+            scores, costs = self.scenario.apply(self._round, scores, costs)
+        return scores, costs
 
     def step(
         self, context: Context, decision: Decision, generator: Source = None
@@ -208,7 +291,7 @@ class SingleChoiceEnv(Env):
             )
         index = context.index
         utility_ = self.utilities(index)  # [R, B, K]
-        scores, costs = self._scores[index], self._costs[index]
+        scores, costs = self._scores_costs(index)
         action = decision.action[..., None]  # [R, B, 1]
         only_played = self.feedback == "bandit" and decision.observe is None
         if self.feedback == "full":
@@ -217,6 +300,11 @@ class SingleChoiceEnv(Env):
             observed = torch.zeros_like(utility_, dtype=torch.bool).scatter_(-1, action, True)
             if decision.observe is not None:
                 observed |= decision.observe
+        best = utility_
+        if context.available is not None:
+            # a model that does not exist yet is neither observed nor the best choice
+            observed &= context.available
+            best = utility_.masked_fill(~context.available, float("-inf"))
         zero = utility_.new_zeros(())
         feedback = Feedback(
             reward=torch.where(observed, utility_, zero),
@@ -228,11 +316,19 @@ class SingleChoiceEnv(Env):
         chosen = utility_.gather(-1, action)[..., 0]
         outcome = {
             "utility": chosen,
-            "regret": utility_.amax(-1) - chosen,
+            "regret": best.amax(-1) - chosen,
             "score": scores.gather(-1, action)[..., 0],
             "cost": costs.gather(-1, action)[..., 0],
             "share": torch.zeros_like(scores).scatter_(-1, action, 1.0),
         }
+        if self.scenario is not None:
+            after = self._round >= self.scenario.change
+            zero = torch.zeros_like(chosen)
+            outcome |= {
+                "utility_before": zero if after else chosen,
+                "utility_after": chosen if after else zero,
+            }
+            self._trace[:, self._round] = chosen[:, 0]
         return feedback, outcome
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
@@ -253,15 +349,53 @@ class SingleChoiceEnv(Env):
         if "share" in sums:
             arm = self._arm_totals(rounds).to(sums["share"].device) / n  # [2, R, K]
             out |= {"share": sums["share"] / n, "arm_accuracy": arm[0], "arm_cost": arm[1]}
+        if self.scenario is not None and "utility_before" in sums:
+            out |= self._scenario_columns(sums, rounds)
         return out
 
+    def _scenario_columns(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
+        """``avg_utility_before`` / ``avg_utility_after`` (means over the rounds before and
+        from the change) and ``rounds_to_recover``, each ``[R]`` (NaN before there are
+        rounds to average)."""
+        change = self.scenario.change
+        before, after = min(rounds, change), max(rounds - change, 0)
+        nan = torch.full_like(sums["utility_before"], float("nan"))
+        trace = self._trace[:, change:rounds]
+        return {
+            "avg_utility_before": sums["utility_before"] / before if before else nan,
+            "avg_utility_after": sums["utility_after"] / after if after else nan,
+            "rounds_to_recover": rounds_to_recover(
+                trace, self.recover_window, self.recover_tolerance
+            ).to(nan.device),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The per-round utility trace of a scenario (nothing without one)."""
+        return {} if self.scenario is None else {"trace": self._trace.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        if self.scenario is None:
+            return super().load_state_dict(state)
+        if set(state) != {"trace"} or tuple(state["trace"].shape) != tuple(self._trace.shape):
+            raise ValueError(f"expected a scenario trace {tuple(self._trace.shape)}")
+        self._trace = state["trace"].to(self._trace)
+
     def _arm_totals(self, rounds: int) -> Tensor:
-        """Score and cost sums of every arm over each trial's first ``rounds`` queries."""
+        """Score and cost sums of every arm over each trial's first ``rounds`` queries (as
+        they were at each round, under a scenario's drift and price events)."""
         if rounds < self._arm_rounds:
             self._arm_rounds, self._arm_sums = 0, torch.zeros_like(self._arm_sums)
-        rows = self._stream[:, self._arm_rounds : rounds]  # [R, t] rows not summed yet
-        part = torch.stack([self._scores[rows], self._costs[rows]])  # [2, R, t, K]
-        self._arm_sums = self._arm_sums + part.sum(2, dtype=torch.float64)
+        bounds = [self._arm_rounds, rounds]
+        if self.scenario is not None:  # drift and price events change the arms mid-stream
+            bounds[1:1] = sorted({s for s in self.scenario.starts if bounds[0] < s < rounds})
+        for start, stop in itertools.pairwise(bounds):
+            rows = self._stream[:, start:stop]  # [R, t] rows not summed yet
+            scores, costs = self._scores[rows], self._costs[rows]
+            if self.scenario is not None:
+                scores, costs = self.scenario.apply(start, scores, costs)
+            part = torch.stack([scores, costs])  # [2, R, t, K]
+            self._arm_sums = self._arm_sums + part.sum(2, dtype=torch.float64)
         self._arm_rounds = rounds
         return self._arm_sums
 
@@ -275,4 +409,4 @@ class SingleChoiceEnv(Env):
             "feedback": self.feedback,
             "seeds": self.seeds.tolist(),
             "rho": self.rho.detach().cpu().double().tolist(),
-        }
+        } | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})

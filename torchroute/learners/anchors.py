@@ -19,6 +19,10 @@ validation utility for its own ``rho``. Fitting is full-batch Adam in torch, eve
 - :class:`KNNScoreRouter`: cosine kNN score averaging, ``k`` chosen on validation;
 - :class:`BestArmClassifier`: a linear softmax classifier of each trial's best arm on the
   train split (labels depend on ``rho``), L2 chosen on validation.
+
+A model of ``Problem.hidden_arms`` (a scenario's new model, absent when the router was
+fitted) has unknown offline scores (0 in ``Problem.train``): the router learns nothing
+about it, predicts a score of 0 for it (``_StaticRouter.hide``) and knows its price.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
@@ -194,8 +199,9 @@ class LogisticScoreRouter(_FittedRouter):
     def from_problem(cls, problem: Problem, **hp) -> LogisticScoreRouter:
         """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
         train = problem.require_train(cls.__name__)
-        return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                   problem.validation, **hp)  # fmt: skip
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -256,8 +262,9 @@ class MLPScoreRouter(_FittedRouter):
     def from_problem(cls, problem: Problem, **hp) -> MLPScoreRouter:
         """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
         train = problem.require_train(cls.__name__)
-        return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                   problem.validation, **hp)  # fmt: skip
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -319,8 +326,9 @@ class MFScoreRouter(_FittedRouter):
     def from_problem(cls, problem: Problem, **hp) -> MFScoreRouter:
         """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
         train = problem.require_train(cls.__name__)
-        return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                   problem.validation, **hp)  # fmt: skip
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -367,8 +375,9 @@ class KNNScoreRouter(_FittedRouter):
     def from_problem(cls, problem: Problem, **hp) -> KNNScoreRouter:
         """Neighbours in ``problem.train``, ``k`` scored on ``problem.validation``."""
         train = problem.require_train(cls.__name__)
-        return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                   problem.validation, **hp)  # fmt: skip
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]``: mean train score of the ``k`` nearest, each ``k``."""
@@ -406,7 +415,7 @@ class BestArmClassifier(_FittedRouter):
         train, validation = held_out(train, validation, len(grid))
         x = _with_bias(train.features.float())
         u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
-        label = u.argmax(-1)  # [R, n]
+        label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
         w = torch.zeros(len(grid), num_trials, x.shape[1], num_arms, requires_grad=True)
         lam = torch.tensor(grid)[:, None, None, None]
 
@@ -424,8 +433,9 @@ class BestArmClassifier(_FittedRouter):
     def from_problem(cls, problem: Problem, **hp) -> BestArmClassifier:
         """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
         train = problem.require_train(cls.__name__)
-        return cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                   problem.validation, **hp)  # fmt: skip
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
 
     def choose(self, validation: TrainSplit | None, rho: Tensor, num_candidates: int) -> Tensor:
         """Each trial's candidate, scored by the validation utility of its own classifier."""
@@ -451,7 +461,9 @@ class BestArmClassifier(_FittedRouter):
         with torch.no_grad():
             w = self.weights[torch.arange(self.num_trials), self.choice]  # [R, d + 1, K]
             logits = torch.einsum("rbd,rdk->rbk", _with_bias(context.x.to(w.dtype)), w)
-        action = argmax_random_ties(logits, generator)
+        if self.hidden is not None:  # a model unknown when fitted is never chosen
+            logits = logits.masked_fill(self.hidden[:, None], float("-inf"))
+        action = argmax_random_ties(mask_scores(logits, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import restrict_decision
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -28,6 +31,15 @@ class Learner(nn.Module):
     leading ``R`` dimension and a number of draw calls per round that does not depend on
     the data, so that with per-trial streams a trial's numbers do not depend on the other
     trials.
+
+    Arms that do not exist this round (``Context.available``, a scenario's new model before
+    it arrives) are never played: every subclass's ``act`` is wrapped so that, when the
+    context carries the mask, the decision is restricted to the available arms
+    (:func:`~torchroute.functional.availability.restrict_decision`: probability exactly 0
+    on the others, renormalised, an unavailable action redrawn). A learner that picks an
+    argmax masks its scores itself (:func:`~torchroute.functional.availability.mask_scores`)
+    so that it plays its best available arm; the wrapper then changes nothing but makes one
+    extra draw. Without the mask (the default) ``act`` runs unwrapped, bit for bit.
 
     Args:
         num_trials: ``R``.
@@ -50,6 +62,11 @@ class Learner(nn.Module):
 
     #: the size of ``Context.x`` the learner reads (``None``: it does not read ``x``)
     dim: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "act" in cls.__dict__:
+            cls.act = _respecting_availability(cls.__dict__["act"])  # type: ignore[method-assign]
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
@@ -134,6 +151,25 @@ class Learner(nn.Module):
 
     def _tick(self, context: Context) -> None:
         self.rounds.add_(context.batch_size)  # in place: no Module.__setattr__ per round
+
+
+def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Decision]:
+    """``act`` restricted to ``context.available`` (once, however deep ``super().act`` goes)."""
+
+    @functools.wraps(act)
+    def wrapped(self: Learner, context: Context, generator: Source = None) -> Decision:
+        if context.available is None or self.__dict__.get("_restricting", False):
+            return act(self, context, generator)
+        self.__dict__["_restricting"] = True
+        try:
+            decision = act(self, context, generator)
+        finally:
+            self.__dict__["_restricting"] = False
+        if decision.is_subset:
+            return decision
+        return restrict_decision(decision, context.available, generator)
+
+    return wrapped
 
 
 class FixedPolicy(Learner):

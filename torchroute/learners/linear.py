@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_igw, check_number
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import (
     ridge_init,
@@ -97,6 +98,8 @@ class LinUCB(_PerTrialRidge):
         dim: ``d``.
         alpha: width of the confidence bonus (a number, or ``R`` per-trial values).
         lam: ridge regulariser (a number, or ``R`` per-trial values).
+        new_arm_bonus: added to the score of an arm never observed (a model that has just
+            arrived through a scenario or ``/models``); 0 (the default) adds nothing.
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
             the scores and one for a bandit update (CPU, a torch C++ extension built at
             first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
@@ -129,14 +132,19 @@ class LinUCB(_PerTrialRidge):
         alpha: PerTrial = 1.0,
         lam: PerTrial = 1.0,
         kernel: Kernel = "torch",
+        new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("alpha", alpha, ge=0)
+        self._init_new_arm_bonus(new_arm_bonus)
         self._auto = kernel == "auto"
         self.kernel = check_kernel(type(self).__name__, kernel)
 
     def _fused(self) -> bool:
-        """Whether this call takes the fused kernel (``"auto"``: on the CPU only)."""
+        """Whether this call takes the fused kernel (``"auto"``: on the CPU only; never with
+        a new-arm bonus)."""
+        if self.new_arm_bonus:
+            return False
         return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")
 
     def act(self, context: Context, generator: Source = None) -> Decision:
@@ -149,14 +157,15 @@ class LinUCB(_PerTrialRidge):
         Returns:
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
-        if self._fused():
+        if self._fused() and context.available is None:
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         scores = ridge_predict(self.theta, x)  # [R, B, K]
         if isinstance(self.alpha, Tensor) or self.alpha != 0:
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
-        action = argmax_random_ties(scores, generator)
+        scores = self._add_new_arm_bonus(scores)
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
     def update(
@@ -262,6 +271,8 @@ class LinTS(_PerTrialRidge):
         dim: ``d``.
         v: posterior scale (a number, or ``R`` per-trial values).
         lam: ridge regulariser (a number, or ``R`` per-trial values).
+        new_arm_bonus: added to the draw of an arm never observed; 0 (the default) adds
+            nothing.
 
     Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
     standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
@@ -273,10 +284,17 @@ class LinTS(_PerTrialRidge):
     per_trial_hparams = ("v", "lam")
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, v: PerTrial = 1.0, lam: PerTrial = 1.0
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        v: PerTrial = 1.0,
+        lam: PerTrial = 1.0,
+        new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("v", v, ge=0)
+        self._init_new_arm_bonus(new_arm_bonus)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The argmax of one posterior draw per arm: ``probs [R, B, K]``, ``action [R, B]``."""
@@ -285,7 +303,8 @@ class LinTS(_PerTrialRidge):
         mean = ridge_predict(self.theta, x)  # [R, B, K]
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
-        action = argmax_random_ties(scores, generator)
+        scores = self._add_new_arm_bonus(scores)
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
 
@@ -338,7 +357,8 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        greedy = argmax_random_ties(ridge_predict(self.theta, x), generator)  # [R, B]
+        predicted = mask_scores(ridge_predict(self.theta, x), context.available)
+        greedy = argmax_random_ties(predicted, generator)  # [R, B]
         # number / tensor is reciprocal() * number in torch: written so, per-trial values
         # give the bits of a float eps0.
         eps0 = self.eps0 if not isinstance(self.eps0, Tensor) else self.eps0.to(x.dtype)

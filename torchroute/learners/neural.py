@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.mlp import mlp_forward, mlp_init, mlp_param_names, z_inverse_update_
 from torchroute.functional.random import Source, uniform
 from torchroute.functional.ridge import ridge_width
@@ -227,7 +228,7 @@ class NeuralUCB(Learner):
                 scores = f + self.nu * bonus  # [R, B, K]
             else:  # greedy: the bonus (a read of every Z_k^-1) would be multiplied by 0
                 scores = f = self(context.x)[0]
-        action = argmax_random_ties(scores, generator)
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, f.dtype), action=action)
 
     def update(

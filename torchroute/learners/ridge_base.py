@@ -81,12 +81,29 @@ class RidgeLearner(Learner):
         self._check_context(context)
         self._fit(context, action, target, weight.to(self.theta.dtype), False)
 
+    def _init_new_arm_bonus(self, value: float) -> None:
+        """``new_arm_bonus``: with a value > 0, a ``seen [R, K]`` buffer counts each arm's
+        observations and :meth:`_add_new_arm_bonus` adds the value to arms never observed
+        (without it, 0: no buffer, the state of the learner without the option)."""
+        check_number(type(self).__name__, "new_arm_bonus", value, ge=0)
+        self.new_arm_bonus = float(value)
+        if self.new_arm_bonus:
+            self.register_buffer("seen", torch.zeros(self.num_trials, self.num_arms))
+
+    def _add_new_arm_bonus(self, scores: Tensor) -> Tensor:
+        """``scores [R, B, K]`` plus ``new_arm_bonus`` on the arms never observed."""
+        if not getattr(self, "new_arm_bonus", 0.0):
+            return scores
+        return scores + self.new_arm_bonus * (self.seen == 0).to(scores.dtype)[:, None]
+
     def _fit(
         self, context: Context, action: Tensor, target: Tensor, weight: Tensor, only_played: bool
     ) -> None:
         """The one ridge update: cells of ``weight [R, B, K]`` > 0 enter with that weight."""
         x = context.x.to(self.theta.dtype)  # [R, B, d]
         observed = weight > 0
+        if getattr(self, "new_arm_bonus", 0.0):
+            self.seen.add_(observed.sum(1).to(self.seen.dtype))
         # Unobserved cells are never read as numbers (a NaN there must not leak in).
         reward = torch.where(observed, target.to(x.dtype), 0.0)  # [R, B, K]
         weight = torch.where(observed, weight, 0.0)

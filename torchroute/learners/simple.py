@@ -52,8 +52,14 @@ class BestSingleArm(FixedPolicy):
 
     @classmethod
     def from_problem(cls, problem: Problem) -> BestSingleArm:
-        """The best arm of each trial on ``problem``'s train split (required)."""
-        return cls(problem.num_trials, problem.num_arms, problem.train_mean_utility(cls.__name__))
+        """The best arm of each trial on ``problem``'s train split (required).
+
+        An arm of ``problem.hidden_arms`` (a new model, unknown offline) is never chosen.
+        """
+        mean = problem.train_mean_utility(cls.__name__)  # [R, K]
+        if problem.hidden_arms is not None:
+            mean = mean.masked_fill(problem.hidden_arms.to(mean.device), -1.0)
+        return cls(problem.num_trials, problem.num_arms, mean)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Each trial's fixed arm: one-hot ``probs [R, B, K]``, ``action [R, B]``."""

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from torchroute.checks import check_number
+from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
@@ -45,6 +46,15 @@ class _StaticRouter(FixedPolicy):
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
         super().__init__(num_trials, num_arms)
         self.register_buffer("rho", _check_rho(rho, num_trials))  # [R]
+        self.register_buffer("hidden", None, persistent=False)  # [R, K] bool, or None
+
+    def hide(self, hidden: Tensor | None) -> _StaticRouter:
+        """Treat the arms ``hidden [R, K]`` (``Problem.hidden_arms``: models that did not
+        exist when the router was fitted) as unknown: their predicted score is 0, their
+        cost prediction is kept (a price is known). Returns ``self``."""
+        if hidden is not None:
+            self.hidden = hidden.bool().to(self.rho.device).clone()
+        return self
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
         """Predicted scores and costs, each ``[R, B, K]``."""
@@ -54,8 +64,10 @@ class _StaticRouter(FixedPolicy):
         self._check_context(context)
         with torch.no_grad():
             y_hat, c_hat = self.predict(context)
+            if self.hidden is not None:
+                y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
             value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
-        action = argmax_random_ties(value, generator)
+        action = argmax_random_ties(mask_scores(value, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 
 
@@ -121,7 +133,8 @@ class RegressorRouter(_StaticRouter):
             )
         if hasattr(oracle, "check_compatible"):
             oracle.check_compatible(problem.arm_names, problem.embed_dim, source="the oracle")
-        return cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
+        router = cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
+        return router.hide(problem.hidden_arms)
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
         """Predicted ``(scores, costs)``, each ``[R, B, K]``, from the oracle heads."""
@@ -211,7 +224,7 @@ class KNNRouter(_StaticRouter):
             train.scores,
             train.costs,
             k=k,
-        )
+        ).hide(problem.hidden_arms)
 
     def neighbours(self, context: Context) -> Tensor:
         """Indices of the ``k`` most cosine-similar train queries, ``[R, B, k]``."""

@@ -30,6 +30,8 @@ Several ``warm_weight`` (or ``warm_epochs``) values are scored on the validation
 (``Problem.validation``, never the replayed split): for each trial the value whose greedy
 policy (argmax of the predicted utility) has the highest mean validation utility is kept.
 The round counters are reset to 0 after the warm start (round 1 is still the first round).
+A model of ``Problem.hidden_arms`` (a scenario's new model) did not exist when the rows
+were collected: its rows are left out of every warm start.
 """
 
 from __future__ import annotations
@@ -171,6 +173,15 @@ def warm_rows(problem: Problem, warm: WarmStart, who: str) -> WarmRows:
     return log_rows(problem, warm.source, warm.clip, who)
 
 
+def arm_scale(problem: Problem, device: torch.device) -> Tensor:
+    """``[R, K]``: 0 for an arm of ``problem.hidden_arms`` (a model that did not exist when
+    the rows were collected: its rows are never used), 1 otherwise."""
+    shape = (problem.num_trials, problem.num_arms)
+    if problem.hidden_arms is None:
+        return torch.ones(shape, dtype=torch.float64, device=device)
+    return (~problem.hidden_arms.to(device)).to(torch.float64)
+
+
 # --------------------------------------------------------------------------- ridge
 def ridge_absorb(
     a_inv: Tensor, theta: Tensor, x: Tensor, target: Tensor, weight: Tensor, scale: Tensor
@@ -186,7 +197,7 @@ def ridge_absorb(
         x: ``[n, d]`` rows shared by the trials.
         target: ``[R, n, K]``; unread where ``weight`` is 0.
         weight: ``[n, K]`` sample weights.
-        scale: ``[R]`` weight of the rows per trial.
+        scale: ``[R, K]`` weight of the rows per trial and arm (0: the arm takes none).
 
     Returns:
         ``(a_inv', theta')`` in the input dtypes.
@@ -200,8 +211,8 @@ def ridge_absorb(
     a_old = 0.5 * (a_old + a_old.transpose(-1, -2))
     b = torch.einsum("rkde,rke->rkd", a_old, theta.to(f64))
     s = scale.to(f64)
-    a_new = a_old + s[:, None, None, None] * gram[None]
-    b_new = b + s[:, None, None] * moment
+    a_new = a_old + s[:, :, None, None] * gram[None]
+    b_new = b + s[:, :, None] * moment
     a_inv_new = torch.linalg.inv(a_new)
     a_inv_new = 0.5 * (a_inv_new + a_inv_new.transpose(-1, -2))
     theta_new = torch.einsum("rkde,rke->rkd", a_inv_new, b_new)
@@ -215,12 +226,15 @@ def greedy_value(predict: Tensor, split: TrainSplit, rho: Tensor) -> Tensor:
 
 
 def _warm_ridge(learner: RidgeLearner, problem: Problem, rows: WarmRows, warm: WarmStart) -> None:
-    r = learner.num_trials
     a0, t0 = learner.a_inv, learner.theta
     x = rows.x.to(t0.device)
     best = None
+    arms = arm_scale(problem, t0.device)  # [R, K]
+    if getattr(learner, "new_arm_bonus", 0.0):  # the rows count as observations
+        seen = (rows.weight > 0).sum(0).to(learner.seen.device, learner.seen.dtype)  # [K]
+        learner.seen.add_(seen[None] * arms.to(learner.seen.dtype))
     for w in warm.weights:
-        scale = torch.full((r,), w, dtype=torch.float64, device=t0.device)
+        scale = w * arms
         a_inv, theta = ridge_absorb(a0, t0, x, rows.target, rows.weight, scale)
         if not warm.chooses:
             best = (a_inv, theta)
@@ -249,7 +263,8 @@ def _warm_neural(learner: Learner, problem: Problem, rows: WarmRows, warm: WarmS
     dt = learner.w_out.dtype
     dev = learner.w_out.device
     x = rows.x.to(dev, dt)
-    observed = (rows.weight > 0).to(dev)[None].expand(learner.num_trials, -1, -1)
+    known = arm_scale(problem, dev) > 0  # [R, K]
+    observed = (rows.weight > 0).to(dev)[None] & known[:, None]  # [R, n, K]
     weight = rows.weight.to(dev, dt)[None].expand(learner.num_trials, -1, -1)
     target = torch.where(observed, rows.target.to(dev, dt), 0.0)
     full = rows.action is None
@@ -300,16 +315,17 @@ def _warm_neural(learner: Learner, problem: Problem, rows: WarmRows, warm: WarmS
 
 
 # --------------------------------------------------------------------------- generic
-def _warm_by_update(learner: Learner, rows: WarmRows) -> None:
+def _warm_by_update(learner: Learner, problem: Problem, rows: WarmRows) -> None:
     """Replay the rows through ``learner.update`` (chunks of 64 contexts)."""
     r = learner.num_trials
     ref = learner.rounds
+    known = (arm_scale(problem, ref.device) > 0)[:, None]  # [R, 1, K]
     dt = rows.target.dtype
     for lo in range(0, rows.x.shape[0], _CHUNK):
         sl = slice(lo, lo + _CHUNK)
         x = rows.x[sl][None].expand(r, -1, -1).to(ref.device)
         context = Context(x=x)
-        observed = (rows.weight[sl] > 0)[None].expand(r, -1, -1).to(ref.device)
+        observed = (rows.weight[sl] > 0)[None].to(ref.device) & known
         reward = torch.where(observed, rows.target[:, sl].to(ref.device), 0.0)
         if rows.action is None:
             decision = learner.act(context)
@@ -362,7 +378,7 @@ def _warm(learner: Learner, problem: Problem, rows: WarmRows, warm: WarmStart) -
                 f"{type(learner).__name__} takes its warm start through its own update: give "
                 "one warm_weight (several are chosen on validation for ridge and neural models)"
             )
-        _warm_by_update(learner, rows)
+        _warm_by_update(learner, problem, rows)
 
 
 __all__ = [

@@ -230,6 +230,7 @@ class RunOptions:
         loop_seed = c.get("loop_seed", 0)
         if not isinstance(loop_seed, int) or isinstance(loop_seed, bool):
             raise ConfigError(f"loop_seed must be an integer, got {loop_seed!r}")
+        _check_scenario(c.get("env"))
         if log_decisions and c.get("resume"):
             raise ConfigError(
                 "log_decisions=true cannot go with resume: the rounds before the checkpoint "
@@ -282,6 +283,17 @@ class RunOptions:
     def torch_device(self) -> torch.device:
         """The device the run uses (``auto``: CUDA when available)."""
         return resolve_device(self.device)
+
+
+def _check_scenario(env: Any) -> None:
+    """A scenario's keys checked before any data is loaded (``env.scenario``)."""
+    if isinstance(env, Mapping) and env.get("scenario") is not None:
+        from torchroute.envs.scenario import parse_scenario
+
+        try:
+            parse_scenario(env["scenario"])
+        except ValueError as exc:
+            raise ConfigError(f"env: {exc}") from exc
 
 
 def digest(config: Mapping[str, Any]) -> str:

@@ -1,0 +1,256 @@
+"""Scenarios on the single-choice env: masks, shifts, prices, results columns, bad keys."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.conftest import make_table
+from torchroute.envs import SingleChoiceEnv
+from torchroute.envs.scenario import ScenarioError, rounds_to_recover
+from torchroute.learners import BestSingleArm, LinUCB, RandomRouter
+from torchroute.loop import simulate
+from torchroute.types import Decision
+
+
+def _env(table, scenario, **kw):
+    kw.setdefault("rho", [0.0, 500.0])
+    kw.setdefault("seeds", [0, 1])
+    return SingleChoiceEnv(table, dtype=torch.float64, scenario=scenario, **kw)
+
+
+def _naive_best(table, rho):
+    """Each rho's arm of largest mean train utility, by a loop over arms."""
+    rows = table.rows("train")
+    best = []
+    for r in rho:
+        means = [
+            float((table.scores[rows, k] - r * table.costs[rows, k]).clamp(0, 1).mean())
+            for k in range(table.num_arms)
+        ]
+        best.append(max(range(len(means)), key=means.__getitem__))
+    return best
+
+
+def test_new_model_is_masked_before_at_and_hidden_from_the_train_split(tiny_table):
+    env = _env(tiny_table, [{"kind": "new_model", "arm": "best", "at": 0.5}])
+    best = _naive_best(tiny_table, [0.0, 500.0])
+    change = math.floor(0.5 * env.horizon)
+    for t in (0, change - 1):
+        avail = env.context(t).available
+        assert avail.shape == (2, 1, 4)
+        for r in range(2):
+            assert avail[r, 0].tolist() == [k != best[r] for k in range(4)]
+    assert env.context(change).available is None
+    hidden = env.problem().hidden_arms
+    assert hidden.tolist() == [[k == best[r] for k in range(4)] for r in range(2)]
+    # best_single, fitted offline, never chooses a hidden arm
+    chosen = BestSingleArm.from_problem(env.problem()).arm.tolist()
+    assert all(chosen[r] != best[r] for r in range(2))
+    # a named new model: its train scores are unknown (0), its prices are kept
+    named = _env(tiny_table, [{"kind": "new_model", "arm": "arm2", "at": 0.5}])
+    train = named.problem().train
+    assert bool((train.scores[:, 2] == 0).all())
+    rows = torch.as_tensor(tiny_table.rows("train"))
+    torch.testing.assert_close(train.costs[:, 2], tiny_table.costs[rows, 2].double())
+
+
+def test_unavailable_arm_is_neither_observed_nor_the_regret_reference(tiny_table):
+    env = _env(tiny_table, [{"kind": "new_model", "arm": "arm1", "at": 0.5}], feedback="full")
+    ctx = env.context(0)
+    action = torch.tensor([[0], [3]])
+    fb, out = env.step(ctx, Decision(torch.nn.functional.one_hot(action, 4).double(), action))
+    assert not fb.observed[:, 0, 1].any() and fb.observed[:, 0, [0, 2, 3]].all()
+    rows = ctx.index[:, 0]
+    rho = torch.tensor([0.0, 500.0], dtype=torch.float64)
+    util = (tiny_table.scores[rows] - rho[:, None] * tiny_table.costs[rows]).clamp(0, 1).double()
+    util[:, 1] = -1.0
+    chosen = util[torch.arange(2), action[:, 0]]
+    torch.testing.assert_close(out["regret"][:, 0], util.max(1).values - chosen)
+
+
+def test_drift_and_price_change_scores_and_costs_from_at_on(tiny_table):
+    scenario = [
+        {"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.3},
+        {"kind": "price", "arm": "arm3", "at": 0.75, "factor": 4.0},
+    ]
+    env = _env(tiny_table, scenario, feedback="full")
+    action = torch.zeros(2, 1, dtype=torch.long)
+    probs = torch.nn.functional.one_hot(action, 4).double()
+    for t in (0, 9, 10, 14, 15, 19):
+        ctx = env.context(t)
+        fb, _ = env.step(ctx, Decision(probs, action))
+        rows = ctx.index[:, 0]
+        scores = tiny_table.scores[rows].double().clone()
+        costs = tiny_table.costs[rows].double().clone()
+        if t >= 10:
+            scores[:, 0] = (scores[:, 0] - 0.3).clamp(0, 1)
+        if t >= 15:
+            costs[:, 3] = costs[:, 3] * 4.0
+        torch.testing.assert_close(fb.score[:, 0], scores)
+        torch.testing.assert_close(fb.cost[:, 0], costs)
+
+
+def test_rounds_to_recover_on_a_hand_made_stream():
+    # window 2: moving averages 0, .5, 1, 1, 1 -> best 1, within 0.01 from the third on,
+    # which ends 2 + 2 = 4 rounds after the change
+    u = torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.5, 0.5]])
+    out = rounds_to_recover(u, window=2)
+    # second row: averages 1, .5, 0, .25, .5 -> best 1 is never regained: NaN
+    assert out[0].item() == 4.0 and math.isnan(out[1].item())
+    # a dip within the tolerance does not count: .995 vs best 1
+    v = torch.tensor([[0.2, 1.0, 0.995, 1.0]])
+    assert rounds_to_recover(v, window=1).item() == 2.0
+
+
+def test_results_before_after_and_recover_columns(tiny_table):
+    scenario = [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.5}]
+    env = _env(tiny_table, scenario, recover_window=3)
+    result = simulate(RandomRouter(2, 4), env, progress=False, log_every=7)
+    trace = env._trace  # the per-round utilities the env recorded
+    summary = result.summary
+    c = 10
+    torch.testing.assert_close(
+        torch.tensor(summary["avg_utility_before"].to_numpy()), trace[:, :c].mean(1)
+    )
+    torch.testing.assert_close(
+        torch.tensor(summary["avg_utility_after"].to_numpy()), trace[:, c:].mean(1)
+    )
+    torch.testing.assert_close(
+        torch.tensor(summary["avg_utility"].to_numpy()), trace.mean(1), rtol=1e-6, atol=1e-9
+    )
+    expected = rounds_to_recover(trace[:, c:], 3)
+    got = torch.tensor(summary["rounds_to_recover"].to_numpy())
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_no_scenario_adds_no_column_and_no_mask(tiny_table):
+    env = _env(tiny_table, None)
+    assert env.context(0).available is None and env.problem().hidden_arms is None
+    result = simulate(LinUCB.from_problem(env.problem()), env, progress=False)
+    assert "avg_utility_after" not in result.summary and env.state_dict() == {}
+
+
+@pytest.mark.parametrize(
+    ("scenario", "key"),
+    [
+        ({"kind": "new_model"}, "scenario must be a list"),
+        ([{"kind": "shift", "arm": "arm0", "at": 0.5}], "scenario[0].kind"),
+        ([{"kind": "new_model", "arm": "arm0"}], "scenario[0].at is missing"),
+        ([{"kind": "new_model", "arm": "arm0", "at": 1.5}], "scenario[0].at"),
+        ([{"kind": "drift", "arm": "arm0", "at": 0.5}], "scenario[0].score_shift"),
+        ([{"kind": "price", "arm": "arm0", "at": 0.5, "factor": -1}], "scenario[0].factor"),
+        ([{"kind": "price", "arm": "x", "at": 0.5, "factor": 2}], "scenario[0].arm"),
+        ([{"kind": "new_model", "arm": "arm0", "at": 0.5, "shift": 1}], "scenario[0].shift"),
+    ],
+)
+def test_bad_scenario_names_the_key(tiny_table, scenario, key):
+    with pytest.raises(ScenarioError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        _env(tiny_table, scenario)
+
+
+def test_select_trials_keeps_each_trials_scenario():
+    table = make_table()
+    env = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}], rho=[0.0, 500.0])
+    alone = env.select_trials([1])
+    assert torch.equal(alone.context(0).available, env.context(0).available[1:])
+    assert torch.equal(alone.problem().hidden_arms, env.problem().hidden_arms[1:])
+
+
+def test_recover_tolerance_and_window_are_used(tiny_table):
+    scenario = [{"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.2}]
+    env = _env(tiny_table, scenario, recover_window=2, recover_tolerance=0.3)
+    result = simulate(RandomRouter(2, 4), env, progress=False)
+    expected = rounds_to_recover(env._trace[:, 10:], 2, 0.3)
+    got = torch.tensor(result.summary["rounds_to_recover"].to_numpy())
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    with pytest.raises(ValueError, match="recover_tolerance"):
+        _env(tiny_table, scenario, recover_tolerance=1.5)
+    with pytest.raises(ValueError, match=r"recover_window must be in 1\.\.10"):
+        _env(tiny_table, scenario, recover_window=11)
+
+
+def test_resume_gives_the_uninterrupted_scenario_columns(tiny_table, tmp_path):
+    """Interrupted after the round-14 checkpoint (the change is at round 8), resumed: the
+    before/after columns and rounds_to_recover are those of the uninterrupted run."""
+    scenario = [{"kind": "new_model", "arm": "best", "at": 0.4}]
+    whole_env = _env(tiny_table, scenario)
+    whole = simulate(LinUCB.from_problem(whole_env.problem()), whole_env, progress=False)
+    ckpt = tmp_path / "ckpt.pt"
+
+    def stop(t, *_):
+        if t == 16:
+            raise KeyboardInterrupt
+
+    env = _env(tiny_table, scenario)
+    with pytest.raises(KeyboardInterrupt):
+        simulate(LinUCB.from_problem(env.problem()), env, progress=False, ckpt_every=7,
+                 ckpt_path=ckpt, on_round=stop)  # fmt: skip
+    fresh = _env(tiny_table, scenario)
+    resumed = simulate(LinUCB.from_problem(fresh.problem()), fresh, progress=False,
+                       resume_from=ckpt)  # fmt: skip
+    cols = ["avg_utility_before", "avg_utility_after", "rounds_to_recover", "avg_utility"]
+    assert whole.summary[cols].equals(resumed.summary[cols])
+    assert torch.equal(fresh._trace, whole_env._trace)
+
+
+def test_arm_references_follow_drift_and_price(tiny_table):
+    scenario = [
+        {"kind": "drift", "arm": "arm1", "at": 0.5, "score_shift": 0.4},
+        {"kind": "price", "arm": "arm2", "at": 0.25, "factor": 3.0},
+    ]
+    env = _env(tiny_table, scenario)
+    result = simulate(RandomRouter(2, 4), env, progress=False, log_every=3)
+    rows = env._stream  # [R, T]
+    scores = tiny_table.scores[rows].double().clone()  # [R, T, K]
+    costs = tiny_table.costs[rows].double().clone()
+    scores[:, 10:, 1] = (scores[:, 10:, 1] + 0.4).clamp(0, 1)
+    costs[:, 5:, 2] *= 3.0
+    for k in range(4):
+        got_acc = torch.tensor(result.summary[f"arm_accuracy_{k}"].to_numpy())
+        got_cost = torch.tensor(result.summary[f"arm_cost_{k}"].to_numpy())
+        torch.testing.assert_close(got_acc, scores[:, :, k].mean(1))
+        torch.testing.assert_close(got_cost, costs[:, :, k].mean(1))
+
+
+def test_knn_router_learns_nothing_about_a_new_model():
+    """kNN fitted on the train split scores a new model 0 (its cost is known): after the
+    arrival it routes as a naive kNN with the new model's scores unknown (0). On this table
+    kNN with the scores known picks the new model in 15 of the 40 rounds."""
+    from torchroute.learners import KNNRouter
+
+    table = make_table(n=120, k=3, seed=1)
+    env = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}])
+    problem = env.problem()
+    hidden = problem.hidden_arms
+    knn = KNNRouter.from_problem(problem, k=3)
+    train_unit = torch.nn.functional.normalize(problem.train.features.float(), dim=-1)
+    rows = torch.as_tensor(table.rows("train"))
+    picked_known = 0
+    for t in range(env.scenario.change, env.horizon):
+        context = env.context(t)
+        chosen = knn.act(context, torch.Generator().manual_seed(0)).action[:, 0]
+        for r in range(2):
+            x = context.x[r, 0].float()
+            near = (train_unit @ (x / x.norm())).topk(3).indices
+            score = table.scores[rows][near].mean(0).clone()
+            cost = table.costs[rows][near].mean(0)
+            picked_known += int(bool(hidden[r, (score - float(env.rho[r]) * cost).argmax()]))
+            score[hidden[r]] = 0.0
+            assert int(chosen[r]) == int((score - float(env.rho[r]) * cost).argmax())
+    assert picked_known == 15
+
+
+def test_a_bad_scenario_fails_before_any_data_is_loaded(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tests.conftest import LINUCB_NODE, tiny_run_config
+    from torchroute.run.options import ConfigError, RunOptions
+
+    cfg = tiny_run_config(tmp_path / "out", {"linucb": LINUCB_NODE})
+    cfg.env.scenario = OmegaConf.create([{"kind": "drift", "arm": "best", "at": 0.5}])
+    with pytest.raises(ConfigError, match=r"env: scenario\[0\]\.score_shift is missing"):
+        RunOptions.from_config(cfg)
+    assert not (tmp_path / "out").exists()

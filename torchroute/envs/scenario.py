@@ -1,0 +1,244 @@
+"""Scenarios: changes to the world in the middle of a stream (a new model, drift, a price).
+
+A scenario is a list of events, each replayed identically for every learner and trial
+(``docs/scenarios.md``)::
+
+    scenario:
+      - {kind: new_model, arm: best, at: 0.5}             # unavailable before round T/2
+      - {kind: drift, arm: gpt-4, at: 0.5, score_shift: -0.3}  # scores move from T/2 on
+      - {kind: price, arm: best, at: 0.5, factor: 2.0}     # costs doubled from T/2 on
+
+``arm`` names a model of the table, or ``best``: per trial, the arm with the largest mean
+utility ``clip(Y - rho C, 0, 1)`` on the train split at that trial's ``rho`` (so each cost
+regime changes its own best arm). ``at`` is a fraction of the rounds in ``(0, 1)``; the
+event starts at round ``floor(at T)`` (0-based). The change round of the results
+(``avg_utility_before`` / ``avg_utility_after``, ``rounds_to_recover``) is the earliest
+event's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from torchroute.errors import UserError
+
+#: the keys each kind of event takes (besides ``kind``)
+KINDS: dict[str, tuple[str, ...]] = {
+    "new_model": ("arm", "at"),
+    "drift": ("arm", "at", "score_shift"),
+    "price": ("arm", "at", "factor"),
+}
+
+#: how close (in utility) to its post-change best a learner's moving average must stay
+RECOVER_TOLERANCE = 0.01
+
+
+class ScenarioError(UserError, ValueError):
+    """A scenario event with a missing, unknown or out-of-range key; names the key."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change: ``kind``, the arm name (or ``best``), the start fraction and its size.
+
+    ``value`` is ``score_shift`` for ``drift``, ``factor`` for ``price`` and unused (0) for
+    ``new_model``.
+    """
+
+    kind: str
+    arm: str
+    at: float
+    value: float = 0.0
+
+
+def parse_scenario(spec: Any) -> list[Event]:
+    """The events of a ``scenario:`` config value (``None``: no events).
+
+    Raises:
+        ScenarioError: one line naming ``scenario[i].<key>`` and what was expected.
+    """
+    if spec is None:
+        return []
+    if isinstance(spec, (Mapping, str, bytes)) or not isinstance(spec, Sequence):
+        raise ScenarioError(
+            f"scenario must be a list of events ({{kind: new_model, arm: best, at: 0.5}}, ...), "
+            f"got {type(spec).__name__}"
+        )
+    events = []
+    for i, item in enumerate(spec):
+        where = f"scenario[{i}]"
+        if not isinstance(item, Mapping):
+            raise ScenarioError(f"{where} must be a mapping with a kind, got {item!r}")
+        kind = item.get("kind")
+        if kind not in KINDS:
+            raise ScenarioError(f"{where}.kind must be one of {sorted(KINDS)}, got {kind!r}")
+        unknown = sorted(set(item) - {"kind", *KINDS[kind]})
+        if unknown:
+            raise ScenarioError(
+                f"{where}.{unknown[0]} is not a key of a {kind} event (keys: "
+                f"{', '.join(KINDS[kind])})"
+            )
+        missing = [key for key in KINDS[kind] if key not in item]
+        if missing:
+            raise ScenarioError(f"{where}.{missing[0]} is missing (a {kind} event needs it)")
+        arm = item["arm"]
+        if not isinstance(arm, str) or not arm:
+            raise ScenarioError(f"{where}.arm must be a model name or 'best', got {arm!r}")
+        at = _number(where, "at", item["at"])
+        if not 0.0 < at < 1.0:
+            raise ScenarioError(f"{where}.at must be a fraction of the rounds in (0, 1), got {at}")
+        value = 0.0
+        if kind == "drift":
+            value = _number(where, "score_shift", item["score_shift"])
+            if not -1.0 <= value <= 1.0:
+                raise ScenarioError(f"{where}.score_shift must be in [-1, 1], got {value}")
+        if kind == "price":
+            value = _number(where, "factor", item["factor"])
+            if not value >= 0.0:
+                raise ScenarioError(f"{where}.factor must be >= 0, got {value}")
+        events.append(Event(kind, arm, at, value))
+    return events
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ScenarioError(f"{where}.{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+class Scenario:
+    """The compiled events of one env: per-trial arms, start rounds, masks and shifts.
+
+    Args:
+        events: the parsed events (:func:`parse_scenario`).
+        arm_names: the table's ``K`` arm names.
+        best: ``[R]`` the best arm of each trial (what ``arm: best`` means).
+        horizon: ``T``.
+
+    Attributes:
+        arms: per event, the changed arm of each trial ``[R]`` (long).
+        starts: per event, its first round ``floor(at T)``.
+        change: the earliest start, the round from which ``after`` metrics count.
+    """
+
+    def __init__(
+        self, events: Sequence[Event], arm_names: Sequence[str], best: Tensor, horizon: int
+    ) -> None:
+        names = list(arm_names)
+        self.events = tuple(events)
+        self.horizon = int(horizon)
+        self.arms: list[Tensor] = []
+        self.starts: list[int] = []
+        for i, event in enumerate(self.events):
+            if event.arm == "best":
+                arm = best.long().clone()
+            elif event.arm in names:
+                arm = torch.full_like(best, names.index(event.arm), dtype=torch.long)
+            else:
+                raise ScenarioError(
+                    f"scenario[{i}].arm: no model {event.arm!r} in the table (models: "
+                    f"{', '.join(names)}; or 'best')"
+                )
+            start = math.floor(event.at * self.horizon)
+            if not 1 <= start < self.horizon:
+                raise ScenarioError(
+                    f"scenario[{i}].at={event.at} starts at round {start} of {self.horizon}; "
+                    "choose an at that leaves rounds before and after the change"
+                )
+            self.arms.append(arm)
+            self.starts.append(start)
+        self.num_arms = len(names)
+        self.change = min(self.starts) if self.starts else self.horizon
+        self._onehot = [torch.nn.functional.one_hot(a, self.num_arms).bool() for a in self.arms]
+        hidden = torch.zeros(best.shape[0], self.num_arms, dtype=torch.bool, device=best.device)
+        for event, onehot in zip(self.events, self._onehot):
+            if event.kind == "new_model":
+                hidden |= onehot
+        if bool(hidden.all(-1).any()):
+            raise ScenarioError("scenario: new_model events hide every arm of a trial")
+        #: ``[R, K]`` the new models of each trial (hidden from anything trained offline)
+        self.hidden = hidden
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+    def to(self, device: torch.device | str) -> Scenario:
+        """The scenario with its per-trial tensors on ``device``."""
+        return self.select(torch.arange(self.hidden.shape[0]), device)
+
+    def select(self, index: Tensor, device: torch.device | str | None = None) -> Scenario:
+        """The scenario of the trials ``index [n]`` (positions), a new object."""
+        out = object.__new__(Scenario)
+        out.__dict__.update(self.__dict__)
+        device = device if device is not None else self.hidden.device
+        idx = index.to(self.hidden.device)
+        out.arms = [a[idx].to(device) for a in self.arms]
+        out._onehot = [o[idx].to(device) for o in self._onehot]
+        out.hidden = self.hidden[idx].to(device)
+        return out
+
+    def available(self, t: int) -> Tensor | None:
+        """``[R, K]`` the arms that exist at round ``t``, or ``None`` when all do."""
+        mask = None
+        for event, onehot, start in zip(self.events, self._onehot, self.starts):
+            if event.kind == "new_model" and t < start:
+                mask = onehot if mask is None else mask | onehot
+        return None if mask is None else ~mask
+
+    def apply(self, t: int, scores: Tensor, costs: Tensor) -> tuple[Tensor, Tensor]:
+        """Scores and costs ``[R, B, K]`` as they are at round ``t``.
+
+        Every active ``drift`` adds its shift to its arm's scores (clipped to ``[0, 1]``
+        once, after all shifts); every active ``price`` multiplies its arm's costs.
+        """
+        shifted = False
+        for event, onehot, start in zip(self.events, self._onehot, self.starts):
+            if t < start:
+                continue
+            on = onehot[:, None, :]  # [R, 1, K]
+            if event.kind == "drift":
+                scores = scores + on.to(scores.dtype) * event.value
+                shifted = True
+            elif event.kind == "price":
+                costs = torch.where(on, costs * event.value, costs)
+        return (scores.clamp(0.0, 1.0) if shifted else scores), costs
+
+    def fingerprint(self) -> list[dict[str, Any]]:
+        """The events as plain values (resume compares them)."""
+        return [{"kind": e.kind, "arm": e.arm, "at": e.at, "value": e.value} for e in self.events]
+
+
+def rounds_to_recover(utility: Tensor, window: int, tolerance: float = RECOVER_TOLERANCE) -> Tensor:
+    """Rounds after a change until the moving-average utility stays near its best, ``[R]``.
+
+    ``utility [R, n]`` holds each trial's utility in the ``n`` rounds from the change on.
+    ``m_j`` is the mean of rounds ``j .. j + window - 1`` (``j = 0 .. n - window``), the
+    moving average at the round ``j + window`` rounds after the change; ``best = max_j m_j``.
+    The result is ``j* + window`` for the smallest ``j*`` with ``m_i >= best - tolerance``
+    for every ``i >= j*``, or NaN when ``n < window``.
+
+    Example:
+        >>> rounds_to_recover(torch.tensor([[0.0, 0.0, 1.0, 1.0, 1.0, 1.0]]), window=2)
+        tensor([4.], dtype=torch.float64)
+    """
+    u = utility.to(torch.float64)
+    r, n = u.shape
+    if n < window or window < 1:
+        return u.new_full((r,), math.nan)
+    total = torch.cat([u.new_zeros(r, 1), u.cumsum(-1)], -1)  # [R, n + 1]
+    moving = (total[:, window:] - total[:, :-window]) / window  # [R, n - window + 1]
+    ok = moving >= moving.amax(-1, keepdim=True) - tolerance - 1e-12
+    stays = ok.flip(-1).long().cumprod(-1).flip(-1).bool()  # ok from j on
+    first = stays.long().argmax(-1).to(torch.float64)
+    return torch.where(stays.any(-1), first + window, first.new_full((), math.nan))
+
+
+def default_window(rounds_after: int) -> int:
+    """The moving-average window: 5% of the rounds after the change, at least 1."""
+    return max(1, rounds_after // 20)

@@ -1,0 +1,119 @@
+"""Discounted LinUCB and LinTS: old observations weigh ``gamma^age`` (a forgetting factor).
+
+D-LinUCB (Russac, Vernade and Cappé 2019, "Weighted linear bandits for non-stationary
+environments", Algorithm 1), one model per arm: each round
+
+    V_k <- gamma V_k + w x x^T + (1 - gamma) lam I        (V_k = lam I + G_k)
+    V~_k <- gamma^2 V~_k + w x x^T + (1 - gamma^2) lam I  (V~_k = lam I + G~_k)
+    b_k <- gamma b_k + w y x
+
+kept as the data parts ``G_k <- gamma G_k + w x x^T`` (the same recursion: the regulariser
+stays ``lam I``), and the score ``x^T theta_k + alpha sqrt(x^T V_k^{-1} V~_k V_k^{-1} x)``
+with ``theta_k = V_k^{-1} b_k``. ``gamma = 1`` is plain LinUCB's statistics.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from torchroute.checks import check_number
+from torchroute.functional.random import Source
+from torchroute.learners.gram_base import GramRidgeLearner, gram_terms, ts_scores
+
+
+class DiscountedLinUCB(GramRidgeLearner):
+    """D-LinUCB: LinUCB on statistics discounted by ``gamma`` per round.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        gamma: forgetting factor in ``(0, 1]`` (an observation ``n`` rounds old weighs
+            ``gamma^n``; the effective memory is about ``1 / (1 - gamma)`` rounds).
+        alpha: width of the confidence bonus. The paper's ``beta_t`` (a bound that grows
+            with ``d`` and ``log t``) is replaced by a constant, as LinUCB's ``alpha`` is.
+        lam: ridge regulariser.
+        new_arm_bonus: added to the score of an arm never observed (see
+            :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+
+    Buffers: ``gram``, ``gram2`` (the ``gamma^2`` statistics) ``[R, K, d, d]``,
+    ``target [R, K, d]``, ``seen [R, K]``. The discount is applied once per round, whatever
+    the number ``B`` of contexts in it.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        gamma: float = 0.99,
+        alpha: float = 1.0,
+        lam: float = 1.0,
+        new_arm_bonus: float = 0.0,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
+        check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
+        check_number(type(self).__name__, "alpha", alpha, ge=0)
+        self.gamma, self.alpha = float(gamma), float(alpha)
+        self.register_buffer("gram2", torch.zeros_like(self.gram))
+
+    def _scores(self, x: Tensor, generator: Source) -> Tensor:
+        mean, solved, _ = self.posterior(x)
+        eye = torch.eye(self.dim, dtype=x.dtype, device=x.device)
+        tilde = torch.einsum("rkde,rkeb->rkdb", self.gram2 + self.lam * eye, solved)
+        width = torch.einsum("rkdb,rkdb->rbk", solved, tilde).clamp_min(0.0).sqrt()
+        return mean + self.alpha * width
+
+    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        gram, target = gram_terms(x, reward, weight)
+        self.gram.mul_(self.gamma).add_(gram)
+        self.gram2.mul_(self.gamma**2).add_(gram)
+        self.target.mul_(self.gamma).add_(target)
+
+
+class DiscountedLinTS(GramRidgeLearner):
+    """Linear Thompson sampling on statistics discounted by ``gamma`` per round.
+
+    Each arm's draw is ``N(x^T theta_k, v^2 x^T V_k^{-1} x)`` with ``V_k = lam I + G_k`` and
+    ``G_k``, ``b_k`` discounted as in :class:`DiscountedLinUCB`.
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        gamma: forgetting factor in ``(0, 1]``.
+        v: posterior scale.
+        lam: ridge regulariser.
+        new_arm_bonus: added to the score of an arm never observed.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        gamma: float = 0.99,
+        v: float = 1.0,
+        lam: float = 1.0,
+        new_arm_bonus: float = 0.0,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
+        check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
+        check_number(type(self).__name__, "v", v, ge=0)
+        self.gamma, self.v = float(gamma), float(v)
+
+    def _scores(self, x: Tensor, generator: Source) -> Tensor:
+        mean, _, quad = self.posterior(x)
+        return ts_scores(mean, quad, self.v, generator)
+
+    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        gram, target = gram_terms(x, reward, weight)
+        self.gram.mul_(self.gamma).add_(gram)
+        self.target.mul_(self.gamma).add_(target)

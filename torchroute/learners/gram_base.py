@@ -1,0 +1,127 @@
+"""Per-arm ridge regression kept as Gram statistics (for learners that forget old data).
+
+LinUCB and LinTS keep ``A^{-1}`` and update it with Sherman–Morrison, which cannot forget.
+The learners for changing worlds (:mod:`torchroute.learners.discounted`,
+:mod:`torchroute.learners.sliding_window`) shrink or remove old observations, so they keep
+the data part of the Gram matrix ``G_k = sum w x x^T`` and ``b_k = sum w y x`` and solve
+``(lam I + G_k) theta_k = b_k`` (a Cholesky factor per arm) when they act.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from torchroute.checks import check_number
+from torchroute.functional.availability import mask_scores
+from torchroute.functional.random import Source, normal
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.learners.base import Learner
+from torchroute.types import Context, Decision, Feedback, Problem
+
+
+class GramRidgeLearner(Learner):
+    """A learner with one ridge regression per arm and trial, kept as Gram statistics.
+
+    Buffers: ``gram [R, K, d, d]`` (``G_k``, without the regulariser), ``target [R, K, d]``
+    (``b_k``) and ``seen [R, K]`` (how many observations each arm has had, never
+    forgotten; it drives ``new_arm_bonus``). Subclasses say how a round's observations
+    enter (:meth:`_absorb`) and how the decision is scored (:meth:`_scores`).
+
+    Args:
+        num_trials: ``R``.
+        num_arms: ``K``.
+        dim: ``d``.
+        lam: ridge regulariser ``lambda > 0``.
+        new_arm_bonus: added to the score of an arm never observed (a model that has just
+            arrived, or any arm before its first observation), so that a new model gets
+            tried soon after it appears; 0 (the default) adds nothing.
+    """
+
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0, new_arm_bonus: float = 0.0
+    ) -> None:
+        super().__init__(num_trials, num_arms)
+        name = type(self).__name__
+        check_number(name, "dim", dim, ge=1, integer=True)
+        check_number(name, "lam", lam, gt=0)
+        check_number(name, "new_arm_bonus", new_arm_bonus, ge=0)
+        self.dim, self.lam, self.new_arm_bonus = int(dim), float(lam), float(new_arm_bonus)
+        self.register_buffer("gram", torch.zeros(num_trials, num_arms, dim, dim))
+        self.register_buffer("target", torch.zeros(num_trials, num_arms, dim))
+        self.register_buffer("seen", torch.zeros(num_trials, num_arms))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hparams: Any) -> GramRidgeLearner:
+        """``cls(R, K, d, **hparams)`` for ``problem``."""
+        return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
+
+    def posterior(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Ridge means, ``V^{-1} x`` and ``x^T V^{-1} x`` with ``V = lam I + G``.
+
+        Args:
+            x: contexts ``[R, B, d]`` (in the learner's dtype).
+
+        Returns:
+            ``mean [R, B, K]``, ``solved [R, K, d, B]`` (``V_k^{-1} x_b``) and
+            ``quad [R, B, K]`` (``x_b^T V_k^{-1} x_b``).
+        """
+        r, b, d = x.shape
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        chol = torch.linalg.cholesky(self.gram + self.lam * eye)  # [R, K, d, d]
+        theta = torch.cholesky_solve(self.target[..., None], chol)[..., 0]  # [R, K, d]
+        rhs = x.transpose(1, 2)[:, None].expand(r, self.num_arms, d, b)
+        solved = torch.cholesky_solve(rhs, chol)  # [R, K, d, B]
+        mean = torch.einsum("rkd,rbd->rbk", theta, x)
+        quad = torch.einsum("rkdb,rbd->rbk", solved, x).clamp_min(0.0)
+        return mean, solved, quad
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """The argmax of :meth:`_scores` (plus the new-arm bonus) over the available arms.
+
+        Returns:
+            One-hot ``probs [R, B, K]`` and ``action [R, B]``.
+        """
+        self._check_context(context)
+        x = context.x.to(self.gram.dtype)
+        scores = self._scores(x, generator)  # [R, B, K]
+        if self.new_arm_bonus:
+            scores = scores + self.new_arm_bonus * (self.seen == 0).to(x.dtype)[:, None]
+        action = argmax_random_ties(mask_scores(scores, context.available), generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+
+    def update(
+        self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
+    ) -> dict[str, Tensor]:
+        """Add the observed rewards (``feedback.observed``) to the statistics. Returns ``{}``."""
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        x = context.x.to(self.gram.dtype)
+        weight = feedback.observed.to(x.dtype)  # [R, B, K]
+        reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)
+        self._absorb(x, reward, weight)
+        self.seen.add_(weight.sum(1))
+        self._tick(context)
+        return {}
+
+    def _scores(self, x: Tensor, generator: Source) -> Tensor:
+        raise NotImplementedError
+
+    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        raise NotImplementedError
+
+
+def gram_terms(x: Tensor, reward: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """A batch's Gram and target terms per arm: ``sum_b w x x^T`` ``[R, K, d, d]`` and
+    ``sum_b w y x`` ``[R, K, d]`` from ``x [R, B, d]``, ``reward, weight [R, B, K]``."""
+    gram = torch.einsum("rbk,rbd,rbe->rkde", weight, x, x)
+    target = torch.einsum("rbk,rbd->rkd", weight * reward, x)
+    return gram, target
+
+
+def ts_scores(mean: Tensor, quad: Tensor, v: float, generator: Source) -> Tensor:
+    """One Gaussian draw per arm: ``N(mean, v^2 x^T V^{-1} x)`` ``[R, B, K]``."""
+    noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
+    return mean + v * quad.sqrt() * noise
