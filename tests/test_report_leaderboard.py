@@ -64,3 +64,19 @@ def test_paired_gap_matches_trials():
     mean = sum(diffs) / 4
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 3)
     assert math.isclose(gap, mean) and math.isclose(se, sd / 2)
+
+
+def test_a_scenario_adds_the_after_phase_verdict(tmp_path):
+    _config(tmp_path)
+    results = _results()
+    # after the change the cold learner is best: +0.05 over stat in every trial
+    results["avg_utility_after"] = results["avg_utility"]
+    cold = results["learner"] == "cold"
+    results.loc[cold, "avg_utility_after"] = (
+        results.loc[results["learner"] == "stat", "avg_utility"].to_numpy() + 0.05
+    )
+    results["rounds_to_recover"] = [float("nan")] * 8 + [10.0, 30.0, float("nan"), float("nan")]
+    text = "\n".join(leaderboard_section(results, pd.DataFrame(), tmp_path))
+    assert "after the change, online cold is above the best static router in 2" in text
+    assert "low +0.0500 +- 0.0000 vs stat (above)" in text
+    assert "Phase: after" in text

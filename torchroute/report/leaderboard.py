@@ -12,8 +12,10 @@ avg_regret``. AIQ comes from :func:`~torchroute.report.routing.routing_metrics`.
 
 The verdict compares the best warm online learner with the best static router per regime,
 paired on the trials (same rho and seed): a difference within one standard error of the
-paired differences is a tie. The best static router is taken on the test results, the
-choice most favourable to the static side.
+paired differences is a tie. With a scenario, a second sentence compares the best online
+learner (warm or cold) with the best static router on the rounds after the change, and
+says in how many trials it recovered (``rounds_to_recover``). The best static router is
+taken on the test results, the choice most favourable to the static side.
 """
 
 from __future__ import annotations
@@ -103,12 +105,20 @@ def _best(stats: pd.DataFrame, learners: list[str], regime: str) -> str | None:
     return max(means, key=means.get) if means else None
 
 
-def verdict(results: pd.DataFrame, families: Mapping[str, str], regimes: list[str]) -> str:
-    """One sentence: the best warm online learner against the best static router per regime."""
-    stats = cell_stats(results, "avg_utility")
+def verdict(
+    results: pd.DataFrame,
+    families: Mapping[str, str],
+    regimes: list[str],
+    column: str = "avg_utility",
+) -> str:
+    """One sentence: the best warm online learner (``column="avg_utility_after"``: the best
+    online learner, warm or cold) against the best static router per regime."""
+    stats = cell_stats(results, column)
     static = [n for n, f in families.items() if f == "static"]
-    online = [n for n, f in families.items() if f == "warm online"]
-    kind = "warm"
+    after = column == "avg_utility_after"
+    wanted = ("warm online", "cold online") if after else ("warm online",)
+    online = [n for n, f in families.items() if f in wanted]
+    kind = "after the change, online" if after else "warm"
     if not online:
         online, kind = [n for n, f in families.items() if f == "cold online"], "cold"
     if not static or not online:
@@ -117,7 +127,7 @@ def verdict(results: pd.DataFrame, families: Mapping[str, str], regimes: list[st
     parts, wins, ties = [], 0, 0
     for regime in regimes:
         best_static = _best(stats, static, regime)
-        gap, se = paired_gap(results, best_online, best_static, "avg_utility", regime)
+        gap, se = paired_gap(results, best_online, best_static, column, regime)
         tie = abs(gap) <= se
         wins += gap > 0 and not tie
         ties += tie
@@ -128,7 +138,15 @@ def verdict(results: pd.DataFrame, families: Mapping[str, str], regimes: list[st
         f"{kind} {best_online} is above the best static router in {wins}, tied (within one "
         f"SE) in {ties} and below in {below} of {len(regimes)} regimes"
     )
-    return f"{head}: {'; '.join(parts)}."
+    text = f"{head}: {'; '.join(parts)}."
+    if after and "rounds_to_recover" in results:
+        rec = results.loc[results["learner"] == best_online, "rounds_to_recover"]
+        text += (
+            f" {best_online} recovered (rounds_to_recover defined) in {int(rec.notna().sum())} "
+            f"of {len(rec)} trials"
+            + (f", after {rec.mean():.0f} rounds on average." if rec.notna().any() else ".")
+        )
+    return text
 
 
 def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
@@ -140,6 +158,8 @@ def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Pa
     regimes = [r for r in REGIMES if (results["rho"].map(cost_regime) == r).any()]
     columns = [*regimes, "all"]
     lines = ["", TITLE, "", verdict(results, families, regimes), ""]
+    if "avg_utility_after" in results and results["avg_utility_after"].notna().any():
+        lines[-1:] = ["", verdict(results, families, regimes, "avg_utility_after"), ""]
     aiq = {}
     if {"accuracy", "avg_cost"} <= set(results):
         from torchroute.report.routing import routing_metrics
