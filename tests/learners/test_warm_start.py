@@ -206,3 +206,23 @@ def test_build_path_reads_the_config_keys_and_refuses_bad_ones():
             "lints",
             warm=True,
         )
+
+
+def test_cabs_d_keeps_its_oracle_and_warms_its_expert_and_solver():
+    from torchroute.learners import CABSD
+    from torchroute.models import MultiHeadOracle
+
+    table = make_table(n=90, k=3, d=4)
+    env = SingleChoiceEnv(table, rho=RHO, seeds=[0, 1], dtype=F64)
+    problem = env.problem()
+    oracle = MultiHeadOracle(4, 3, feature_dim=4, hidden=8, arm_names=table.arm_names).eval()
+    learner = CABSD.from_problem(problem, oracle=oracle, meta="single_ix").double()
+    before = {k: v.clone() for k, v in oracle.state_dict().items()}
+    apply_warm_start(learner, problem, WarmStart("train"), "t")
+    # the expert and CABS-C's solver equal a LinUCB-style ridge warmed alone on the rows
+    alone = LinUCB.from_problem(problem, lam=learner.expert.lam).double()
+    apply_warm_start(alone, problem, WarmStart("train"), "t")
+    torch.testing.assert_close(learner.expert.theta, alone.theta)
+    torch.testing.assert_close(learner.cabs_c.rs.theta, alone.theta)
+    assert all(torch.equal(v, before[k]) for k, v in oracle.state_dict().items())
+    assert learner.rounds.tolist() == [0, 0] and learner.expert.rounds.tolist() == [0, 0]
