@@ -232,6 +232,9 @@ class Problem:
             anything fitted offline (a warm start, a static router) must not read
             ``train.scores`` of a hidden arm; their prices (``prices``, ``train.costs``)
             are known, as a deployed router knows them from its configuration.
+        validation: the validation split (full feedback, like ``train``), or ``None`` when
+            the env has none; learners choose hyper-parameters on it, never on the replayed
+            split.
 
     Example:
         >>> problem = env.problem()                              # doctest: +SKIP
@@ -252,6 +255,7 @@ class Problem:
     labels: Mapping[str, Tensor] = field(default_factory=dict)
     init_rng: TrialRNG | None = None
     hidden_arms: Tensor | None = None
+    validation: TrainSplit | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
@@ -290,6 +294,16 @@ class Problem:
                 "use a table with a train split or another learner"
             )
         return self.train
+
+    def require_validation(self, who: str) -> TrainSplit:
+        """The validation split, or a one-line error saying that ``who`` needs one."""
+        if self.validation is None:
+            raise ValueError(
+                f"{who} chooses its hyper-parameters on a validation split "
+                "(Problem.validation), but the environment has none; give the table a 'val' "
+                "split (e.g. data.val_fraction=0.1) or fix the hyper-parameters"
+            )
+        return self.validation
 
     def train_mean_utility(self, who: str = "this learner") -> Tensor:
         """Mean utility of each arm on the train split for each trial's rho, ``[R, K]``."""

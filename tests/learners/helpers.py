@@ -40,6 +40,7 @@ from torchroute.learners import (
     ParameterFreeHPG,
     RandomRouter,
     SquareCB,
+    anchors,
 )
 from torchroute.types import Context, Decision, Feedback
 
@@ -90,6 +91,17 @@ def _static_data(k: int, d: int, n: int = 12) -> tuple[Tensor, Tensor, Tensor]:
 def _knn_router(r: int, k: int, d: int, seed: int) -> Learner:
     x, scores, costs = _static_data(k, d)
     return KNNRouter(r, k, torch.linspace(0.0, 0.5, r), x, scores, costs, k=3)
+
+
+def _anchor(cls: type, **hp) -> Callable[[int, int, int, int], Learner]:
+    """A static anchor router fitted on :func:`_static_data` (one candidate: no choice)."""
+    from torchroute.types import TrainSplit
+
+    def make(r: int, k: int, d: int, seed: int) -> Learner:
+        x, scores, costs = _static_data(k, d, n=30)
+        return cls(r, k, d, torch.linspace(0.0, 0.5, r), TrainSplit(x, scores, costs), **hp)
+
+    return make
 
 
 def _tiny_oracle(k: int, d: int) -> torch.nn.Module:
@@ -177,6 +189,17 @@ LEARNERS: dict[str, Spec] = {
         ),
     ),
     "KNNRouter": Spec(_knn_router, True, True, True),
+    "LogisticScoreRouter": Spec(
+        _anchor(anchors.LogisticScoreRouter, l2=1e-3, steps=20), True, True, True
+    ),
+    "MLPScoreRouter": Spec(
+        _anchor(anchors.MLPScoreRouter, hidden=8, weight_decay=1e-4, steps=20), True, True, True
+    ),
+    "MFScoreRouter": Spec(_anchor(anchors.MFScoreRouter, rank=2, steps=20), True, True, True),
+    "KNNScoreRouter": Spec(_anchor(anchors.KNNScoreRouter, k=3), True, True, True),
+    "BestArmClassifier": Spec(
+        _anchor(anchors.BestArmClassifier, l2=1e-3, steps=20), True, True, True
+    ),
     "HPG": Spec(
         lambda r, k, d, s: HPG(r, k, d, tau=2.0, beta=0.5, eta=0.5, capacity=3), True, False, True
     ),
@@ -222,10 +245,13 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from torchroute.learners.warm_start import WARM_KEYS
     from torchroute.types import Problem
 
     def make(r: int, k: int, d: int, s: int) -> Learner:
         node = OmegaConf.load(path)
+        for key in WARM_KEYS:  # built cold (tests/learners/test_warm_start.py warms)
+            node.pop(key, None)
         extra = {}
         if "oracle" in node:
             del node["oracle"]

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from tests.learners.helpers import LEARNERS, LinearProblem, _tiny_oracle, build, feedback_for
 from torchroute.learners import LinTS, LinUCB, SubsetLearner
+from torchroute.learners.warm_start import WARM_KEYS
 from torchroute.types import Context, Problem, TrainSplit
 
 R, K, D = 4, 3, 5
@@ -31,6 +32,8 @@ def _single_choice_configs() -> list[str]:
 
 def _from_config(stem: str):
     node = OmegaConf.load(CONFIGS / f"{stem}.yaml")
+    for key in WARM_KEYS:  # keys of the run's build path, not of the factory
+        node.pop(key, None)
     extra = {}
     if "oracle" in node:
         del node["oracle"]

@@ -295,7 +295,7 @@ def test_options_run_through_simulate_and_the_single_ix_weights_move(tiny_table,
 
 def test_the_linucb_preset_builds_its_expert():
     cfg = OmegaConf.load(CONFIGS / "cabs_d_linucb.yaml")
-    del cfg["oracle"]
+    del cfg["oracle"], cfg["warm_start"]  # keys of the run's build path, not of the factory
     factory = instantiate(cfg)
     names = [f"m{k}" for k in range(K)]
     problem = Problem(num_trials=R, num_arms=K, dim=D, rho=_rho(), arm_names=names, horizon=30)

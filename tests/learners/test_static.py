@@ -171,3 +171,28 @@ def test_best_single_arm_follows_rho_on_a_hand_made_table():
         BestSingleArm(2, 3, torch.zeros(3, 2))
     with pytest.raises(ValueError, match="train_mean_utility must be finite"):
         BestSingleArm(2, 3, torch.tensor([[0.1, float("nan"), 0.3], [0.9, 0.2, 0.4]]))
+
+
+def test_regressor_uses_a_known_per_model_price_instead_of_its_cost_head():
+    from torchroute.types import Problem, TrainSplit
+
+    gen = torch.Generator().manual_seed(1)
+    n = 10
+    y_hat = torch.rand(n, K, generator=gen)
+    wrong = torch.rand(n, K, generator=gen)  # a cost head far from the price
+    price = torch.tensor([1e-4, 1e-3, 2e-3, 5e-4])
+    train = TrainSplit(torch.zeros(6, 3), torch.rand(6, K), price.expand(6, K).clone())
+    problem = Problem(R, K, 3, RHO, tuple("abcd"), embed_dim=3, train=train)
+    router = RegressorRouter.from_problem(problem, oracle=_Oracle(y_hat, wrong), costs="known")
+    index = torch.randint(0, n, (R, 5), generator=gen)
+    emb = torch.zeros(R, 5, 3)
+    emb[..., 0] = index.float()
+    expected = (y_hat[index] - RHO[:, None, None] * price).argmax(-1)
+    assert torch.equal(router.act(Context(torch.zeros(R, 5, 3), embedding=emb)).action, expected)
+    varying = TrainSplit(torch.zeros(6, 3), torch.rand(6, K), torch.rand(6, K))
+    with pytest.raises(ValueError, match="constant per model"):
+        RegressorRouter.from_problem(
+            Problem(R, K, 3, RHO, tuple("abcd"), embed_dim=3, train=varying),
+            oracle=_Oracle(y_hat, wrong),
+            costs="known",
+        )

@@ -201,22 +201,21 @@ class SingleChoiceEnv(Env):
         return env
 
     def problem(self) -> Problem:
-        """R, K, d, rho, arm names, mean train prices and the train split (when present)."""
-        train = None
-        prices = None
-        if "train" in self.table.split:
-            rows = torch.as_tensor(self.table.rows("train"), device=self.device)
-            emb = None if self._embeddings is None else self._embeddings[rows]
-            train = TrainSplit(
-                self._features[rows], self._scores[rows], self._costs[rows], embeddings=emb
-            )
-            prices = train.costs.mean(0)
+        """R, K, d, rho, arm names, mean train prices, the train and validation splits (when
+        present; the validation split only when the env does not replay it) and the hidden
+        arms of a scenario."""
+        train, validation = self.full_feedback_split("train"), self.full_feedback_split("val")
+        prices = None if train is None else train.costs.mean(0)
         hidden = None
         if self.scenario is not None and bool(self.scenario.hidden.any()):
             hidden = self.scenario.hidden
-            if train is not None and bool(hidden.all(0).any()):
-                # a model new in every trial: its train scores are unknown (0, as /models)
-                train = replace(train, scores=train.scores.masked_fill(hidden.all(0), 0.0))
+            new = hidden.all(0)
+            if bool(new.any()):
+                # a model new in every trial: its offline scores are unknown (0, as /models)
+                if train is not None:
+                    train = replace(train, scores=train.scores.masked_fill(new, 0.0))
+                if validation is not None:
+                    validation = replace(validation, scores=validation.scores.masked_fill(new, 0.0))
         return Problem(
             num_trials=self.num_trials,
             num_arms=self.num_arms,
@@ -229,7 +228,20 @@ class SingleChoiceEnv(Env):
             horizon=self.horizon,
             device=self.device,
             dtype=self.dtype,
+            validation=validation,
             hidden_arms=hidden,
+        )
+
+    def full_feedback_split(self, split: str) -> TrainSplit | None:
+        """Features, scores, costs (and embeddings) of the table's ``split`` rows, or ``None``
+        when the table has no such rows or the env replays them (never shown in advance)."""
+        replayed = {self.split} if isinstance(self.split, str) else set(self.split)
+        if split not in self.table.split or (split != "train" and split in replayed):
+            return None
+        rows = torch.as_tensor(self.table.rows(split), device=self.device)
+        emb = None if self._embeddings is None else self._embeddings[rows]
+        return TrainSplit(
+            self._features[rows], self._scores[rows], self._costs[rows], embeddings=emb
         )
 
     def context(self, t: int) -> Context:

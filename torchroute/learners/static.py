@@ -117,13 +117,21 @@ class RegressorRouter(_StaticRouter):
         self.register_buffer("predicted_costs", costs, persistent=False)
 
     @classmethod
-    def from_problem(cls, problem: Problem, oracle: nn.Module | None = None) -> RegressorRouter:
+    def from_problem(
+        cls, problem: Problem, oracle: nn.Module | None = None, costs: str = "predicted"
+    ) -> RegressorRouter:
         """The router for ``problem`` on ``oracle``, checked against its arms and embeddings.
 
         An oracle with ``check_compatible(arm_names, embed_dim, source)`` (a
         ``MultiHeadOracle``) must have been trained for the same arms, in the same order,
-        and for the size of ``Context.embedding``.
+        and for the size of ``Context.embedding``. ``costs="known"``: the train split's
+        per-model cost (constant per model, checked) replaces the oracle's cost head;
+        ``"predicted"`` (the default) keeps the head.
         """
+        if costs not in ("predicted", "known"):
+            raise ValueError(
+                f"RegressorRouter: costs must be 'predicted' or 'known', got {costs!r}"
+            )
         if oracle is None:
             raise ValueError("RegressorRouter.from_problem needs an oracle")
         if problem.embed_dim is None:
@@ -134,6 +142,16 @@ class RegressorRouter(_StaticRouter):
         if hasattr(oracle, "check_compatible"):
             oracle.check_compatible(problem.arm_names, problem.embed_dim, source="the oracle")
         router = cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
+        if costs == "known":
+            from torchroute.learners.anchors import known_costs
+
+            price = known_costs(problem.require_train(cls.__name__).costs.float())
+            if price is None:
+                raise ValueError(
+                    "RegressorRouter: costs='known' needs costs constant per model on the "
+                    "train split; this table's vary per query (use costs='predicted')"
+                )
+            router.register_buffer("known_price", price.to(router.rho.device), persistent=False)
         return router.hide(problem.hidden_arms)
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
@@ -154,7 +172,11 @@ class RegressorRouter(_StaticRouter):
         self.oracle.eval()
         flat = context.embedding.reshape(r * b, d)
         y_hat = self.oracle.accuracy(flat).reshape(r, b, -1)
-        c_hat = self.oracle.cost(flat).reshape(r, b, -1)
+        price = getattr(self, "known_price", None)  # costs="known": the per-model price
+        if price is not None:
+            c_hat = price.to(y_hat.dtype).expand_as(y_hat)
+        else:
+            c_hat = self.oracle.cost(flat).reshape(r, b, -1)
         if y_hat.shape[-1] != self.num_arms:
             raise ValueError(
                 f"the oracle predicts {y_hat.shape[-1]} arms, the router has {self.num_arms}"

@@ -28,6 +28,7 @@ from torchroute.envs.base import Env
 from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
+from torchroute.learners.warm_start import WARM_KEYS, WarmStart, apply_warm_start
 from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.trust import current_target, current_targets
@@ -170,6 +171,7 @@ def build_learner(
     name: str,
     init_seed: int = 0,
     init_keys: torch.Tensor | None = None,
+    warm: bool = False,
     **kwargs: Any,
 ) -> Learner:
     """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
@@ -184,9 +186,19 @@ def build_learner(
     With ``init_keys`` (``[R]`` trial keys, :func:`~torchroute.functional.random.trial_keys`)
     the problem carries fresh per-trial streams (``Problem.init_rng``) instead, so each
     trial's initial weights do not depend on the trials built with it.
+
+    The node's ``warm_*`` keys (:mod:`~torchroute.learners.warm_start`) never reach the
+    factory; with ``warm=True`` the built learner is warm-started as they say (a run's
+    learners are; a learner about to load a checkpoint is not).
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    try:
+        warm_start, node = WarmStart.split_node(node, f"learners.{name}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     factory = instantiate_node(node, f"learners.{name}", **kwargs)
     if not callable(factory) or isinstance(factory, Learner):
         raise ConfigError(
@@ -203,7 +215,13 @@ def build_learner(
         raise ConfigError(f"learners.{name}: {exc}") from exc
     if not isinstance(learner, Learner):
         raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
-    return learner.to(problem.device)
+    learner = learner.to(problem.device)
+    if warm:
+        try:
+            apply_warm_start(learner, problem, warm_start, f"learners.{name}")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+    return learner
 
 
 def _learner_class(target: Any) -> type[Learner] | None:
@@ -229,7 +247,9 @@ def check_learner_options(opts: RunOptions) -> None:
         cls = _learner_class(node.get("_target_"))
         if cls is None:
             continue
-        values = {k: v for k, v in node.items() if not str(k).startswith("_")}
+        values = {
+            k: v for k, v in node.items() if not str(k).startswith("_") and k not in WARM_KEYS
+        }
         try:
             cls.check_options(**values)
         except (TypeError, ValueError) as exc:
@@ -238,13 +258,13 @@ def check_learner_options(opts: RunOptions) -> None:
 
 def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Learner:
     """Learner ``name`` (its config node, or ``node``) for ``env``'s trials (per-trial
-    initial streams with ``rng=per_trial``)."""
+    initial streams with ``rng=per_trial``), warm-started as its ``warm_*`` keys say."""
     keys = None
     if opts.rng == "per_trial":
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
     node = hide_from_oracles(node, scenario_new_models(opts, getattr(env, "table", None)))
-    return build_learner(node, env.problem(), name, opts.loop_seed, keys)
+    return build_learner(node, env.problem(), name, opts.loop_seed, keys, warm=True)
 
 
 __all__ = [

@@ -1,0 +1,477 @@
+"""Static anchor routers: the kinds of router the field ships, fitted once on the train split.
+
+Each router predicts every model's score for a query and plays
+``argmax_k y^_k(x) - rho c_k(x)`` per trial, never learning online (``update`` only counts
+rounds). Costs that are constant per model on the train split (a price per query) are used
+as known; otherwise a ridge regression of each model's cost on the features predicts them.
+The hyper-parameter candidates (a list) are scored on the validation split
+(``Problem.validation``; without one, on a seeded 20% of the train rows held out from the
+fit, :func:`held_out`): each trial keeps the candidate whose router has the highest mean
+validation utility for its own ``rho``. Fitting is full-batch Adam in torch, every candidate
+(and, for the best-arm classifier, every trial) at once.
+
+- :class:`LogisticScoreRouter`: one logistic regression per model (the score in ``[0, 1]``
+  as a soft label), L2 strength chosen on validation;
+- :class:`MLPScoreRouter`: a one-hidden-layer MLP with ``K`` sigmoid outputs, weight decay
+  chosen on validation;
+- :class:`MFScoreRouter`: matrix factorisation (RouteLLM-style): ``sigmoid(<v_k, P x> + b_k)``
+  with a shared projection ``P`` and one embedding per model, rank chosen on validation;
+- :class:`KNNScoreRouter`: cosine kNN score averaging, ``k`` chosen on validation;
+- :class:`BestArmClassifier`: a linear softmax classifier of each trial's best arm on the
+  train split (labels depend on ``rho``), L2 chosen on validation.
+
+A model of ``Problem.hidden_arms`` (a scenario's new model, absent when the router was
+fitted) has unknown offline scores (0 in ``Problem.train``): the router learns nothing
+about it, predicts a score of 0 for it (``_StaticRouter.hide``) and knows its price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from torchroute.functional.availability import mask_scores
+from torchroute.functional.random import Source
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.functional.utility import utility
+from torchroute.learners.static import _StaticRouter
+from torchroute.types import Context, Decision, Problem, TrainSplit
+
+
+def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
+    """The per-model cost ``[K]`` when ``costs [n, K]`` is constant per model, else ``None``."""
+    first = costs[0]
+    spread = (costs - first).abs().amax(0)
+    return first.clone() if bool((spread <= rtol * first.abs().clamp_min(1e-12)).all()) else None
+
+
+def _with_bias(x: Tensor) -> Tensor:
+    return torch.cat([x, x.new_ones(*x.shape[:-1], 1)], -1)
+
+
+def _candidates(name: str, value: float | Sequence[float]) -> tuple[float, ...]:
+    values = (
+        tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else (value,)
+    )
+    if not values or not all(isinstance(v, (int, float)) and v >= 0 for v in values):
+        raise ValueError(f"{name} must be a number >= 0 or a non-empty list of them, got {value!r}")
+    return tuple(float(v) for v in values)
+
+
+def held_out(
+    train: TrainSplit, validation: TrainSplit | None, num_candidates: int, share: float = 0.2
+) -> tuple[TrainSplit, TrainSplit | None]:
+    """``(fit split, choice split)``: the train and validation splits as given, or, with
+    several candidates and no validation split, a seeded ``share`` of the train rows held
+    out for the choice (the router is then fitted on the rest)."""
+    if num_candidates == 1 or validation is not None:
+        return train, validation
+    n = train.features.shape[0]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).to(train.scores.device)
+    cut = n - max(1, int(share * n))
+    if cut < 1:
+        raise ValueError(f"{n} train row(s) cannot spare a held-out share for the choice")
+    pick = lambda rows: TrainSplit(*(t[rows] for t in (train.features, train.scores, train.costs)))  # noqa: E731
+    return pick(order[:cut]), pick(order[cut:])
+
+
+class _FittedRouter(_StaticRouter):
+    """Shared parts: known or ridge-predicted costs, the per-trial choice of a candidate.
+
+    Buffers: ``choice [R]`` (the candidate of each trial, in the state_dict), ``cost_known
+    [K]`` or ``cost_w [d + 1, K]`` (ridge of the costs on the features plus a bias). The
+    fitted weights are buffers outside the state_dict (no trial dimension; refitted
+    deterministically from the train split when a router is built, as for ``KNNRouter``).
+    """
+
+    def __init__(self, num_trials: int, num_arms: int, dim: int, rho: Tensor, train: TrainSplit):
+        super().__init__(num_trials, num_arms, rho)
+        self.dim = int(dim)
+        known = known_costs(train.costs.float())
+        self.register_buffer("cost_known", known, persistent=False)
+        if known is None:
+            x = _with_bias(train.features.double())
+            gram = x.T @ x + torch.eye(x.shape[1], dtype=x.dtype)
+            cost_w = torch.linalg.solve(gram, x.T @ train.costs.double()).float()
+            self.register_buffer("cost_w", cost_w, persistent=False)
+        else:
+            self.register_buffer("cost_w", None, persistent=False)
+        self.register_buffer("choice", torch.zeros(num_trials, dtype=torch.long))
+
+    def costs(self, x: Tensor) -> Tensor:
+        """Known or predicted costs ``[..., K]`` for features ``x [..., d]``."""
+        if self.cost_known is not None:
+            return self.cost_known.to(x.dtype).expand(*x.shape[:-1], self.num_arms)
+        return _with_bias(x) @ self.cost_w.to(x.dtype)
+
+    def candidate_scores(self, x: Tensor) -> Tensor:
+        """Predicted scores of every candidate, ``x [n, d]`` -> ``[C, n, K]``."""
+        raise NotImplementedError
+
+    def choose(self, validation: TrainSplit | None, rho: Tensor, num_candidates: int) -> Tensor:
+        """Each trial's candidate: the best mean validation utility (``[R]``)."""
+        if num_candidates == 1:
+            return self.choice
+        if validation is None:
+            raise ValueError(
+                f"{type(self).__name__} chooses among {num_candidates} candidates on the "
+                "validation split, but the environment has none (give the table a 'val' split, "
+                "e.g. data.val_fraction=0.1, or a single value)"
+            )
+        x = validation.features.float()
+        with torch.no_grad():
+            pred = self.candidate_scores(x)  # [C, m, K]
+            value = pred[:, None] - rho.float()[None, :, None, None] * self.costs(x)[None, None]
+            u = utility(
+                validation.scores[None].float(),
+                validation.costs[None].float(),
+                rho.float()[:, None, None],
+            )
+            pick = value.argmax(-1, keepdim=True)  # [C, R, m, 1]
+            mean = u[None].expand(pred.shape[0], -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
+        self.choice = mean.argmax(0)  # [R], the first of equal values
+        return self.choice
+
+    def predict(self, context: Context) -> tuple[Tensor, Tensor]:
+        """Scores of each trial's candidate and the costs, each ``[R, B, K]``."""
+        x = context.x.to(self.rho.dtype)  # the buffers' dtype (float32 unless moved)
+        r, b, d = x.shape
+        scores = self.candidate_scores(x.reshape(r * b, d)).reshape(-1, r, b, self.num_arms)
+        picked = scores.gather(0, self.choice.view(1, r, 1, 1).expand(1, r, b, self.num_arms))[0]
+        return picked, self.costs(x)
+
+
+def _adam(params: list[Tensor], loss_fn, steps: int, lr: float) -> None:
+    opt = torch.optim.Adam(params, lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn().backward()
+        opt.step()
+
+
+class LogisticScoreRouter(_FittedRouter):
+    """One logistic regression per model, ``y^_k = sigmoid(x w_k + b_k)``.
+
+    Args:
+        num_trials, num_arms, dim, rho: ``R``, ``K``, ``d``, ``[R]``.
+        train: the train split (features ``[n, d]``, scores, costs ``[n, K]``).
+        validation: the validation split (needed with several ``l2`` values).
+        l2: L2 strength (a number, or candidates chosen on validation).
+        steps, lr: full-batch Adam steps and learning rate.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        rho: Tensor,
+        train: TrainSplit,
+        validation: TrainSplit | None = None,
+        l2: float | Sequence[float] = (1e-5, 1e-4, 1e-3, 1e-2),
+        steps: int = 300,
+        lr: float = 0.05,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, rho, train)
+        grid = _candidates(f"{type(self).__name__}: l2", l2)
+        train, validation = held_out(train, validation, len(grid))
+        x = _with_bias(train.features.float())
+        y = train.scores.float().clamp(0, 1)
+        w = torch.zeros(len(grid), x.shape[1], num_arms, requires_grad=True)
+        lam = torch.tensor(grid)[:, None, None]
+
+        def loss() -> Tensor:
+            logits = torch.einsum("nd,cdk->cnk", x, w)
+            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
+            return fit.mean((1, 2)).sum() + (lam * w[:, :-1].pow(2)).sum()
+
+        _adam([w], loss, steps, lr)
+        self.register_buffer("weights", w.detach(), persistent=False)  # [C, d + 1, K]
+        self.choose(validation, self.rho, len(grid))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp) -> LogisticScoreRouter:
+        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def candidate_scores(self, x: Tensor) -> Tensor:
+        """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
+        return torch.sigmoid(torch.einsum("nd,cdk->cnk", _with_bias(x), self.weights))
+
+
+class MLPScoreRouter(_FittedRouter):
+    """A one-hidden-layer MLP (ReLU, ``hidden`` units) with ``K`` sigmoid score outputs.
+
+    Args: as :class:`LogisticScoreRouter`, with ``weight_decay`` (candidates) in place of
+    ``l2``, ``hidden`` the width and ``seed`` the initial weights.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        rho: Tensor,
+        train: TrainSplit,
+        validation: TrainSplit | None = None,
+        hidden: int = 64,
+        weight_decay: float | Sequence[float] = (1e-5, 1e-4, 1e-3),
+        steps: int = 300,
+        lr: float = 0.01,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, rho, train)
+        grid = _candidates(f"{type(self).__name__}: weight_decay", weight_decay)
+        train, validation = held_out(train, validation, len(grid))
+        c, d = len(grid), train.features.shape[1]
+        g = torch.Generator().manual_seed(seed)
+        w1 = (torch.randn(c, d, hidden, generator=g) / d**0.5).requires_grad_()
+        b1 = torch.zeros(c, 1, hidden, requires_grad=True)
+        w2 = (torch.randn(c, hidden, num_arms, generator=g) / hidden**0.5).requires_grad_()
+        b2 = torch.zeros(c, 1, num_arms, requires_grad=True)
+        x, y = train.features.float(), train.scores.float().clamp(0, 1)
+        lam = torch.tensor(grid)[:, None, None]
+        self._params = (w1, b1, w2, b2)
+
+        def loss() -> Tensor:
+            logits = self._logits(x, w1, b1, w2, b2)
+            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
+            return fit.mean((1, 2)).sum() + (lam * w1.pow(2)).sum() + (lam * w2.pow(2)).sum()
+
+        _adam([w1, b1, w2, b2], loss, steps, lr)
+        del self._params
+        for name, p in zip(("w1", "b1", "w2", "b2"), (w1, b1, w2, b2), strict=True):
+            self.register_buffer(name, p.detach(), persistent=False)
+        self.choose(validation, self.rho, c)
+
+    @staticmethod
+    def _logits(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+        h = torch.relu(torch.einsum("nd,cdh->cnh", x, w1) + b1)
+        return torch.einsum("cnh,chk->cnk", h, w2) + b2
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp) -> MLPScoreRouter:
+        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def candidate_scores(self, x: Tensor) -> Tensor:
+        """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
+        return torch.sigmoid(self._logits(x, self.w1, self.b1, self.w2, self.b2))
+
+
+class MFScoreRouter(_FittedRouter):
+    """Matrix factorisation: ``y^_k(x) = sigmoid(<v_k, P x> + b_k)`` (RouteLLM's MF router
+    scores a model by such a product of a projected query and a model embedding).
+
+    Args: as :class:`LogisticScoreRouter`, with ``rank`` (candidates) the size of ``P x``
+    and ``l2`` a fixed penalty; ``seed`` the initial weights.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        rho: Tensor,
+        train: TrainSplit,
+        validation: TrainSplit | None = None,
+        rank: int | Sequence[int] = (4, 16, 64),
+        l2: float = 1e-4,
+        steps: int = 300,
+        lr: float = 0.02,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, rho, train)
+        ranks = [int(r) for r in _candidates(f"{type(self).__name__}: rank", rank)]
+        train, validation = held_out(train, validation, len(ranks))
+        if min(ranks) < 1:
+            raise ValueError(f"{type(self).__name__}: rank must be >= 1, got {ranks}")
+        c, d, top = len(ranks), train.features.shape[1], max(ranks)
+        g = torch.Generator().manual_seed(seed)
+        # One model of the largest rank per candidate; a mask keeps the first ``rank`` dims.
+        mask = (torch.arange(top)[None] < torch.tensor(ranks)[:, None]).float()[:, None]  # [C,1,r]
+        p = (torch.randn(c, d, top, generator=g) / d**0.5).requires_grad_()
+        v = (torch.randn(c, top, num_arms, generator=g) / top**0.5).requires_grad_()
+        b = torch.zeros(c, 1, num_arms, requires_grad=True)
+        x, y = train.features.float(), train.scores.float().clamp(0, 1)
+
+        def loss() -> Tensor:
+            logits = self._logits(x, p, v, b, mask)
+            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
+            return fit.mean((1, 2)).sum() + l2 * (p.pow(2).sum() + v.pow(2).sum())
+
+        _adam([p, v, b], loss, steps, lr)
+        for name, t in (("p", p), ("v", v), ("b", b), ("rank_mask", mask)):
+            self.register_buffer(name, t.detach(), persistent=False)
+        self.choose(validation, self.rho, c)
+
+    @staticmethod
+    def _logits(x: Tensor, p: Tensor, v: Tensor, b: Tensor, mask: Tensor) -> Tensor:
+        z = torch.einsum("nd,cdr->cnr", x, p) * mask
+        return torch.einsum("cnr,crk->cnk", z, v) + b
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp) -> MFScoreRouter:
+        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def candidate_scores(self, x: Tensor) -> Tensor:
+        """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
+        return torch.sigmoid(self._logits(x, self.p, self.v, self.b, self.rank_mask))
+
+
+class KNNScoreRouter(_FittedRouter):
+    """Cosine kNN score averaging over the train split, ``k`` chosen on validation.
+
+    The score prediction is the mean score of the ``k`` most cosine-similar train queries;
+    costs are known per model or ridge-predicted (see the module).
+
+    Args: as :class:`LogisticScoreRouter`, with ``k`` (candidates) the neighbour counts;
+    candidates above the number of train rows are left out.
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        rho: Tensor,
+        train: TrainSplit,
+        validation: TrainSplit | None = None,
+        k: int | Sequence[int] = (3, 10, 30, 100, 200),
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, rho, train)
+        asked = [int(v) for v in _candidates(f"{type(self).__name__}: k", k)]
+        train, validation = held_out(train, validation, len(asked))
+        n = train.features.shape[0]
+        ks = [v for v in asked if 1 <= v <= n]  # candidates above the train rows are dropped
+        if not ks:
+            raise ValueError(
+                f"{type(self).__name__}: k must be in 1..{n} (train rows), got {asked}"
+            )
+        self.ks = ks
+        self.register_buffer(
+            "train_unit", F.normalize(train.features.float(), dim=-1), persistent=False
+        )
+        self.register_buffer("train_scores", train.scores.float(), persistent=False)
+        self.choose(validation, self.rho, len(ks))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp) -> KNNScoreRouter:
+        """Neighbours in ``problem.train``, ``k`` scored on ``problem.validation``."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def candidate_scores(self, x: Tensor) -> Tensor:
+        """``x [n, d]`` -> ``[C, n, K]``: mean train score of the ``k`` nearest, each ``k``."""
+        out = []
+        for lo in range(0, x.shape[0], 4096):  # [chunk, n] similarities at a time
+            sim = F.normalize(x[lo : lo + 4096], dim=-1) @ self.train_unit.T
+            idx = sim.topk(max(self.ks), dim=-1).indices  # [b, kmax], nearest first
+            running = self.train_scores[idx].cumsum(1)  # [b, kmax, K]
+            out.append(torch.stack([running[:, k - 1] / k for k in self.ks]))
+        return torch.cat(out, 1)  # [C, n, K]
+
+
+class BestArmClassifier(_FittedRouter):
+    """A linear softmax classifier of each trial's best arm (``argmax_k u_k`` for its ``rho``
+    on the train split), plays the most probable arm.
+
+    Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
+    and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        rho: Tensor,
+        train: TrainSplit,
+        validation: TrainSplit | None = None,
+        l2: float | Sequence[float] = (1e-5, 1e-3),
+        steps: int = 300,
+        lr: float = 0.05,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, rho, train)
+        grid = _candidates(f"{type(self).__name__}: l2", l2)
+        train, validation = held_out(train, validation, len(grid))
+        x = _with_bias(train.features.float())
+        u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
+        label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
+        w = torch.zeros(len(grid), num_trials, x.shape[1], num_arms, requires_grad=True)
+        lam = torch.tensor(grid)[:, None, None, None]
+
+        def loss() -> Tensor:
+            logits = torch.einsum("nd,crdk->crnk", x, w)
+            ce = F.cross_entropy(logits.permute(0, 3, 1, 2), label.expand(len(grid), -1, -1))
+            return ce * len(grid) * num_trials + (lam * w[:, :, :-1].pow(2)).sum()
+
+        _adam([w], loss, steps, lr)
+        # [R, C, d + 1, K]: per trial, so in the state_dict with the trial dimension first
+        self.register_buffer("weights", w.detach().transpose(0, 1).contiguous())
+        self.choose(validation, self.rho, len(grid))
+
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp) -> BestArmClassifier:
+        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def choose(self, validation: TrainSplit | None, rho: Tensor, num_candidates: int) -> Tensor:
+        """Each trial's candidate, scored by the validation utility of its own classifier."""
+        if num_candidates == 1:
+            return self.choice
+        if validation is None:
+            return super().choose(None, rho, num_candidates)
+        x = _with_bias(validation.features.float())
+        with torch.no_grad():
+            pick = torch.einsum("nd,rcdk->crnk", x, self.weights).argmax(-1, keepdim=True)
+            u = utility(
+                validation.scores[None].float(),
+                validation.costs[None].float(),
+                rho.float()[:, None, None],
+            )
+            mean = u[None].expand(num_candidates, -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
+        self.choice = mean.argmax(0)
+        return self.choice
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
+        self._check_context(context)
+        with torch.no_grad():
+            w = self.weights[torch.arange(self.num_trials), self.choice]  # [R, d + 1, K]
+            logits = torch.einsum("rbd,rdk->rbk", _with_bias(context.x.to(w.dtype)), w)
+        if self.hidden is not None:  # a model unknown when fitted is never chosen
+            logits = logits.masked_fill(self.hidden[:, None], float("-inf"))
+        action = argmax_random_ties(mask_scores(logits, context.available), generator)
+        return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
+
+
+__all__ = [
+    "BestArmClassifier",
+    "KNNScoreRouter",
+    "LogisticScoreRouter",
+    "MFScoreRouter",
+    "MLPScoreRouter",
+    "known_costs",
+]

@@ -1,0 +1,207 @@
+"""Report section: one leaderboard of static anchor routers, cold and warm online learners.
+
+Learners fall into three families by their config in ``<out_dir>/config.yaml`` (read as
+text, never instantiated): **static** (a router that never learns online: its class is one
+of :data:`STATIC_CLASSES`), **warm online** (``warm_start`` set) and **cold online** (the
+rest). Per cost regime (:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole
+stream; with scenario columns ``avg_utility_before``/``avg_utility_after``, the rounds before
+and after the change too), each learner's cell is the mean utility over the regime's trials
++- its standard error (trials' standard deviation / sqrt(n)); the best of each family is in
+bold. The oracle row (every query's best arm, an upper bound) is ``avg_utility +
+avg_regret``. AIQ comes from :func:`~torchroute.report.routing.routing_metrics`.
+
+The verdict compares the best warm online learner with the best static router per regime,
+paired on the trials (same rho and seed): a difference within one standard error of the
+paired differences is a tie. With a scenario, a second sentence compares the best online
+learner (warm or cold) with the best static router on the rounds after the change, and
+says in how many trials it recovered (``rounds_to_recover``). The best static router is
+taken on the test results, the choice most favourable to the static side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from torchroute.report.regimes import REGIMES, cost_regime
+
+TITLE = "## Leaderboard: static anchors, cold and warm online learners"
+#: router classes that never learn online
+STATIC_CLASSES = (
+    "BestSingleArm",
+    "RandomRouter",
+    "KNNRouter",
+    "RegressorRouter",
+    "LogisticScoreRouter",
+    "MLPScoreRouter",
+    "MFScoreRouter",
+    "KNNScoreRouter",
+    "BestArmClassifier",
+)
+FAMILIES = ("static", "cold online", "warm online")
+PHASES = {"whole": "avg_utility", "before": "avg_utility_before", "after": "avg_utility_after"}
+
+
+def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]:
+    """``{learner: family}`` from ``out_dir/config.yaml`` (cold online when unknown)."""
+    nodes: Mapping = {}
+    path = Path(out_dir) / "config.yaml"
+    if path.is_file():
+        try:
+            nodes = OmegaConf.to_container(OmegaConf.load(path)).get("learners") or {}
+        except Exception:  # an unreadable config only costs the grouping
+            nodes = {}
+    out = {}
+    for name in learners:
+        node = nodes.get(name) if isinstance(nodes.get(name), Mapping) else {}
+        target = str(node.get("_target_", ""))
+        cls = [p for p in target.split(".") if p != "from_problem"][-1:] or [""]
+        if cls[0] in STATIC_CLASSES:
+            out[name] = "static"
+        elif node.get("warm_start") is not None:
+            out[name] = "warm online"
+        else:
+            out[name] = "cold online"
+    return out
+
+
+def _with_regimes(results: pd.DataFrame) -> pd.DataFrame:
+    return results.assign(regime=results["rho"].map(cost_regime))
+
+
+def cell_stats(results: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Mean and standard error of ``column`` per learner and regime (``all`` included)."""
+    frame = _with_regimes(results)
+    parts = [frame, frame.assign(regime="all")]
+    stats = pd.concat(parts).groupby(["learner", "regime"])[column].agg(["mean", "std", "count"])
+    stats["se"] = stats["std"].fillna(0.0) / np.sqrt(stats["count"])
+    return stats[["mean", "se"]]
+
+
+def paired_gap(
+    results: pd.DataFrame, a: str, b: str, column: str, regime: str
+) -> tuple[float, float]:
+    """Mean and standard error of ``a - b`` over the trials both ran, in ``regime``."""
+    frame = _with_regimes(results)
+    if regime != "all":
+        frame = frame[frame["regime"] == regime]
+    keys = ["rho", "seed", *(["run"] if "run" in frame else [])]
+    left = frame[frame["learner"] == a].set_index(keys)[column]
+    right = frame[frame["learner"] == b].set_index(keys)[column]
+    diff = (left - right).dropna()
+    if diff.empty:
+        return float("nan"), float("nan")
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    return float(diff.mean()), se
+
+
+def _best(stats: pd.DataFrame, learners: list[str], regime: str) -> str | None:
+    means = {n: stats.loc[(n, regime), "mean"] for n in learners if (n, regime) in stats.index}
+    means = {n: m for n, m in means.items() if not np.isnan(m)}
+    return max(means, key=means.get) if means else None
+
+
+def verdict(
+    results: pd.DataFrame,
+    families: Mapping[str, str],
+    regimes: list[str],
+    column: str = "avg_utility",
+) -> str:
+    """One sentence: the best warm online learner (``column="avg_utility_after"``: the best
+    online learner, warm or cold) against the best static router per regime."""
+    stats = cell_stats(results, column)
+    static = [n for n, f in families.items() if f == "static"]
+    after = column == "avg_utility_after"
+    wanted = ("warm online", "cold online") if after else ("warm online",)
+    online = [n for n, f in families.items() if f in wanted]
+    kind = "after the change, online" if after else "warm"
+    if not online:
+        online, kind = [n for n, f in families.items() if f == "cold online"], "cold"
+    if not static or not online:
+        return "No verdict: the run lacks a static router or an online learner."
+    best_online = _best(stats, online, "all")
+    parts, wins, ties = [], 0, 0
+    for regime in regimes:
+        best_static = _best(stats, static, regime)
+        gap, se = paired_gap(results, best_online, best_static, column, regime)
+        tie = abs(gap) <= se
+        wins += gap > 0 and not tie
+        ties += tie
+        word = "tie" if tie else ("above" if gap > 0 else "below")
+        parts.append(f"{regime} {gap:+.4f} +- {se:.4f} vs {best_static} ({word})")
+    below = len(regimes) - wins - ties
+    head = (
+        f"{kind} {best_online} is above the best static router in {wins}, tied (within one "
+        f"SE) in {ties} and below in {below} of {len(regimes)} regimes"
+    )
+    text = f"{head}: {'; '.join(parts)}."
+    if after and "rounds_to_recover" in results:
+        rec = results.loc[results["learner"] == best_online, "rounds_to_recover"]
+        text += (
+            f" {best_online} recovered (rounds_to_recover defined) in {int(rec.notna().sum())} "
+            f"of {len(rec)} trials"
+            + (f", after {rec.mean():.0f} rounds on average." if rec.notna().any() else ".")
+        )
+    return text
+
+
+def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Markdown lines of the leaderboard (single-choice results with ``avg_utility``)."""
+    if not {"learner", "rho", "avg_utility"} <= set(results):
+        return []
+    learners = sorted(results["learner"].unique())
+    families = learner_families(out_dir, learners)
+    regimes = [r for r in REGIMES if (results["rho"].map(cost_regime) == r).any()]
+    columns = [*regimes, "all"]
+    lines = ["", TITLE, "", verdict(results, families, regimes), ""]
+    if "avg_utility_after" in results and results["avg_utility_after"].notna().any():
+        lines[-1:] = ["", verdict(results, families, regimes, "avg_utility_after"), ""]
+    aiq = {}
+    if {"accuracy", "avg_cost"} <= set(results):
+        from torchroute.report.routing import routing_metrics
+
+        aiq = routing_metrics(results)[0]["AIQ"].to_dict()
+    for phase, column in PHASES.items():
+        if column not in results or results[column].isna().all():
+            continue
+        stats = cell_stats(results, column)
+        lines += [
+            f"Phase: {phase} (mean {column} +- SE over trials; best of each family in bold)",
+            "",
+        ]
+        head = ["family", "learner", *columns, *(["AIQ"] if phase == "whole" and aiq else [])]
+        lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * 2 + " --: |" * (len(head) - 2)]
+        for family in FAMILIES:
+            names = [n for n in learners if families[n] == family]
+            if not names:
+                continue
+            best = {c: _best(stats, names, c) for c in columns}
+            order = sorted(names, key=lambda n: -stats.loc[(n, "all"), "mean"])
+            for name in order:
+                cells = []
+                for c in columns:
+                    m, se = stats.loc[(name, c), ["mean", "se"]]
+                    text = f"{m:.4f} +- {se:.4f}"
+                    cells.append(f"**{text}**" if best[c] == name else text)
+                if phase == "whole" and aiq:
+                    cells.append(f"{aiq.get(name, float('nan')):.4f}")
+                lines.append(f"| {family} | {name} | " + " | ".join(cells) + " |")
+        if phase == "whole" and "avg_regret" in results:
+            oracle = results.assign(avg_utility=results["avg_utility"] + results["avg_regret"])
+            first = oracle[oracle["learner"] == learners[0]]
+            o = cell_stats(first, "avg_utility")
+            cells = [f"{o.loc[(learners[0], c), 'mean']:.4f}" for c in columns]
+            lines.append(
+                "| upper bound | oracle (best arm per query) | "
+                + " | ".join(cells)
+                + (" | |" if aiq else " |")
+            )
+        lines.append("")
+    return lines
+
+
+__all__ = ["STATIC_CLASSES", "leaderboard_section", "learner_families", "paired_gap", "verdict"]
