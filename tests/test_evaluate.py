@@ -252,7 +252,11 @@ def test_a_fresh_target_is_built_by_the_runs_factory_with_its_seed():
     from torchroute.types import Problem
 
     problem = Problem(2, 3, 4, rho=torch.zeros(2), arm_names=("a", "b", "c"))
+    from torchroute.learners.warm_start import WARM_KEYS
+
     node = OmegaConf.load(config_dir() / "learner" / "neural_ucb.yaml")
+    for key in WARM_KEYS:  # a frozen target is built cold
+        node.pop(key, None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         expected = _tensor_state(instantiate(node)(problem).double())

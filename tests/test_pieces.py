@@ -30,6 +30,8 @@ LEARNERS = ["lints", "squarecb", "neural_ucb"]
 def _overrides(out_dir, *extra: str) -> list[str]:
     return [
         "experiment=default",
+        "jobs=1",  # torchrun splits the trials; jobs would split the learners
+        "~env.scenario",  # rounds_to_recover averages the seeds of each piece, not the run's
         "~learners.cabs_d",  # its oracle pre-trains from ${encoder}, removed below
         "~data",
         "+data._target_=tests.conftest.make_table",

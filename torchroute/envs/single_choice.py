@@ -356,7 +356,7 @@ class SingleChoiceEnv(Env):
         before, after = min(rounds, change), max(rounds - change, 0)
         nan = torch.full_like(sums["utility_before"], float("nan"))
         trace = self._trace[:, change:rounds]
-        _, group = torch.unique(self.rho, return_inverse=True)  # [R] one label per rho
+        group = self._recover_groups().to(self.rho.device)  # [R]
         size = torch.bincount(group)[group]
         window = self.recover_window
         return {
@@ -370,6 +370,16 @@ class SingleChoiceEnv(Env):
             ).to(nan.device),
             "recover_trials": size.to(nan),
         }
+
+    def _recover_groups(self) -> Tensor:
+        """``[R]`` labels of the trials averaged by ``rounds_to_recover``: one per ``rho``
+        and per repeat of a ``(rho, seed)`` trial (a sweep batches its grid points as
+        repeated trials: the ``g``-th repeat of each trial is grid point ``g``, so points
+        never share a group)."""
+        trials = self.trials()
+        repeat = trials.groupby(["rho", "seed"]).cumcount()
+        keys = pd.MultiIndex.from_arrays([trials["rho"], repeat])
+        return torch.as_tensor(pd.factorize(keys)[0], dtype=torch.long)
 
     def state_dict(self) -> dict[str, Any]:
         """The per-round utility trace of a scenario (nothing without one)."""
