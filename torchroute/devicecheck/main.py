@@ -39,9 +39,9 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    of ``1e-13`` of the initial state to ``6e-8`` in 300 rounds, and ``IPS`` for CABS, whose
    targets divide by probabilities (floored at ``1e-3``) of the graph program, an
    interior-point method that stops at its tolerance and tests its stopping rule every
-   8th iteration off the CPU. Eigen-pairs (``basis``, ``theta``) are compared through the
-   matrix ``U diag(theta) U^T`` they represent, since eigenvector signs and the order of
-   equal eigenvalues are the solver's choice.
+   8th iteration off the CPU. Eigen-pairs (``basis`` with ``theta`` or ``lam``) are
+   compared through the matrix ``U diag(theta) U^T`` they represent, since eigenvector
+   signs and the order of equal eigenvalues are the solver's choice.
 
    *Coverage.* A learner class or an env exported by ``torchroute.learners`` /
    ``torchroute.envs`` that no case checks and no ``SKIPPED_*`` table names with its reason
