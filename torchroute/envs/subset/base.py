@@ -312,12 +312,17 @@ class SubsetEnv(Env):
             seeds = self._labels.get("seed", pd.Series(range(self.num_trials))).to_numpy()
             g = torch.Generator(device=self.device)
             rows = []
+            drawn: dict[tuple[int, bytes], Tensor] = {}  # trials of one seed and one world
             for r in range(self.num_trials):  # end of run only
-                g.manual_seed(int(seeds[r]) + 7919)
-                m = self.means[r].clamp(1e-6, 1 - 1e-6).expand(200, *self.means.shape[1:])
-                a = torch._standard_gamma(self.kappa * m, generator=g)
-                b = torch._standard_gamma(self.kappa * (1 - m), generator=g)
-                rows.append(expected_sum_max(q[r, None, None], a / (a + b), self.draws).mean(0))
+                key = (int(seeds[r]), self.means[r].cpu().numpy().tobytes())
+                if key not in drawn:  # the same generator seed and shapes: the same draws
+                    g.manual_seed(key[0] + 7919)
+                    m = self.means[r].clamp(1e-6, 1 - 1e-6).expand(200, *self.means.shape[1:])
+                    a = torch._standard_gamma(self.kappa * m, generator=g)
+                    b = torch._standard_gamma(self.kappa * (1 - m), generator=g)
+                    drawn[key] = a / (a + b)
+                values = drawn[key]
+                rows.append(expected_sum_max(q[r, None, None], values, self.draws).mean(0))
             per_block = torch.stack(rows)
         return per_block
 
