@@ -34,6 +34,7 @@ from torchroute.envs.subset.opt import solve_opt
 from torchroute.functional.projections import box_distance, safe_box
 from torchroute.functional.random import Source, gamma
 from torchroute.functional.subset import expected_sum_max, subset_mask, sum_max_reward
+from torchroute.functional.threads import single_threaded
 from torchroute.types import Context, Decision, Feedback, Problem
 
 FEASIBLE_TOL = 1e-9
@@ -250,16 +251,21 @@ class SubsetEnv(Env):
 
         The Beta noise of each trial comes from its own stream
         (:func:`torchroute.envs.streams.trial_source` of ``generator``), so a trial's values
-        do not depend on the trials beside it.
+        do not depend on the trials beside it. On the CPU it is drawn on one intra-op thread
+        (:func:`torchroute.functional.threads.single_threaded`): its sampler runs a few
+        hundred operators on tensors of ``R N K`` elements, and with torch's default threads
+        on a busy machine each one waits for a descheduled worker (20x the CPU time measured
+        at ``R = 160, N = 3, K = 50``).
         """
         mean = self.means[:, self.block(t)]
         if self.kappa is None:
             return mean
         m = mean.clamp(1e-6, 1 - 1e-6)
-        streams = trial_source(generator, self.noise_keys)
-        a = gamma(streams, self.kappa * m)
-        b = gamma(streams, self.kappa * (1 - m))
-        return a / (a + b).clamp_min(1e-300)
+        with single_threaded(self.device):  # many small operators: no fork-join per operator
+            streams = trial_source(generator, self.noise_keys)
+            a = gamma(streams, self.kappa * m)
+            b = gamma(streams, self.kappa * (1 - m))
+            return a / (a + b).clamp_min(1e-300)
 
     def check_decision(self, decision: Decision) -> None:
         super().check_decision(decision)
