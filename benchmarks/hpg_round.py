@@ -15,7 +15,13 @@ Prints one line per ``d`` and, last, ``ratio_vs_dense_d768: <dense / hpg>`` and
 ``time_exponent_vs_d: <slope of log hpg time vs log d>``. With ``--device cuda`` it also
 prints the HPG throughput in trials x models per second.
 
+With ``--scaling R1,R2`` it instead times the HPG round alone at ``R = R1`` and ``R = R2``
+(default ``1,64``) for each ``--dims`` (CPU time of this process on the CPU, so time spent
+descheduled on a busy machine does not count; wall time on a GPU) and prints the per-trial
+time at both and ``per_trial_ratio_d<d>: <per-trial at R2 / per-trial at R1>``.
+
     .venv/bin/python benchmarks/hpg_round.py [--device cuda] [--trials 256]
+    .venv/bin/python benchmarks/hpg_round.py --scaling 1,64 --dims 64,768
 """
 
 from __future__ import annotations
@@ -60,10 +66,60 @@ def _best_time(fn, device: torch.device, min_time: float, max_blocks: int = 15) 
     return min(times)
 
 
+def _best_process_time(fn, device: torch.device, min_time: float) -> float:
+    """Per-call time of ``fn`` from the fastest of at least 3 blocks, in CPU time of this
+    process on the CPU (wall time elsewhere)."""
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+    fn()
+    _sync(device)
+    t0 = clock()
+    fn()
+    _sync(device)
+    calls = max(1, int(0.05 / max(clock() - t0, 1e-6)))
+    times, start = [], time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < min_time and len(times) < 15):
+        t0 = clock()
+        for _ in range(calls):
+            fn()
+        _sync(device)
+        times.append((clock() - t0) / calls)
+    return min(times)
+
+
+def hpg_round_fn(d: int, r: int, device: torch.device, dtype: torch.dtype):
+    """One HPG round (scores and mirror step of ``M`` models, ``R = r`` trials) as a closure."""
+    gen = torch.Generator().manual_seed(d)
+    tau, beta = 8.0, 8.0 / d
+    basis, theta = _state(r, d, device, dtype, gen)
+    q = torch.nn.functional.normalize(torch.randn(r, 1, d, generator=gen, dtype=dtype), dim=-1)
+    qm = q.to(device)[:, None].expand(r, M, 1, d)
+    c = (torch.randn(r, M, 1, generator=gen, dtype=dtype) * 0.1).to(device)
+
+    def hpg_round():
+        quadratic_form(basis, theta, beta, qm)
+        mirror_step(basis, theta, theta != 0, qm, c, tau, beta, CAPACITY)
+
+    return hpg_round
+
+
+def scaling(dims, trials, device: torch.device, dtype: torch.dtype, min_time: float) -> None:
+    """Per-trial time of the HPG round at two trial counts, for each ``d``."""
+    r1, r2 = trials
+    for d in dims:
+        t1 = _best_process_time(hpg_round_fn(d, r1, device, dtype), device, min_time)
+        t2 = _best_process_time(hpg_round_fn(d, r2, device, dtype), device, min_time)
+        print(
+            f"d={d:5d} R={r1}: {t1 * 1e3 / r1:8.4f} ms/trial  R={r2}: {t2 * 1e3 / r2:8.4f} "
+            f"ms/trial ({t2 * 1e3:9.3f} ms/round)",
+            flush=True,
+        )
+        print(f"per_trial_ratio_d{d}: {(t2 / r2) / (t1 / r1):.3f}")
+
+
 def _state(r: int, d: int, device, dtype, gen):
     basis = torch.linalg.qr(torch.randn(r, M, d, CAPACITY, generator=gen, dtype=dtype))[0]
     theta = torch.randn(r, M, CAPACITY, generator=gen, dtype=dtype) * 2
-    return basis.to(device), theta.to(device)
+    return basis.contiguous().to(device), theta.to(device)
 
 
 def bench(d: int, r: int, device: torch.device, dtype: torch.dtype, min_time: float):
@@ -99,9 +155,17 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=None, help="R (default 1 CPU, 256 GPU)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds per measurement")
+    parser.add_argument("--scaling", default=None, help="R1,R2: per-trial time at both")
+    parser.add_argument("--dims", default=",".join(map(str, DIMS)), help="d values, comma list")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
+    if args.scaling:
+        dims = [int(v) for v in args.dims.split(",")]
+        r1, r2 = (int(v) for v in args.scaling.split(","))
+        print(f"device={device} threads={torch.get_num_threads()} M={M} capacity={CAPACITY}")
+        scaling(dims, (r1, r2), device, dtype, args.min_time)
+        return
     r = args.trials or (256 if device.type == "cuda" else 1)
     print(f"device={device} threads={torch.get_num_threads()} R={r} M={M} capacity={CAPACITY}")
     hpg_times = {}

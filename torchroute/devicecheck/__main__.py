@@ -1,6 +1,5 @@
-"""``python -m torchroute.devicecheck [--device cuda] [--config-dir DIR] ...``: the device
-check of every learner and env config (:mod:`torchroute.devicecheck.main`), from an install
-as from a checkout (``benchmarks/gpu_check.py`` runs the same)."""
+"""``python -m torchroute.devicecheck``: the device check of the installed package
+(:mod:`torchroute.devicecheck.main`)."""
 
 from __future__ import annotations
 

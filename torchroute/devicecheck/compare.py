@@ -43,6 +43,10 @@ def tolerance_of(learner: type[Learner]) -> Tol:
     return TOLERANCES[name]
 
 
+#: the names of the eigenvalues kept beside an eigenvector ``basis`` in a learner's state
+EIGENVALUE_KEYS = ("theta", "lam")
+
+
 def flatten(state: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts / lists of a state dict -> ``{"a.b.0": leaf}``."""
     if isinstance(state, dict):
@@ -60,16 +64,21 @@ def flatten(state: Any, prefix: str = "") -> dict[str, Any]:
 def comparable_state(learner: Learner) -> dict[str, Any]:
     """The flattened CPU copy of ``learner.state_dict()``, eigen-pairs as matrices.
 
-    An eigen-pair ``basis [..., d, d]``, ``theta [..., d]`` becomes the one entry
-    ``basis·diag(theta)·basisᵀ [..., d, d]``.
+    An eigen-pair ``basis [..., d, k]`` with its eigenvalues ``theta [..., k]`` (HPG's
+    mirror iterate) or ``lam [..., k]`` (the Euclidean baselines' ``W``) becomes the one
+    entry ``basis·diag(<eigenvalues>)·basisᵀ [..., d, d]``: eigenvector signs, the order of
+    equal eigenvalues and the slots of zero eigenvalues are the solver's choice, the matrix
+    is not.
     """
     flat = {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in flatten(
         learner.state_dict()).items()}  # fmt: skip
     for key in [k for k in flat if k == "basis" or k.endswith(".basis")]:
-        theta_key = key[: -len("basis")] + "theta"
-        if theta_key in flat:
-            basis, theta = flat.pop(key), flat.pop(theta_key)
-            flat[key + "·diag(theta)·basisᵀ"] = (basis * theta[..., None, :]) @ basis.mT
+        for name in EIGENVALUE_KEYS:
+            values_key = key[: -len("basis")] + name
+            if values_key in flat:
+                basis, values = flat.pop(key), flat.pop(values_key)
+                flat[f"{key}·diag({name})·basisᵀ"] = (basis * values[..., None, :]) @ basis.mT
+                break
     return flat
 
 

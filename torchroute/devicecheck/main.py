@@ -39,9 +39,9 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    of ``1e-13`` of the initial state to ``6e-8`` in 300 rounds, and ``IPS`` for CABS, whose
    targets divide by probabilities (floored at ``1e-3``) of the graph program, an
    interior-point method that stops at its tolerance and tests its stopping rule every
-   8th iteration off the CPU. Eigen-pairs (``basis``, ``theta``) are compared through the
-   matrix ``U diag(theta) U^T`` they represent, since eigenvector signs and the order of
-   equal eigenvalues are the solver's choice.
+   8th iteration off the CPU. Eigen-pairs (``basis`` with ``theta`` or ``lam``) are
+   compared through the matrix ``U diag(theta) U^T`` they represent, since eigenvector
+   signs and the order of equal eigenvalues are the solver's choice.
 
    *Coverage.* A learner class or an env exported by ``torchroute.learners`` /
    ``torchroute.envs`` that no case checks and no ``SKIPPED_*`` table names with its reason
@@ -55,12 +55,19 @@ its throughput, in one unattended run (sized for under 5 minutes on one CUDA GPU
    LinUCB (``d = 128, R = 4096, K = 11``), the graph program (``K = 11``, 4096 instances),
    HPG (``d = 768, M = 8``, ``R = 256``).
 
-Any failure exits with status 1 after listing every failure. ``--device cpu`` is a dry run
+Each run of a case (its CPU run, its device run) stops with a failure once it takes longer
+than ``--per-case-seconds`` (default 120 s), so no case holds up the others; a failing
+case prints its reasons right under its own line (and, with the line of the package that
+raised, when a run raised). Any failure exits with status 1 after listing every failure
+again. ``--json PATH`` writes the rows (each case with its largest relative error, time and
+the trial-rounds per second of its device run; the throughput figures) and rewrites them
+after every case (:mod:`torchroute.devicecheck.report`). ``--device cpu`` is a dry run
 (CPU against CPU through the same redirection of the random draws), used as a smoke test.
 The CPU runs go ahead in ``--workers`` spawned processes (default: one per core but one,
 at most 8) while the device runs in this one.
 
-    .venv/bin/python benchmarks/gpu_check.py [--device cuda] [--rounds 300] [--only linucb]
+    python -m torchroute.devicecheck [--device cuda] [--rounds 300] [--only linucb]
+        [--per-case-seconds 120] [--json devicecheck.json]
 """
 
 from __future__ import annotations
@@ -69,19 +76,32 @@ import argparse
 import functools
 import multiprocessing
 import os
+import re
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 
 from torchroute.devicecheck import throughput
 from torchroute.devicecheck.cases import CASES, coverage_failures, find_cases, pair_case
 from torchroute.devicecheck.check import CaseResult, Reference, check_case, reference
+from torchroute.devicecheck.report import Report
 
 
 def _init_worker() -> None:
     torch.set_num_threads(1)
+
+
+def _raised(where: str, exc: BaseException, t0: float) -> CaseResult:
+    """A case whose run raised: the exception and the line of the package it came from."""
+    text = "".join(traceback.format_exception(exc))  # a worker's traceback is the cause
+    frames = re.findall(r'File "([^"]*torchroute[^"]*)", line (\d+)', text)
+    at = f" at {Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else ""
+    reason = f"{where} raised {type(exc).__name__}{at}: {exc}"
+    return CaseResult([reason], float("nan"), 0, time.perf_counter() - t0)
 
 
 # ------------------------------------------------------------------------- main
@@ -104,6 +124,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a folder of extra learner configs, each a case on the env of its protocol",
     )
     parser.add_argument("--only", nargs="*", default=None, help="case names (default: all)")
+    parser.add_argument(
+        "--per-case-seconds",
+        type=float,
+        default=120.0,
+        help="time limit of each run of a case (its CPU run, its device run); 0: none",
+    )
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="write the rows (cases, throughput) here"
+    )
     parser.add_argument("--linucb-trials", type=int, default=4096)
     parser.add_argument("--linucb-dim", type=int, default=128)
     parser.add_argument("--graph-instances", type=int, default=4096)
@@ -121,12 +150,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the checks; returns the exit status (0: all passed, 1: failures, 2: no device, or
-    a config folder that is missing or holds a config of the same name as another)."""
+    """Run the checks; returns the exit status (0: all passed, 1: failures, 2: no device, a
+    bad option, or a config folder that is missing or holds a config of the same name as
+    another)."""
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print(f"device {device} requested but torch.cuda.is_available() is False")
+        return 2
+    if args.rounds < 1 or args.per_case_seconds < 0:
+        print("error: --rounds must be >= 1 and --per-case-seconds >= 0")
+        return 2
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        print(f"error: --json {args.json}: its folder does not exist")
         return 2
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
@@ -156,8 +192,10 @@ def _main(args: argparse.Namespace, device: torch.device) -> int:
     print(f"device={device} rounds={args.rounds} seed={args.seed} cases={len(names)}")
     print(f"CPU runs in {workers or 'no'} worker processes")
     pool = None
+    limit = args.per_case_seconds or None
+    report = Report(args.json, device, args.rounds, args.seed)
     refs: dict[str, Callable[[], Reference]] = {
-        name: functools.partial(reference, name, args.rounds, args.seed, cases[name])
+        name: functools.partial(reference, name, args.rounds, args.seed, cases[name], limit)
         for name in names
     }
     if workers > 0:  # the CPU runs go ahead in other processes while the device runs here
@@ -168,19 +206,28 @@ def _main(args: argparse.Namespace, device: torch.device) -> int:
     print(f"{head} {'s':>6s}")
     for name in names:
         case = cases[name]
+        t0 = time.perf_counter()
         try:
-            result = check_case(name, device, args.rounds, args.seed, refs[name](), case)
+            ref = refs[name]()
         except Exception as exc:  # one broken case must not hide the others
-            result = CaseResult([f"raised {type(exc).__name__}: {exc}"], float("nan"), 0, 0.0)
+            result = _raised("its CPU run", exc, t0)
+        else:
+            try:
+                result = check_case(name, device, args.rounds, args.seed, ref, case, limit)
+            except Exception as exc:
+                result = _raised(f"its {device} run", exc, t0)
         status = "ok" if not result.failures else "FAIL"
         print(
             f"{name:28s} {case.env:18s} {case.tol.rtol:7.0e} {case.tol.atol:7.0e} "
             f"{result.max_err:9.2e} {result.draws:6d} {result.seconds:6.1f} {status}",
             flush=True,
         )
+        for failure in result.failures:  # the reasons now, not only in the final list
+            print(f"    {name}: {failure}", flush=True)
         failures += [f"{name}: {f}" for f in result.failures]
+        report.case(name, case, result)
     if pool is not None:
-        pool.shutdown()
+        pool.shutdown(cancel_futures=True)
     if not args.no_throughput:
         n = args.bench_rounds
         rates = {
@@ -196,7 +243,11 @@ def _main(args: argparse.Namespace, device: torch.device) -> int:
         }
         for key, rate in rates.items():
             print(f"throughput {key}: {rate:,.0f} trial-rounds/s")
+            report.throughput(key, rate)
     print(f"total {time.perf_counter() - start:.1f} s")
+    report.finish(time.perf_counter() - start, failures)
+    if args.json is not None:
+        print(f"rows written to {args.json}")
     if failures:
         print(f"FAILURES ({len(failures)}):")
         for failure in failures:

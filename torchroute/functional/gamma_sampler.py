@@ -71,7 +71,10 @@ def sample_gamma(alpha: Tensor, uniforms: Callable[[Tensor], Tensor]) -> Tensor:
     u = u.transpose(1, 2)  # [R, n, 2 FIRST + 1]
     v, accepted = _first_accepted(d[..., None], _normals(u[..., :FIRST]), u[..., FIRST:-1].log())
     s = budget(n)
-    idx = torch.argsort(accepted.to(torch.int8), dim=1, stable=True)[:, :s]  # rejected first
+    # the first s rejected elements in index order, then accepted ones (a stable argsort of
+    # `accepted` cut at s): the s smallest keys, each unique
+    key = accepted.to(torch.long) * n + torch.arange(n, device=a.device)
+    idx = key.topk(s, dim=1, largest=False, sorted=True).indices
     k = torch.arange(2 * SECOND, device=a.device)
     pos = width * n + idx[..., None] * (2 * SECOND) + k  # [R, s, 2 SECOND]
     u2 = uniforms(pos.reshape(r, -1)).reshape(r, s, 2 * SECOND)

@@ -9,6 +9,8 @@ any leading dimensions (trials x models), keeps static shapes and never syncs wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -45,6 +47,66 @@ def _expand(beta: Tensor | float, like: Tensor) -> Tensor | float:
     return beta[..., None] if isinstance(beta, Tensor) else beta
 
 
+def _small_eigenproblem(
+    U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``(k + b) x (k + b)`` eigenproblem of :func:`low_rank_eig_update`.
+
+    Reads ``U`` four times (two Gram-Schmidt passes) and never writes a ``[..., d, k]``
+    tensor; the columns of ``U`` outside ``mask`` are never used (any value there is fine).
+
+    Returns:
+        ``(vals [..., k + b], vecs [..., k + b, k + b], basis_perp [..., d, b],
+        keep [..., k + b])``: ascending eigenvalues, eigenvectors in the basis
+        ``[U, basis_perp]`` (rows of inactive slots zeroed) and the eigenvalues above the
+        round-off level of the update.
+    """
+    active = mask.to(U.dtype)[..., :, None]  # [..., k, 1]
+    qt = q.transpose(-1, -2)  # [..., d, b]
+    z = (U.transpose(-1, -2) @ qt) * active  # [..., k, b]
+    perp = qt - U @ z
+    z2 = (U.transpose(-1, -2) @ perp) * active  # re-orthogonalise ("twice is enough")
+    perp = perp - U @ z2
+    z = z + z2
+    if perp.shape[-1] == 1:  # one direction: its norm (QR's sign is a free choice)
+        r = perp.norm(dim=-2, keepdim=True)  # [..., 1, 1]
+        basis_perp = perp / torch.where(r > 0, r, torch.ones_like(r))
+    else:
+        basis_perp, r = torch.linalg.qr(perp)  # [..., d, b], [..., b, b]
+    theta = torch.where(mask, theta, torch.zeros_like(theta))
+    a = torch.cat([z, r], dim=-2)  # [..., k + b, b]
+    s = (a * c[..., None, :]) @ a.transpose(-1, -2)
+    s = s + torch.diag_embed(torch.cat([theta, torch.zeros_like(c)], dim=-1))
+    s = 0.5 * (s + s.transpose(-1, -2))
+    vals, vecs = torch.linalg.eigh(s)
+    rows = torch.cat([mask, torch.ones_like(c, dtype=torch.bool)], dim=-1)  # [..., k + b]
+    vecs = vecs * rows[..., :, None].to(vecs.dtype)
+    eps = torch.finfo(vals.dtype).eps
+    scale = vals.abs().amax(-1, keepdim=True) + (c.abs() * q.square().sum(-1)).amax(
+        -1, keepdim=True
+    )
+    keep = vals.abs() > (4 * s.shape[-1]) * eps * scale
+    return vals, vecs, basis_perp, keep
+
+
+def _rotate(U: Tensor, basis_perp: Tensor, vecs: Tensor) -> Tensor:
+    """``[U, basis_perp] @ vecs`` without concatenating ``U``: ``[..., d, n]`` for
+    ``U [..., d, k]``, ``basis_perp [..., d, b]``, ``vecs [..., k + b, n]`` (one read of
+    ``U``, one write of the result)."""
+    k = U.shape[-1]
+    tail = basis_perp @ vecs[..., k:, :]  # [..., d, n], rank b
+    if U.ndim == 2:
+        return torch.addmm(tail, U, vecs[..., :k, :])
+    lead = torch.broadcast_shapes(U.shape[:-2], vecs.shape[:-2], tail.shape[:-2])
+    flat = (-1, *U.shape[-2:])
+    out = torch.baddbmm(
+        tail.expand(*lead, *tail.shape[-2:]).reshape(-1, *tail.shape[-2:]),
+        U.expand(*lead, *U.shape[-2:]).reshape(flat),
+        vecs[..., :k, :].expand(*lead, k, vecs.shape[-1]).reshape(-1, k, vecs.shape[-1]),
+    )
+    return out.reshape(*lead, *out.shape[-2:])
+
+
 def low_rank_eig_update(
     U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -52,7 +114,7 @@ def low_rank_eig_update(
 
     The updated matrix lives in the span of ``[U, Q_perp]`` with ``Q_perp`` an orthonormal
     basis of the part of the ``q_j`` orthogonal to ``U`` (classical Gram-Schmidt twice,
-    then QR). In that basis it is the small matrix
+    then QR, or a normalisation for ``b = 1``). In that basis it is the small matrix
     ``S = diag(theta) + A diag(c) A^T`` with ``A = [U^T Q; R]``, diagonalised by ``eigh``
     in ``O((k + b)^3)``; the new basis is ``[U, Q_perp] V`` (``O(d (k + b)^2)``). Never a
     ``d x d`` eigendecomposition. Directions with negligible ``rho`` (``q`` already in the
@@ -60,8 +122,8 @@ def low_rank_eig_update(
     active set (the exact value there is zero).
 
     Args:
-        U: ``[..., d, k]``, orthonormal on the active columns, zero elsewhere.
-        theta: ``[..., k]`` eigenvalues (zero where inactive).
+        U: ``[..., d, k]``, orthonormal on the active columns (any value elsewhere).
+        theta: ``[..., k]`` eigenvalues (ignored where inactive).
         mask: ``[..., k]`` bool, the active columns.
         q: ``[..., b, d]`` update directions.
         c: ``[..., b]`` coefficients (any sign).
@@ -70,29 +132,46 @@ def low_rank_eig_update(
         ``(U' [..., d, k + b], theta' [..., k + b], mask' [..., k + b])``, inactive entries
         zeroed; the ``k + b`` slots are in ascending eigenvalue order (not compacted).
     """
-    U = U * mask[..., None, :].to(U.dtype)
-    theta = torch.where(mask, theta, torch.zeros_like(theta))
-    qt = q.transpose(-1, -2)  # [..., d, b]
-    z = U.transpose(-1, -2) @ qt  # [..., k, b]
-    perp = qt - U @ z
-    z2 = U.transpose(-1, -2) @ perp  # re-orthogonalise ("twice is enough")
-    perp = perp - U @ z2
-    z = z + z2
-    basis_perp, r = torch.linalg.qr(perp)  # [..., d, b], [..., b, b]
-    a = torch.cat([z, r], dim=-2)  # [..., k + b, b]
-    s = (a * c[..., None, :]) @ a.transpose(-1, -2)
-    s = s + torch.diag_embed(torch.cat([theta, torch.zeros_like(c)], dim=-1))
-    s = 0.5 * (s + s.transpose(-1, -2))
-    vals, vecs = torch.linalg.eigh(s)
-    basis = torch.cat([U, basis_perp], dim=-1)  # [..., d, k + b]
-    new_u = basis @ vecs
-    eps = torch.finfo(vals.dtype).eps
-    scale = vals.abs().amax(-1, keepdim=True) + (c.abs() * q.square().sum(-1)).amax(
-        -1, keepdim=True
-    )
-    new_mask = vals.abs() > (4 * s.shape[-1]) * eps * scale
-    new_theta = torch.where(new_mask, vals, torch.zeros_like(vals))
-    return new_u * new_mask[..., None, :].to(new_u.dtype), new_theta, new_mask
+    vals, vecs, basis_perp, keep = _small_eigenproblem(U, theta, mask, q, c)
+    vecs = vecs * keep[..., None, :].to(vecs.dtype)
+    new_theta = torch.where(keep, vals, torch.zeros_like(vals))
+    return _rotate(U, basis_perp, vecs), new_theta, keep
+
+
+def projected_eig_step(
+    U: Tensor,
+    theta: Tensor,
+    mask: Tensor,
+    q: Tensor,
+    c: Tensor,
+    project: Callable[[Tensor], Tensor],
+    capacity: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`low_rank_eig_update`, a projection of the eigenvalues, then :func:`compact`,
+    with the projection and the compaction done on the small eigenproblem: ``U`` is read
+    four times and the new basis written once (``[U, Q_perp] V_kept``).
+
+    Args:
+        U: ``[..., d, k]`` eigenvectors (any value in inactive columns).
+        theta: ``[..., k]`` eigenvalues.
+        mask: ``[..., k]`` bool, the active slots.
+        q: ``[..., b, d]`` update directions.
+        c: ``[..., b]`` their coefficients.
+        project: ``[..., k + b] -> [..., k + b]`` on the eigenvalues (zeros stay zero).
+        capacity: the slots kept.
+
+    Returns:
+        ``(U [..., d, capacity], theta [..., capacity], mask [..., capacity], dropped [...])``
+        as :func:`compact`; inactive slots are zero in ``U`` and ``theta``.
+    """
+    vals, vecs, basis_perp, keep = _small_eigenproblem(U, theta, mask, q, c)
+    new_theta = project(torch.where(keep, vals, torch.zeros_like(vals)))
+    keep = keep & (new_theta != 0)
+    idx, new_theta, new_mask, dropped = _top_slots(new_theta, keep, capacity)
+    kept = vecs.gather(-1, idx[..., None, :].expand(*vecs.shape[:-1], capacity))
+    kept = kept * new_mask[..., None, :].to(kept.dtype)
+    new_theta = torch.where(new_mask, new_theta, torch.zeros_like(new_theta))
+    return _rotate(U, basis_perp, kept), new_theta, new_mask, dropped
 
 
 def rank_one_eig_update(
@@ -168,14 +247,19 @@ def compact(
     Returns:
         ``(U [..., d, capacity], theta [..., capacity], mask [..., capacity], dropped [...])``.
     """
-    mask = mask & (theta != 0)
+    idx, new_theta, new_mask, dropped = _top_slots(theta, mask & (theta != 0), capacity)
+    new_u = U.gather(-1, idx[..., None, :].expand(*U.shape[:-1], capacity))
+    return new_u, new_theta, new_mask, dropped
+
+
+def _top_slots(theta: Tensor, mask: Tensor, capacity: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The ``capacity`` active slots of largest ``|theta|``: ``(idx, theta, mask)``, each
+    ``[..., capacity]``, and ``dropped [...]``."""
     key = torch.where(mask, theta.abs(), torch.full_like(theta, -1.0))
     _, idx = key.topk(capacity, dim=-1)  # [..., capacity]
-    new_theta = theta.gather(-1, idx)
     new_mask = mask.gather(-1, idx)
-    new_u = U.gather(-1, idx[..., None, :].expand(*U.shape[:-1], capacity))
     dropped = mask.sum(-1) - new_mask.sum(-1)
-    return new_u, new_theta, new_mask, dropped
+    return idx, theta.gather(-1, idx), new_mask, dropped
 
 
 def mirror_step(
@@ -203,9 +287,9 @@ def mirror_step(
     Returns:
         ``(U, theta, mask, dropped)`` as :func:`compact`.
     """
-    new_u, new_theta, new_mask = low_rank_eig_update(U, theta, mask, q, c)
-    new_theta = nuclear_projection(new_theta, tau, beta)
-    return compact(new_u, new_theta, new_mask & (new_theta != 0), capacity)
+    return projected_eig_step(
+        U, theta, mask, q, c, lambda vals: nuclear_projection(vals, tau, beta), capacity
+    )
 
 
 def dense_mirror_step(

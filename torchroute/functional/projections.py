@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torchroute.functional.threads import single_threaded
+
 
 def project_capped_simplex(y: Tensor, gamma: float | Tensor = 0.0) -> Tensor:
     """Euclidean projection onto ``{q : sum(q) = 1, q >= gamma}`` (sort-based, exact).
@@ -60,7 +62,8 @@ def project_capped_simplex_halfspace(
     KKT condition, so the result is the exact projection. Instances whose support has not
     settled (or is degenerate) fall back to :func:`_bisection_halfspace`; on the CPU only
     those are recomputed (one batch-level check), on other devices the fallback is computed
-    for all and selected with ``torch.where`` (no host sync).
+    for all and selected with ``torch.where`` (no host sync). On the CPU it runs on one
+    intra-op thread (:func:`torchroute.functional.threads.single_threaded`).
 
     Args:
         y: ``[..., K]`` points.
@@ -79,7 +82,8 @@ def project_capped_simplex_halfspace(
     b = torch.as_tensor(b, dtype=y.dtype, device=y.device).expand(lead).reshape(-1)
     g = torch.as_tensor(gamma, dtype=y.dtype, device=y.device).expand(lead).reshape(-1)  # [N]
     y = y.reshape(-1, k)
-    return _halfspace_flat(y, g, a, b, iters, newton_iters).reshape(*lead, k)
+    with single_threaded(y.device):  # small operators: torch's thread pool only adds joins
+        return _halfspace_flat(y, g, a, b, iters, newton_iters).reshape(*lead, k)
 
 
 def _halfspace_flat(

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.functional.availability import played_probs
-from torchroute.functional.hypentropy import compact, low_rank_eig_update
+from torchroute.functional.hypentropy import projected_eig_step
 from torchroute.functional.projections import project_l1_ball
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical
@@ -361,11 +361,17 @@ class EuclideanQuadPG(SoftmaxPolicy):
         r, b, d = x.shape
         q = x.to(self.lam.dtype)[:, None].expand(r, self.num_arms, b, d)
         coef = (self.eta * weights).transpose(1, 2).to(self.lam.dtype)  # [R, K, B]
-        u, lam, mask = low_rank_eig_update(self.basis, self.lam, self.lam != 0, q, coef)
-        lam = project_l1_ball(lam, self.tau)
-        u, lam, mask, dropped = compact(u, lam, mask & (lam != 0), self.capacity)
+        u, lam, mask, dropped = projected_eig_step(
+            self.basis,
+            self.lam,
+            self.lam != 0,
+            q,
+            coef,
+            lambda vals: project_l1_ball(vals, self.tau),
+            self.capacity,
+        )
         self.basis.copy_(u)
-        self.lam.copy_(torch.where(mask, lam, torch.zeros_like(lam)))
+        self.lam.copy_(lam)
         self._tick(context)
         rank = mask.sum(-1).to(self.lam.dtype).mean(-1)
         return {"rank": rank, "dropped": dropped.to(self.lam.dtype).sum(-1)}
