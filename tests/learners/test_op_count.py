@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from torchroute.devicecheck.cases import CASES, build_learner, learner_configs
+from torchroute.devicecheck.cases import CASES, case_learner, learner_configs
 from torchroute.devicecheck.check import fresh_env
 from torchroute.functional.random import TrialRNG, trial_keys
 
@@ -33,7 +33,7 @@ def _ops_per_round(config: str, trials: int, wrap=None) -> list[int]:
     case = CASES[config]
     env = fresh_env(case.env, "cpu", ROUNDS, case.env_directory).select_trials([0] * trials)
     torch.manual_seed(0)
-    learner = build_learner(case.config, env, case.directory)
+    learner = case_learner(case.config, env, case.directory)
     if wrap is not None:
         learner.update = wrap(learner)
     source = TrialRNG(trial_keys(env.trials(), 0), device=env.device)
