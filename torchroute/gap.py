@@ -32,7 +32,7 @@ from torch import Tensor
 from torchroute.configs_path import config_dir
 from torchroute.gap_options import GapOptions, gap_presets
 from torchroute.io import write_csv_atomic
-from torchroute.run.build import fit_feature_map, load_table
+from torchroute.run.build import build
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import check_run_folders
 
@@ -142,9 +142,10 @@ def run_gap(cfg: DictConfig | RunOptions, config_dirs: Sequence[str | Path] = ()
         test = _subset(table.rows(held_out), g.max_held_out, g.seed)
         return table.select(np.sort(np.concatenate([train, test])))
 
-    table = load_table(opts, select=keep_rows)
-    # the feature map of features.source (pca, raw or oracle), as simulate builds it
-    feats = fit_feature_map(opts, table, fit_split="train")(table.embeddings).double()
+    # the table and the feature map of features.source (pca, raw or oracle), as simulate
+    # builds them (no env: the policies are fitted with full information)
+    built = build(opts, env=False, select=keep_rows, fit_split="train")
+    table, feats = built.table, built.features.double()
     name = g.table_name or opts.name
     rows = []
     for rho in g.rhos:
