@@ -69,14 +69,26 @@ def _has_moved(node: Any) -> bool:
     return False
 
 
+def instantiate_table(node: Any, key: str = "data") -> RoutingTable:
+    """The :class:`~torchroute.data.table.RoutingTable` of config ``node`` (a ``_target_``
+    config; a table is taken as is): the one way ``simulate``, ``sweep``, ``gap`` and
+    ``pretrain`` read their ``data``.
+
+    Raises:
+        ConfigError: the config does not build, or builds something else (naming ``key``).
+    """
+    table = node if isinstance(node, RoutingTable) else instantiate_node(node, key)
+    if not isinstance(table, RoutingTable):
+        raise ConfigError(f"{key} built a {type(table).__name__}, not a RoutingTable")
+    return table
+
+
 def load_table(opts: RunOptions, select: Any = None) -> RoutingTable:
     """The table of ``data``, embedded with ``encoder`` (``select``: a table -> table
     applied before embedding, e.g. a subset of rows)."""
     if opts.data is None:
         raise ConfigError("data is not set: this command needs a routing table (data=...)")
-    table = instantiate_node(opts.data, "data")
-    if not isinstance(table, RoutingTable):
-        raise ConfigError(f"data built a {type(table).__name__}, not a RoutingTable")
+    table = instantiate_table(opts.data)
     if select is not None:
         table = select(table)
     if opts.encoder is not None:
@@ -350,6 +362,7 @@ __all__ = [
     "env_takes_table",
     "fit_feature_map",
     "instantiate_node",
+    "instantiate_table",
     "learner_for",
     "load_features",
     "load_table",
