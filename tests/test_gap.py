@@ -124,3 +124,41 @@ def test_gap_refuses_bad_features_in_one_line(tmp_path, capsys, override, expect
     err = capsys.readouterr().err.strip()
     assert expected in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_gap_on_oracle_features_uses_the_feature_head(tmp_path):
+    """``features.source=oracle``: the queries are the oracle's feature head (unit rows plus
+    a constant 1), computed here from the saved oracle itself."""
+    from tests.conftest import make_table
+    from torchroute.features import oracle_features
+    from torchroute.gap import run_gap
+    from torchroute.models import MultiHeadOracle, load_oracle, save_oracle
+    from torchroute.run import RunOptions
+
+    table = make_table()
+    torch.manual_seed(0)
+    oracle = MultiHeadOracle(6, 4, feature_dim=5, hidden=8, arm_names=table.arm_names).eval()
+    path = save_oracle(oracle, tmp_path / "oracle.pt")
+    node = {"_target_": "torchroute.trainers.load_or_pretrain", "checkpoint": str(path)}
+    config = {
+        "data": {"_target_": "tests.conftest.make_table"},
+        "encoder": None,
+        "out_dir": str(tmp_path / "gap"),
+        "rhos": [0.0],
+        "seeds": [0],
+        "log_every": 1,
+        "features": {"source": "oracle", "oracle": node, "pca_dim": 3},
+        "gap": {"rhos": [0.0], "steps": 5, "rank": 2},
+    }
+    out = run_gap(RunOptions.from_config(config, need_learners=False))
+
+    x = oracle_features(table.embeddings, load_oracle(path)).double()
+    assert x.shape[1] == 6  # feature_dim + 1, not pca_dim + 1
+    u = table.utility(0.0).double()
+    train, test = (torch.as_tensor(table.rows(s)) for s in ("train", "test"))
+    policies = fit_policies(x[train], u[train], steps=5, lr=0.05, rank=2, seed=0)
+    for split, idx in (("train", train), ("test", test)):
+        for cls in ("const", "lin", "quad"):
+            expected = float(gap(policies[cls](x[idx]), u[idx]))
+            got = out[(out["split"] == split) & (out["policy_class"] == cls)]["gap"].item()
+            assert abs(got - expected) < 1e-9, (split, cls, got, expected)
