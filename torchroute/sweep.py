@@ -65,11 +65,9 @@ VAL, TEST = "val", "test"
 
 @dataclass
 class _Sweep:
-    """The composed config, its options, the validated options of each split's runs (the
-    config resolved once per split: ``env.split: ${split}``), and what every run shares:
-    the table and feature map (built once) and the envs (one per split and trial grid)."""
+    """The options, those of each split's runs (the config resolved once per split:
+    ``env.split: ${split}``), the table and feature map, the envs by split and trial grid."""
 
-    cfg: DictConfig
     opts: RunOptions
     bases: dict[str, RunOptions] = field(default_factory=dict)
     table: RoutingTable | None = None
@@ -122,14 +120,12 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     """Validation runs, selection per regime, one test run of the choices; see the module.
 
     Writes ``sweep_results.csv`` and ``chosen.md`` in ``out_dir`` and returns the results
-    frame. The options are validated once per split and each run's derived from them with
-    ``dataclasses.replace``; the table is loaded and embedded, and the feature map fitted,
-    once; an env is built once per split and trial grid (a learner's config values that
-    interpolate ``${out_dir}``, e.g. the in-run oracle's folder, name the sweep's folder).
+    frame. Each run's options are derived with ``dataclasses.replace`` from its split's, so
+    a learner value interpolating ``${out_dir}`` (an in-run oracle) names the sweep's folder.
     """
     opts = RunOptions.from_config(cfg)
     check_run_folders(opts, gap_or_sweep=True)
-    sw = _Sweep(cfg, opts)
+    sw = _Sweep(opts)
     grid = _grid(sw)
     sw.bases = {split: _split_options(cfg, split) for split in (VAL, TEST)}
     shared = build(sw.bases[VAL], env=False)  # the table and feature map of every run
@@ -260,8 +256,7 @@ def _check_points(sw: _Sweep, points: dict[str, list[dict[str, Any]]]) -> None:
 
 
 def _split_options(cfg: DictConfig, split: str) -> RunOptions:
-    """The options every run on ``split`` derives from: ``split`` set, ``sweep`` removed,
-    ``rng=per_trial`` (the config composed and validated once per split)."""
+    """The options every run on ``split`` derives from (``sweep`` removed, per-trial rng)."""
     sub = copy.deepcopy(cfg)
     with open_dict(sub):
         sub.pop("sweep", None)
@@ -278,8 +273,7 @@ def _options(
     seeds: Sequence[int],
     params: dict[str, Any],
 ) -> RunOptions:
-    """The options of one run of learner ``name`` with ``params`` set on its node: the
-    split's options with these fields replaced (and ``config`` saying the same)."""
+    """The split's options with these fields replaced (``config`` saying the same)."""
     base = sw.bases[split]
     node = {**base.learners[name], **params}
     config = {**base.config, "out_dir": str(out_dir), "rhos": list(rhos), "seeds": list(seeds)}
@@ -295,15 +289,6 @@ def _options(
     )
 
 
-def _built(sw: _Sweep, opts: RunOptions) -> Built:
-    """The env of ``opts`` on the sweep's table and feature map, built once per split and
-    trial grid (a run resets the env it is given)."""
-    key = (opts.split, opts.rhos, opts.seeds)
-    if key not in sw.envs:
-        sw.envs[key] = build(opts, table=sw.table, feature_map=sw.feature_map)
-    return sw.envs[key]
-
-
 def _run(
     sw: _Sweep,
     name: str,
@@ -314,9 +299,13 @@ def _run(
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """One run of learner ``name`` with ``params`` set on its config node (per-trial
-    random streams, see the module docstring), on the sweep's table."""
+    random streams, see the module docstring); its env is built on the sweep's table and
+    feature map once per split and trial grid (a run resets the env it is given)."""
     opts = _options(sw, name, split, out_dir, rhos, seeds, params)
-    return run(opts, _built(sw, opts))
+    key = (opts.split, opts.rhos, opts.seeds)
+    if key not in sw.envs:
+        sw.envs[key] = build(opts, table=sw.table, feature_map=sw.feature_map)
+    return run(opts, sw.envs[key])
 
 
 def _validate_learner(
