@@ -73,3 +73,92 @@ def test_gap_presets_compose(preset):
     cfg = compose_config("simulate", [f"experiment={preset}", "out_dir=x"])
     assert cfg.data._target_ and list(cfg.gap.rhos) and cfg.features.bias
     assert cfg.gap.held_out == "test" and cfg.gap.steps > 0
+
+
+_SMALL = ["experiment=hpg_gap_simulator", "data.num_queries=240", "gap.steps=5", "gap.rank=2"]
+
+
+def test_gap_uses_the_map_of_features_source(tmp_path):
+    """``features.source=raw`` keeps the embeddings (``pca_dim`` is not applied): the gaps are
+    those of the policies fitted on unit-norm queries plus a constant 1, built here by hand."""
+    import pandas as pd
+
+    from torchroute.cli import main
+    from torchroute.envs.low_rank_experts import low_rank_experts_table
+
+    overrides = [*_SMALL, "features.pca_dim=8"]
+    assert main(["gap", *overrides, "features.source=raw", f"out_dir={tmp_path / 'raw'}"]) == 0
+    assert main(["gap", *overrides, f"out_dir={tmp_path / 'pca'}"]) == 0
+    raw = pd.read_csv(tmp_path / "raw" / "gap.csv")
+    pca = pd.read_csv(tmp_path / "pca" / "gap.csv")
+
+    table = low_rank_experts_table(num_queries=240, seed=0, dim=64, num_experts=8, rank=4)
+    e = table.embeddings.double()
+    x = torch.cat([e / e.norm(dim=1, keepdim=True), torch.ones(len(e), 1, dtype=F64)], 1)
+    x = x.float().double()  # the bandit features are float32
+    assert x.shape[1] == 65  # d + 1, not pca_dim + 1
+    u = table.utility(0.0).double()
+    train, test = (torch.as_tensor(table.rows(s)) for s in ("train", "test"))
+    policies = fit_policies(x[train], u[train], steps=5, lr=0.05, rank=2, seed=0)
+    for split, idx in (("train", train), ("test", test)):
+        for cls in ("const", "lin", "quad"):
+            expected = float(gap(policies[cls](x[idx]), u[idx]))
+            got = raw[(raw["split"] == split) & (raw["policy_class"] == cls)]["gap"].item()
+            assert abs(got - expected) < 1e-9, (split, cls, got, expected)
+    quad = (raw["policy_class"] == "quad") & (raw["split"] == "train")
+    assert abs(raw[quad]["gap"].item() - pca[quad]["gap"].item()) > 1e-3  # pca_dim=8 differs
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("features.source=bogus", "features.source must be one of"),
+        ("features.bias=false", "features.bias must be true for torchroute gap"),
+    ],
+)
+def test_gap_refuses_bad_features_in_one_line(tmp_path, capsys, override, expected):
+    from torchroute.cli import main
+
+    out = tmp_path / "gap"
+    assert main(["gap", *_SMALL, override, f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_gap_on_oracle_features_uses_the_feature_head(tmp_path):
+    """``features.source=oracle``: the queries are the oracle's feature head (unit rows plus
+    a constant 1), computed here from the saved oracle itself."""
+    from tests.conftest import make_table
+    from torchroute.features import oracle_features
+    from torchroute.gap import run_gap
+    from torchroute.models import MultiHeadOracle, load_oracle, save_oracle
+    from torchroute.run import RunOptions
+
+    table = make_table()
+    torch.manual_seed(0)
+    oracle = MultiHeadOracle(6, 4, feature_dim=5, hidden=8, arm_names=table.arm_names).eval()
+    path = save_oracle(oracle, tmp_path / "oracle.pt")
+    node = {"_target_": "torchroute.trainers.load_or_pretrain", "checkpoint": str(path)}
+    config = {
+        "data": {"_target_": "tests.conftest.make_table"},
+        "encoder": None,
+        "out_dir": str(tmp_path / "gap"),
+        "rhos": [0.0],
+        "seeds": [0],
+        "log_every": 1,
+        "features": {"source": "oracle", "oracle": node, "pca_dim": 3},
+        "gap": {"rhos": [0.0], "steps": 5, "rank": 2},
+    }
+    out = run_gap(RunOptions.from_config(config, need_learners=False))
+
+    x = oracle_features(table.embeddings, load_oracle(path)).double()
+    assert x.shape[1] == 6  # feature_dim + 1, not pca_dim + 1
+    u = table.utility(0.0).double()
+    train, test = (torch.as_tensor(table.rows(s)) for s in ("train", "test"))
+    policies = fit_policies(x[train], u[train], steps=5, lr=0.05, rank=2, seed=0)
+    for split, idx in (("train", train), ("test", test)):
+        for cls in ("const", "lin", "quad"):
+            expected = float(gap(policies[cls](x[idx]), u[idx]))
+            got = out[(out["split"] == split) & (out["policy_class"] == cls)]["gap"].item()
+            assert abs(got - expected) < 1e-9, (split, cls, got, expected)

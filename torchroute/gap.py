@@ -4,11 +4,13 @@ With full information on the train split, fit the best policy of each class by m
 ``mean_q sum_m pi(m | q) R_m(q)`` (``R`` = the utility at rho): constant (best single
 model), log-linear ``softmax(theta_m^T q)``, log-quadratic ``softmax(q^T W_m q)`` and
 unrestricted (the per-query best, gap 0). ``Gap(pi) = mean_q [max_m R_m(q) - sum_m pi R_m]``
-on the train split and on held-out queries. The classes are nested (``q`` ends with a
-constant 1): the constant policy is ``theta_m = 50 e_bias`` for the best model, and the fitted
-lin is ``W_m = sym(e_bias theta_m^T) + L_m diag(s_m) L_m^T`` with ``s = 0``; each fit keeps
-the best on train of the smaller class's solution and its own iterates (started from a
-softened version: a saturated softmax has no gradient), so the train ordering
+on the train split and on held-out queries. The queries ``q`` are the bandit features of
+``features.*`` (``source`` ``pca``, ``raw`` or ``oracle``; the map fitted on the train split,
+as ``simulate`` builds it; ``features.bias`` must be true). The classes are nested (``q``
+ends with a constant 1): the constant policy is ``theta_m = 50 e_bias`` for the best model,
+and the fitted lin is ``W_m = sym(e_bias theta_m^T) + L_m diag(s_m) L_m^T`` with ``s = 0``;
+each fit keeps the best on train of the smaller class's solution and its own iterates
+(started from a softened version: a saturated softmax has no gradient), so the train ordering
 ``Gap(quad) <= Gap(lin) <= Gap(const)`` holds by construction.
 
 Command: ``torchroute gap experiment=<preset> out_dir=<dir>`` writes ``gap.csv`` with
@@ -28,11 +30,10 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from torchroute.configs_path import config_dir
-from torchroute.features import FeatureMap
 from torchroute.gap_options import GapOptions, gap_presets
 from torchroute.io import write_csv_atomic
-from torchroute.run.build import load_table
-from torchroute.run.options import RunOptions
+from torchroute.run.build import build
+from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,11 @@ def run_gap(cfg: DictConfig | RunOptions, config_dirs: Sequence[str | Path] = ()
         None if node is None else dict(node), gap_presets(config_dir(), *config_dirs)
     )  # every gap key checked before the table is read or a file written
     held_out = g.held_out
+    if not opts.features.bias:
+        raise ConfigError(
+            "features.bias must be true for torchroute gap (each policy class is nested "
+            "through the constant feature), got false"
+        )
     check_run_folders(opts, gap_or_sweep=True)
 
     def keep_rows(table):
@@ -136,12 +142,10 @@ def run_gap(cfg: DictConfig | RunOptions, config_dirs: Sequence[str | Path] = ()
         test = _subset(table.rows(held_out), g.max_held_out, g.seed)
         return table.select(np.sort(np.concatenate([train, test])))
 
-    table = load_table(opts, select=keep_rows)
-    f = opts.features
-    feature_map = FeatureMap.fit(
-        table.embeddings, table.rows("train"), f.pca_dim, True, f.normalize
-    )
-    feats = feature_map(table.embeddings).double()
+    # the table and the feature map of features.source (pca, raw or oracle), as simulate
+    # builds them (no env: the policies are fitted with full information)
+    built = build(opts, env=False, select=keep_rows, fit_split="train")
+    table, feats = built.table, built.features.double()
     name = g.table_name or opts.name
     rows = []
     for rho in g.rhos:

@@ -37,11 +37,12 @@ Output folder (``out_dir``)::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,10 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, open_dict
 
 from torchroute.data.table import RoutingTable
+from torchroute.features import FeatureMap
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.report import REGIMES, cost_regime
-from torchroute.run import ConfigError, RunOptions, build_env, build_learner, load_table, run
+from torchroute.run import Built, ConfigError, RunOptions, build, build_learner, run
 from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)
@@ -63,12 +65,14 @@ VAL, TEST = "val", "test"
 
 @dataclass
 class _Sweep:
-    """The composed config (its interpolations, e.g. ``env.split: ${split}``, resolve
-    again in each run's config), its options and the table (loaded once)."""
+    """The options, those of each split's runs (the config resolved once per split:
+    ``env.split: ${split}``), the table and feature map, the envs by split and trial grid."""
 
-    cfg: DictConfig
     opts: RunOptions
+    bases: dict[str, RunOptions] = field(default_factory=dict)
     table: RoutingTable | None = None
+    feature_map: FeatureMap | None = None
+    envs: dict[tuple, Built] = field(default_factory=dict)
 
 
 def grid_points(grid: dict[str, dict[str, list]]) -> dict[str, list[dict[str, Any]]]:
@@ -116,13 +120,16 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     """Validation runs, selection per regime, one test run of the choices; see the module.
 
     Writes ``sweep_results.csv`` and ``chosen.md`` in ``out_dir`` and returns the results
-    frame. The table is loaded and embedded once; every run is built from it.
+    frame. Each run's options are derived with ``dataclasses.replace`` from its split's, so
+    a learner value interpolating ``${out_dir}`` (an in-run oracle) names the sweep's folder.
     """
     opts = RunOptions.from_config(cfg)
     check_run_folders(opts, gap_or_sweep=True)
-    sw = _Sweep(cfg, opts)
+    sw = _Sweep(opts)
     grid = _grid(sw)
-    sw.table = load_table(opts)
+    sw.bases = {split: _split_options(cfg, split) for split in (VAL, TEST)}
+    shared = build(sw.bases[VAL], env=False)  # the table and feature map of every run
+    sw.table, sw.feature_map = shared.table, shared.feature_map
     for split in (VAL, TEST):
         if not (np.asarray(sw.table.split) == split).any():
             raise ConfigError(
@@ -236,9 +243,9 @@ def _present(value: Any) -> bool:
 def _check_points(sw: _Sweep, points: dict[str, list[dict[str, Any]]]) -> None:
     """Build each grid point's learner on the validation problem (one trial), so a bad value
     is refused by name (``sweep.grid.<learner>``, the point) before anything runs."""
-    sub = _sub_config(sw, next(iter(points)), VAL, sw.opts.out_dir, sw.opts.rhos[:1],
-                      sw.opts.seeds[:1], {})  # fmt: skip
-    problem = build_env(RunOptions.from_config(sub), table=sw.table).env.problem()
+    sub = _options(sw, next(iter(points)), VAL, sw.opts.out_dir, sw.opts.rhos[:1],
+                   sw.opts.seeds[:1], {})  # fmt: skip
+    problem = build(sub, table=sw.table, feature_map=sw.feature_map).problem
     for name, values in points.items():
         for g, point in enumerate(values):
             node = {**sw.opts.learners[name], **point}
@@ -248,7 +255,16 @@ def _check_points(sw: _Sweep, points: dict[str, list[dict[str, Any]]]) -> None:
                 raise ConfigError(f"sweep.grid.{name}, point {g} {point}: {exc}") from exc
 
 
-def _sub_config(
+def _split_options(cfg: DictConfig, split: str) -> RunOptions:
+    """The options every run on ``split`` derives from (``sweep`` removed, per-trial rng)."""
+    sub = copy.deepcopy(cfg)
+    with open_dict(sub):
+        sub.pop("sweep", None)
+        sub.split, sub.rng = split, "per_trial"
+    return RunOptions.from_config(sub)
+
+
+def _options(
     sw: _Sweep,
     name: str,
     split: str,
@@ -256,18 +272,21 @@ def _sub_config(
     rhos: Sequence[float],
     seeds: Sequence[int],
     params: dict[str, Any],
-) -> DictConfig:
-    """The config of one run of learner ``name`` with ``params`` set on its node."""
-    sub = copy.deepcopy(sw.cfg)
-    with open_dict(sub):
-        sub.pop("sweep", None)
-        sub.learners = {name: sub.learners[name]}
-        sub.run_learners = None
-        sub.split, sub.out_dir, sub.rhos, sub.seeds = split, str(out_dir), list(rhos), list(seeds)
-        sub.rng = "per_trial"
-        for param, value in params.items():
-            sub.learners[name][param] = value
-    return sub
+) -> RunOptions:
+    """The split's options with these fields replaced (``config`` saying the same)."""
+    base = sw.bases[split]
+    node = {**base.learners[name], **params}
+    config = {**base.config, "out_dir": str(out_dir), "rhos": list(rhos), "seeds": list(seeds)}
+    config.update(learners={name: node}, run_learners=None)
+    return dataclasses.replace(
+        base,
+        config=config,
+        out_dir=Path(out_dir),
+        rhos=tuple(float(r) for r in rhos),
+        seeds=tuple(int(s) for s in seeds),
+        learners={name: node},
+        run_learners=(name,),
+    )
 
 
 def _run(
@@ -280,9 +299,13 @@ def _run(
     params: dict[str, Any],
 ) -> pd.DataFrame:
     """One run of learner ``name`` with ``params`` set on its config node (per-trial
-    random streams, see the module docstring), on the sweep's table."""
-    opts = RunOptions.from_config(_sub_config(sw, name, split, out_dir, rhos, seeds, params))
-    return run(opts, build_env(opts, table=sw.table))
+    random streams, see the module docstring); its env is built on the sweep's table and
+    feature map once per split and trial grid (a run resets the env it is given)."""
+    opts = _options(sw, name, split, out_dir, rhos, seeds, params)
+    key = (opts.split, opts.rhos, opts.seeds)
+    if key not in sw.envs:
+        sw.envs[key] = build(opts, table=sw.table, feature_map=sw.feature_map)
+    return run(opts, sw.envs[key])
 
 
 def _validate_learner(

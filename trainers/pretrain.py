@@ -1,7 +1,8 @@
 """``run_pretrain(cfg)``: pre-train the oracle heads with Lightning, write the artifact and metrics.
 
 (Over 400 lines: one pipeline, table -> encoder -> Lightning fit -> artifact, kept in one
-place until the one build path loads its table and encoder.)
+place; the table and the encoder config are read by the run's build path,
+:mod:`torchroute.run.build`.)
 
 Outputs in ``out_dir``: ``oracle.pt`` (see :func:`torchroute.models.oracles.save_oracle`;
 loads without Lightning), ``metrics.json`` (test-split figures, see :func:`oracle_metrics`),
@@ -44,6 +45,7 @@ from torchroute.models.embedding_cache import EmbeddingCache
 from torchroute.models.encoders import TextEncoder, load_encoder
 from torchroute.models.heads import MultiHeadOracle
 from torchroute.models.oracles import load_oracle, save_oracle
+from torchroute.run.build import instantiate_node, instantiate_table
 from torchroute.trainers.datamodule import RoutingDataModule
 from torchroute.trainers.oracle_module import OracleModule, unfreeze_top_layers
 from torchroute.trainers.oracle_quality import CooccurrenceTable, predictor_table, surrogate_quality
@@ -209,21 +211,15 @@ def _quiet_trainer(trainer: Mapping[str, Any]) -> dict[str, bool]:
     return {key: False for key in keys if key not in trainer}
 
 
-def _instantiate(node: Any) -> Any:
-    if isinstance(node, Mapping) or hasattr(node, "_target_"):
-        from hydra.utils import instantiate
-
-        return instantiate(node)
-    return node
-
-
 def resolve_encoder(
     node: Any, cache_dir: str | Path | None
 ) -> tuple[TextEncoder | None, EmbeddingCache | None]:
     """The encoder and cache from ``cfg.encoder``: ``None``, a hub name or path, a
     :class:`TextEncoder`, or a config that instantiates to either (or to the
     ``embed_table`` partial of ``configs/encoder/*.yaml``, whose keywords are used)."""
-    obj = _instantiate(node)
+    # a config node is built as the run builds its encoder (moved targets, errors by key)
+    configured = isinstance(node, Mapping) or hasattr(node, "_target_")
+    obj = instantiate_node(node, "encoder") if configured else node
     cache = EmbeddingCache(Path(cache_dir) / "embeddings") if cache_dir is not None else None
     if isinstance(obj, functools.partial):
         return obj.keywords.get("encoder"), obj.keywords.get("cache", cache)
@@ -373,9 +369,7 @@ def _run(cfg: dict[str, Any], start: float) -> dict[str, Any]:
     out_dir = Path(str(cfg["out_dir"])).expanduser()
     train, seed = cfg["train"], int(cfg["seed"])
     L.seed_everything(seed, workers=True, verbose=False)
-    table = _instantiate(cfg["data"])
-    if not isinstance(table, RoutingTable):
-        raise TypeError(f"cfg.data must give a RoutingTable, got {type(table).__name__}")
+    table = instantiate_table(cfg["data"])  # as simulate reads its data
     if table.num_arms < 2:  # as simulate: an oracle of one arm routes nothing
         raise TableError(
             f"data: {table.source} has {table.num_arms} arm {list(table.arm_names)}; an oracle "

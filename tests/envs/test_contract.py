@@ -8,7 +8,6 @@ by adding its config; :data:`SIZES` may shrink a self-contained env's defaults (
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.conftest import make_priced_table, make_table
 from torchroute.configs_path import group_configs
 from torchroute.envs import Env, SingleChoiceEnv
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
+from torchroute.run.build import env_takes_table
 from torchroute.types import Context, Decision
 
 
@@ -88,8 +88,8 @@ def _from_config(name: str, path: Path | None = None) -> Callable[[list[int], to
     node = OmegaConf.merge(OmegaConf.load(path or CONFIGS / f"{name}.yaml"), SIZES.get(name, {}))
     resolved = OmegaConf.to_container(OmegaConf.merge(RUN_KEYS, {"env": node}), resolve=True)
     kwargs = dict(resolved["env"])
+    table_env = env_takes_table(kwargs)
     factory = get_method(kwargs.pop("_target_"))
-    table_env = "table" in inspect.signature(factory).parameters
 
     def build(order: list[int], dtype: torch.dtype) -> Env:
         seeds = [[0, 1, 2, 3][i] for i in order]

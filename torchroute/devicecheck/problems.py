@@ -13,20 +13,20 @@ one builder differ only in where their tensors live.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-from hydra.utils import get_method, instantiate
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
 from torchroute.configs_path import config_dir, group_configs
 from torchroute.data.table import RoutingTable
 from torchroute.envs import Env, SubsetEnv
+from torchroute.run.build import env_takes_table
 
 F64 = torch.float64
 TRIALS = 4  # R of every small problem
@@ -102,8 +102,7 @@ def env_from_config(
     plain.update(CONFIG_OVERRIDES.get(stem, {}) if overrides is None else overrides)
     plain["horizon"] = rounds
     factory = instantiate(plain, _partial_=True)
-    target = get_method(plain["_target_"])
-    if "table" in inspect.signature(target).parameters:
+    if env_takes_table(plain):
         return factory(table=routing_table(rounds), rho=list(RHO), seeds=list(SEEDS),
                        device=device, dtype=F64)  # fmt: skip
     return factory(seeds=list(SEEDS), device=device, dtype=F64)

@@ -5,9 +5,11 @@
 1. ``cli`` composes the config (Hydra) and builds :class:`RunOptions` once
    (:meth:`RunOptions.from_config`: every key validated; nothing below reads a DictConfig);
 2. :func:`run` checks the run folder and ``resume`` (:mod:`torchroute.run.outdir`);
-3. :func:`build_env` builds table -> features -> env (:mod:`torchroute.run.build`, the only
-   such path; ``sweep``, ``gap`` and ``serve`` use it too);
-4. :func:`learner_for` builds each learner from its config node and the env's Problem;
+3. :func:`build` builds table -> features -> env as a :class:`Built`
+   (:mod:`torchroute.run.build`, the only such path; ``sweep``, ``gap`` and ``serve`` use
+   it too);
+4. :func:`learner_for` (``Built.learner``) builds each learner from its config node and the
+   env's Problem;
 5. the inputs are saved: ``config.yaml``, ``fingerprint.json``, ``problem.pt``,
    ``features.pt``;
 6. :func:`run_learner` runs each learner over the trial pieces of this rank
@@ -26,8 +28,10 @@ import pandas as pd
 
 from torchroute.run.build import (
     Built,
+    build,
     build_env,
     build_learner,
+    env_takes_table,
     fit_feature_map,
     learner_for,
     load_features,
@@ -48,8 +52,10 @@ __all__ = [
     "ConfigError",
     "FeatureOptions",
     "RunOptions",
+    "build",
     "build_env",
     "build_learner",
+    "env_takes_table",
     "fit_feature_map",
     "learner_for",
     "load_features",

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -70,14 +71,26 @@ def _has_moved(node: Any) -> bool:
     return False
 
 
+def instantiate_table(node: Any, key: str = "data") -> RoutingTable:
+    """The :class:`~torchroute.data.table.RoutingTable` of config ``node`` (a ``_target_``
+    config; a table is taken as is): the one way ``simulate``, ``sweep``, ``gap`` and
+    ``pretrain`` read their ``data``.
+
+    Raises:
+        ConfigError: the config does not build, or builds something else (naming ``key``).
+    """
+    table = node if isinstance(node, RoutingTable) else instantiate_node(node, key)
+    if not isinstance(table, RoutingTable):
+        raise ConfigError(f"{key} built a {type(table).__name__}, not a RoutingTable")
+    return table
+
+
 def load_table(opts: RunOptions, select: Any = None) -> RoutingTable:
     """The table of ``data``, embedded with ``encoder`` (``select``: a table -> table
     applied before embedding, e.g. a subset of rows)."""
     if opts.data is None:
         raise ConfigError("data is not set: this command needs a routing table (data=...)")
-    table = instantiate_node(opts.data, "data")
-    if not isinstance(table, RoutingTable):
-        raise ConfigError(f"data built a {type(table).__name__}, not a RoutingTable")
+    table = instantiate_table(opts.data)
     if select is not None:
         table = select(table)
     if opts.encoder is not None:
@@ -119,50 +132,146 @@ def load_features(opts: RunOptions) -> tuple[RoutingTable, torch.Tensor]:
     return table, fit_feature_map(opts, table)(table.embeddings)
 
 
+def env_takes_table(node: Any) -> bool:
+    """Whether the env of config ``node`` is built on a routing table: its factory (the
+    ``_target_``, a class or a function) has a ``table`` parameter.
+
+    The one rule for it: the run builds a table env from ``data`` (and a self-contained env,
+    which reads or simulates its own data, with ``seeds`` only), and the device check and
+    the env contract tests call env configs the same way.
+
+    Raises:
+        ConfigError: ``node`` has no ``_target_``, or it does not name an importable callable.
+    """
+    from hydra.utils import get_method
+
+    target = node.get("_target_") if hasattr(node, "get") else None
+    if not isinstance(target, str):
+        raise ConfigError("env has no _target_ (see configs/env/)")
+    try:
+        factory = get_method(current_target(target))
+    except Exception as exc:  # hydra wraps every import error
+        raise ConfigError(f"env._target_={target!r} does not name a callable: {exc}") from exc
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes no table
+        return False
+    return "table" in params
+
+
 @dataclass
 class Built:
-    """What :func:`build_env` made: the env, and the table and feature map behind it
-    (``None`` for a self-contained env)."""
+    """What :func:`build` made from a run's options.
 
-    env: Env
+    Attributes:
+        options: the options it was built from.
+        env: the env (``None`` when built with ``env=False``, e.g. for ``gap``).
+        table: the embedded table of ``data`` (``table.embeddings [n, e]``, after
+            ``encoder``), ``None`` for a self-contained env.
+        feature_map: the fitted :class:`~torchroute.features.FeatureMap` of ``features.*``.
+        features: ``[n, d]`` float32 bandit features of the table's rows.
+    """
+
+    options: RunOptions
+    env: Env | None = None
     table: RoutingTable | None = None
     feature_map: FeatureMap | None = None
+    features: torch.Tensor | None = None
+
+    @property
+    def problem(self) -> Problem:
+        """The env's :class:`~torchroute.types.Problem` (``R`` trials, ``K`` arms, ``d``)."""
+        if self.env is None:
+            raise ValueError("built without an env: no problem")
+        return self.env.problem()
+
+    def learner(self, name: str, env: Env | None = None, node: Any = None) -> Learner:
+        """Learner ``name`` of the options (or config ``node``) for the env's trials (or
+        ``env``'s, e.g. one piece of them), by :func:`learner_for`."""
+        env = self.env if env is None else env
+        if env is None:
+            raise ValueError("built without an env: no learner")
+        return learner_for(self.options, name, env, node)
+
+
+def build(
+    opts: RunOptions,
+    device: torch.device | None = None,
+    table: RoutingTable | None = None,
+    feature_map: FeatureMap | None = None,
+    *,
+    env: bool = True,
+    select: Any = None,
+    fit_split: str | None = None,
+) -> Built:
+    """The one build path: ``data`` + ``encoder`` -> table, ``features`` -> feature map and
+    bandit features, ``env`` -> the env (on ``device``, default the options' device).
+
+    A table env (:func:`env_takes_table`; ``data`` must be set) is called with ``table``,
+    the ``rho`` x ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``,
+    ``device`` and ``dtype``. A self-contained env (``data: null``: a simulator, a dataset
+    the env reads itself) is called with ``seeds``, ``device`` and ``dtype`` only; its
+    config holds the rest, and its ``trials()`` say what each trial varies.
+
+    Args:
+        opts: the validated options.
+        device: where the env lives (default ``opts.torch_device()``).
+        table: the embedded table of these options when already built (``sweep`` builds
+            it once for all its runs).
+        feature_map: likewise, the fitted feature map of these options.
+        env: build the env (``False``: the table and features only, as ``gap`` needs).
+        select: a table -> table applied before embedding (:func:`load_table`).
+        fit_split: the split a PCA is fitted on (:func:`fit_feature_map`).
+    """
+    with_env = env
+    if with_env and opts.env is None:
+        raise ConfigError("env is not set: choose an env (env=single_choice, configs/env/)")
+    takes_table = (not with_env) or env_takes_table(opts.env)
+    if with_env and not takes_table:
+        if opts.data is not None:
+            raise ConfigError(
+                f"env {opts.env['_target_']} reads or simulates its own data (its factory "
+                "takes no table): set data=null"
+            )
+        factory = instantiate_node(opts.env, "env", _partial_=True)
+        built = Built(opts, _make_env(factory, opts, device, {"seeds": list(opts.seeds)}))
+        return built
+    if opts.data is None and with_env:
+        raise ConfigError(
+            f"env {opts.env['_target_']} runs on a routing table: set data (configs/data/)"
+        )
+    table = load_table(opts, select) if table is None else table
+    if feature_map is None:
+        feature_map = fit_feature_map(opts, table, fit_split)
+    features = feature_map(table.embeddings)
+    built = Built(opts, None, table, feature_map, features)
+    if with_env:
+        # Objects are passed to the partial, not to instantiate (which would merge them
+        # into the config and convert dataclasses such as the table).
+        factory = instantiate_node(opts.env, "env", _partial_=True)
+        rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
+        kwargs = {"table": table, "rho": rhos, "seeds": seeds, "features": features}
+        built.env = _make_env(factory, opts, device, kwargs)
+    return built
+
+
+def _make_env(
+    factory: Any, opts: RunOptions, device: torch.device | None, kwargs: dict[str, Any]
+) -> Env:
+    try:
+        env = factory(**kwargs, device=device or opts.torch_device(), dtype=opts.dtype)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env: {exc}") from exc
+    if not isinstance(env, Env):
+        raise ConfigError(f"env built a {type(env).__name__}, not a torchroute.envs.Env")
+    return env
 
 
 def build_env(
     opts: RunOptions, device: torch.device | None = None, table: RoutingTable | None = None
 ) -> Built:
-    """The environment of ``env`` (on ``device``, default the options' device).
-
-    With a table (``data`` set) the env factory is called with ``table``, the ``rho`` x
-    ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``, ``device`` and
-    ``dtype``. A self-contained env (``data: null``: a simulator, a dataset the env reads
-    itself) is called with ``seeds``, ``device`` and ``dtype`` only; its config holds the
-    rest, and its ``trials()`` say what each trial varies. ``table``: the embedded table of
-    these options when already loaded (``sweep`` loads it once for all its runs).
-    """
-    if opts.env is None:
-        raise ConfigError("env is not set: choose an env (env=single_choice, configs/env/)")
-    device = device or opts.torch_device()
-    # Objects are passed to the partial, not to instantiate (which would merge them into
-    # the config and convert dataclasses such as the table).
-    factory = instantiate_node(opts.env, "env", _partial_=True)
-    table = feature_map = None
-    if opts.data is None:
-        kwargs: dict[str, Any] = {"seeds": list(opts.seeds)}
-    else:
-        table = load_table(opts) if table is None else table
-        feature_map = fit_feature_map(opts, table)
-        rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
-        features = feature_map(table.embeddings)
-        kwargs = {"table": table, "rho": rhos, "seeds": seeds, "features": features}
-    try:
-        env = factory(**kwargs, device=device, dtype=opts.dtype)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"env: {exc}") from exc
-    if not isinstance(env, Env):
-        raise ConfigError(f"env built a {type(env).__name__}, not a torchroute.envs.Env")
-    return Built(env, table, feature_map)
+    """:func:`build` with its env (the name kept for callers of the earlier API)."""
+    return build(opts, device, table)
 
 
 def build_learner(
@@ -269,10 +378,13 @@ def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Lear
 
 __all__ = [
     "Built",
+    "build",
     "build_env",
     "build_learner",
+    "env_takes_table",
     "fit_feature_map",
     "instantiate_node",
+    "instantiate_table",
     "learner_for",
     "load_features",
     "load_table",

@@ -30,7 +30,7 @@ from torchroute.learners.base import Learner
 from torchroute.loop import simulate
 from torchroute.run.build import (
     Built,
-    build_env,
+    build,
     check_learner_options,
     instantiate_node,
     learner_for,
@@ -130,7 +130,7 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
 
     resume_name, resume_layout = ranks.on_rank0(guard)
     if built is None:
-        built = ranks.rank0_first(lambda: build_env(opts, device))
+        built = ranks.rank0_first(lambda: build(opts, device))
     env = built.env
     if opts.log_decisions and not env.single_choice:
         raise ConfigError(
