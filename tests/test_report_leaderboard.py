@@ -49,7 +49,7 @@ def test_cells_verdict_and_oracle_row(tmp_path):
     lines = leaderboard_section(_results(), pd.DataFrame(), tmp_path)
     text = "\n".join(lines)
     # warm - stat per trial: low (0.1, 0.1): +0.1, SE 0 -> above; high (0, 0): tie
-    assert "warm warm is above the best static router in 1, tied (within one SE) in 1" in text
+    assert "warm warm is above the baseline in 1, tied (within one SE) in 1" in text
     low_se = statistics.stdev([0.6, 0.8]) / math.sqrt(2)  # sample std over sqrt(n)
     row = next(line for line in lines if "| warm online | warm |" in line)
     assert f"**0.7000 +- {low_se:.4f}**" in row
@@ -77,6 +77,39 @@ def test_a_scenario_adds_the_after_phase_verdict(tmp_path):
     )
     results["rounds_to_recover"] = [float("nan")] * 8 + [10.0, 30.0, float("nan"), float("nan")]
     text = "\n".join(leaderboard_section(results, pd.DataFrame(), tmp_path))
-    assert "after the change, online cold is above the best static router in 2" in text
+    assert "after the change, online cold is above the baseline in 2" in text
     assert "low +0.0500 +- 0.0000 vs stat (above)" in text
     assert "Phase: after" in text
+
+
+def test_the_baseline_is_the_best_static_router_on_validation_not_on_test(tmp_path):
+    """Two static routers: "val_best" has the higher val_utility, "test_best" the higher
+    test utility. warm - val_best per trial: +0.3, +0.3 (low), +0.2, +0.2 (high): above in
+    both; warm - test_best: -0.1 in every trial, which a test-chosen baseline would report."""
+    learners = {
+        "val_best": {"_target_": "torchroute.learners.anchors.LogisticScoreRouter.from_problem"},
+        "test_best": {"_target_": "torchroute.learners.anchors.KNNScoreRouter.from_problem"},
+        "warm": {"_target_": "torchroute.learners.LinTS.from_problem", "warm_start": "train"},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"learners": learners}))
+    util = {
+        "val_best": ([0.3, 0.5, 0.1, 0.2], 0.8),
+        "test_best": ([0.7, 0.9, 0.4, 0.5], 0.6),
+        "warm": ([0.6, 0.8, 0.3, 0.4], float("nan")),
+    }
+    rows = [
+        {"learner": name, "rho": rho, "seed": seed, "avg_utility": u, "val_utility": val}
+        for name, (values, val) in util.items()
+        for (rho, seed), u in zip([(0, 0), (0, 1), (900, 0), (900, 1)], values, strict=True)
+    ]
+    text = "\n".join(leaderboard_section(pd.DataFrame(rows), pd.DataFrame(), tmp_path))
+    assert "Baseline: val_best, the best static router on validation" in text
+    assert "warm warm is above the baseline in 2, tied (within one SE) in 0 and below in 0" in text
+    assert "low +0.3000 +- 0.0000 vs val_best (above)" in text
+    assert "high +0.2000 +- 0.0000 vs val_best (above)" in text
+    assert "test_best (" not in text
+    # a run from before val_utility was recorded: the test-best, said so
+    old = pd.DataFrame(rows).drop(columns="val_utility")
+    text = "\n".join(leaderboard_section(old, pd.DataFrame(), tmp_path))
+    assert "Baseline: test_best, the best static router on test" in text
+    assert "below in 2 of 2 regimes" in text and "vs test_best (below)" in text

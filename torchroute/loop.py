@@ -38,7 +38,8 @@ class SimulationResult:
         summary: one row per trial: the env's trial labels (e.g. ``rho, seed``),
             ``rounds``, then the env's result columns (e.g. ``avg_utility, avg_regret,
             accuracy, avg_cost``), then the per-round means of the metrics the learner's
-            ``update`` returned (e.g. ``loss``).
+            ``update`` returned (e.g. ``loss``) and the learner's ``result_columns()``
+            (e.g. a static router's ``val_utility``).
         curve: one row per trial and logged round: ``trial``, the labels, ``round``,
             ``cum_<name>`` for each of the env's ``curve_keys`` (e.g. ``cum_regret``) and
             ``stat_<name>`` for each metric the learner's ``update`` returned, averaged over
@@ -165,7 +166,7 @@ def simulate(
             checkpoint(done)
     bar.close()
     checkpoint(env.horizon)
-    return _result(env, metrics)
+    return _result(env, metrics, learner)
 
 
 def _check_finite(learner: Learner, metrics: RunningMetrics, name: str, done: int) -> None:
@@ -254,12 +255,13 @@ def _restore(path, learner, env, generator, metrics, config) -> int:
     return done
 
 
-def _result(env: Env, metrics: RunningMetrics) -> SimulationResult:
+def _result(env: Env, metrics: RunningMetrics, learner: Learner) -> SimulationResult:
     labels = env.trials().reset_index(drop=True)
     summary = labels.copy()
     summary["rounds"] = metrics.rounds
     columns = env.summarize(metrics.sums_cpu(), metrics.rounds)
-    for name, values in {**columns, **metrics.learner_means()}.items():
+    extra = {**metrics.learner_means(), **learner.result_columns()}
+    for name, values in {**columns, **extra}.items():
         values = values.cpu()
         if values.ndim == 1:
             summary[name] = values.numpy()

@@ -96,6 +96,10 @@ def test_knn_k_is_chosen_per_trial_on_validation_by_hand():
             pred = train.scores.numpy()[order[:, :k]].mean(1)  # [m, K]
             values.append(u[np.arange(60), (pred - rho * price).argmax(1)].mean())
         assert int(router.choice[t]) == int(np.argmax(values))
+        # val_utility: the chosen k's mean validation utility, the results column
+        assert router.result_columns()["val_utility"][t].item() == pytest.approx(
+            max(values), abs=1e-6
+        )
     # the predictions of each k are the numpy means of the k nearest
     got = router.candidate_scores(val.features)
     for c, k in enumerate(ks):
@@ -114,7 +118,38 @@ def test_without_a_validation_split_a_fifth_of_train_is_held_out_for_the_choice(
     fit_split = TrainSplit(train.features[fit], train.scores[fit], train.costs[fit])
     same = KNNScoreRouter(2, K, D, RHO, fit_split, val, k=[1, 3])
     assert torch.equal(router.choice, same.choice)
-    assert KNNScoreRouter(2, K, D, RHO, train, None, k=3).train_scores.shape[0] == 50
+    # its val_utility is measured on the held-out rows
+    assert torch.equal(router.val_utility, same.val_utility)
+    assert not router.val_utility.isnan().any()
+    single = KNNScoreRouter(2, K, D, RHO, train, None, k=3)
+    assert single.train_scores.shape[0] == 50
+    assert single.val_utility.isnan().all()  # nothing held out, nothing measured
+
+
+def test_a_single_candidate_still_reports_its_validation_utility_in_numpy():
+    train, val = _split(120, 12), _split(40, 13)
+    router = KNNScoreRouter(2, K, D, RHO, train, val, k=7)
+    tx = train.features.numpy() / np.linalg.norm(train.features.numpy(), axis=1, keepdims=True)
+    vx = val.features.numpy() / np.linalg.norm(val.features.numpy(), axis=1, keepdims=True)
+    nearest = np.argsort(-(vx @ tx.T), axis=1, kind="stable")[:, :7]
+    pred = train.scores.numpy()[nearest].mean(1)
+    for t, rho in enumerate(RHO.tolist()):
+        u = np.clip(val.scores.numpy() - rho * val.costs.numpy(), 0, 1)
+        arm = (pred - rho * val.costs[0].numpy()).argmax(1)
+        assert router.val_utility[t].item() == pytest.approx(u[np.arange(40), arm].mean(), abs=1e-6)
+
+
+def test_best_arm_classifier_val_utility_is_its_chosen_classifiers_in_numpy():
+    train, val = _split(200, 14), _split(50, 15)
+    router = BestArmClassifier(2, K, D, RHO, train, val, l2=[1e-5, 1.0], steps=60)
+    x = np.hstack([val.features.numpy(), np.ones((50, 1))])
+    for t, rho in enumerate(RHO.tolist()):
+        u = np.clip(val.scores.numpy() - rho * val.costs.numpy(), 0, 1)
+        means = [
+            u[np.arange(50), (x @ router.weights[t, c].numpy()).argmax(1)].mean() for c in (0, 1)
+        ]
+        assert int(router.choice[t]) == int(np.argmax(means))
+        assert router.val_utility[t].item() == pytest.approx(max(means), abs=1e-6)
 
 
 @pytest.mark.parametrize("cls", [MLPScoreRouter, MFScoreRouter])

@@ -196,3 +196,36 @@ def test_regressor_uses_a_known_per_model_price_instead_of_its_cost_head():
             oracle=_Oracle(y_hat, wrong),
             costs="known",
         )
+
+
+def test_best_single_arm_reports_its_validation_utility_in_the_results():
+    """The train rows choose the arm (strong, middle, cheap, as above); two val rows, by hand:
+
+    rho = 0:    strong (0.8 + 0.9) / 2                      = 0.85
+    rho = 500:  middle (0.7 - 0.1 + 0.5 - 0.1) / 2          = 0.5
+    rho = 3000: cheap  (0.6 - 0.03 + 0.4 - 0.03) / 2        = 0.47
+    """
+    from dataclasses import replace
+
+    from torchroute.envs import SingleChoiceEnv
+    from torchroute.learners import BestSingleArm
+    from torchroute.loop import simulate
+
+    base = _cheap_and_strong_table()
+    scores = torch.cat([base.scores, torch.tensor([[0.6, 0.8, 0.7], [0.4, 0.9, 0.5]])])
+    table = replace(
+        base,
+        scores=scores.double(),
+        costs=torch.cat([base.costs, base.costs[:2]]),
+        query_ids=[*base.query_ids, "v0", "v1"],
+        split=[*base.split, "val", "val"],
+        embeddings=torch.eye(6, 2),
+    )
+    env = SingleChoiceEnv(table, rho=[0.0, 500.0, 3000.0], seeds=[0, 0, 0], dtype=torch.float64)
+    learner = BestSingleArm.from_problem(env.problem())
+    assert learner.arm.tolist() == [1, 2, 0]
+    summary = simulate(learner, env).summary
+    np.testing.assert_allclose(summary["val_utility"], [0.85, 0.5, 0.47], atol=1e-6)
+    # without a validation split there is nothing to report
+    no_val = SingleChoiceEnv(base, rho=[0.0, 500.0, 3000.0], seeds=[0, 0, 0])
+    assert BestSingleArm.from_problem(no_val.problem()).val_utility.isnan().all()

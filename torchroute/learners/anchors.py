@@ -7,8 +7,10 @@ as known; otherwise a ridge regression of each model's cost on the features pred
 The hyper-parameter candidates (a list) are scored on the validation split
 (``Problem.validation``; without one, on a seeded 20% of the train rows held out from the
 fit, :func:`held_out`): each trial keeps the candidate whose router has the highest mean
-validation utility for its own ``rho``. Fitting is full-batch Adam in torch, every candidate
-(and, for the best-arm classifier, every trial) at once.
+validation utility for its own ``rho``, and reports that mean as ``val_utility [R]`` (a
+``results.csv`` column; NaN with a single candidate and no validation split). Fitting is
+full-batch Adam in torch, every candidate (and, for the best-arm classifier, every trial)
+at once.
 
 - :class:`LogisticScoreRouter`: one logistic regression per model (the score in ``[0, 1]``
   as a soft label), L2 strength chosen on validation;
@@ -100,6 +102,9 @@ class _FittedRouter(_StaticRouter):
         else:
             self.register_buffer("cost_w", None, persistent=False)
         self.register_buffer("choice", torch.zeros(num_trials, dtype=torch.long))
+        # recomputed with the choice when the router is built, so outside the state_dict
+        nan = torch.full((num_trials,), float("nan"))
+        self.register_buffer("val_utility", nan, persistent=False)
 
     def costs(self, x: Tensor) -> Tensor:
         """Known or predicted costs ``[..., K]`` for features ``x [..., d]``."""
@@ -112,28 +117,37 @@ class _FittedRouter(_StaticRouter):
         raise NotImplementedError
 
     def choose(self, validation: TrainSplit | None, rho: Tensor, num_candidates: int) -> Tensor:
-        """Each trial's candidate: the best mean validation utility (``[R]``)."""
-        if num_candidates == 1:
-            return self.choice
+        """Each trial's candidate: the best mean validation utility (``[R]``).
+
+        Also sets ``val_utility [R]``: the chosen candidate's mean utility on ``validation``
+        (the choice split: the validation split, or the held-out share of train), NaN when
+        there is none (a single candidate and no validation split).
+        """
         if validation is None:
+            if num_candidates == 1:
+                return self.choice
             raise ValueError(
                 f"{type(self).__name__} chooses among {num_candidates} candidates on the "
                 "validation split, but the environment has none (give the table a 'val' split, "
                 "e.g. data.val_fraction=0.1, or a single value)"
             )
-        x = validation.features.float()
         with torch.no_grad():
-            pred = self.candidate_scores(x)  # [C, m, K]
-            value = pred[:, None] - rho.float()[None, :, None, None] * self.costs(x)[None, None]
-            u = utility(
-                validation.scores[None].float(),
-                validation.costs[None].float(),
-                rho.float()[:, None, None],
-            )
-            pick = value.argmax(-1, keepdim=True)  # [C, R, m, 1]
-            mean = u[None].expand(pred.shape[0], -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
+            mean = self.candidate_utility(validation, rho.float())  # [C, R]
         self.choice = mean.argmax(0)  # [R], the first of equal values
+        self.val_utility = mean.gather(0, self.choice[None])[0]
         return self.choice
+
+    def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:
+        """Mean utility ``[C, R]`` of each candidate's choices on ``validation`` per trial."""
+        x = validation.features.float()
+        pred = self.candidate_scores(x)  # [C, m, K]
+        value = pred[:, None] - rho[None, :, None, None] * self.costs(x)[None, None]
+        pick = value.argmax(-1, keepdim=True)  # [C, R, m, 1]
+        return _mean_utility(validation, rho, pick)
+
+    def result_columns(self) -> dict[str, Tensor]:
+        """``{"val_utility": [R]}``, the chosen candidate's mean validation utility."""
+        return {"val_utility": self.val_utility}
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
         """Scores of each trial's candidate and the costs, each ``[R, B, K]``."""
@@ -142,6 +156,12 @@ class _FittedRouter(_StaticRouter):
         scores = self.candidate_scores(x.reshape(r * b, d)).reshape(-1, r, b, self.num_arms)
         picked = scores.gather(0, self.choice.view(1, r, 1, 1).expand(1, r, b, self.num_arms))[0]
         return picked, self.costs(x)
+
+
+def _mean_utility(split: TrainSplit, rho: Tensor, pick: Tensor) -> Tensor:
+    """Mean utility ``[C, R]`` on ``split`` of the arms ``pick [C, R, m, 1]``, rho ``[R]``."""
+    u = utility(split.scores[None].float(), split.costs[None].float(), rho[:, None, None])
+    return u[None].expand(pick.shape[0], -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
 
 
 def _adam(params: list[Tensor], loss_fn, steps: int, lr: float) -> None:
@@ -437,23 +457,11 @@ class BestArmClassifier(_FittedRouter):
                      problem.validation, **hp)  # fmt: skip
         return router.hide(problem.hidden_arms)
 
-    def choose(self, validation: TrainSplit | None, rho: Tensor, num_candidates: int) -> Tensor:
-        """Each trial's candidate, scored by the validation utility of its own classifier."""
-        if num_candidates == 1:
-            return self.choice
-        if validation is None:
-            return super().choose(None, rho, num_candidates)
+    def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:
+        """Mean validation utility ``[C, R]`` of each trial's classifier of each candidate."""
         x = _with_bias(validation.features.float())
-        with torch.no_grad():
-            pick = torch.einsum("nd,rcdk->crnk", x, self.weights).argmax(-1, keepdim=True)
-            u = utility(
-                validation.scores[None].float(),
-                validation.costs[None].float(),
-                rho.float()[:, None, None],
-            )
-            mean = u[None].expand(num_candidates, -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
-        self.choice = mean.argmax(0)
-        return self.choice
+        pick = torch.einsum("nd,rcdk->crnk", x, self.weights).argmax(-1, keepdim=True)
+        return _mean_utility(validation, rho, pick)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""

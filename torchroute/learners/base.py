@@ -158,6 +158,11 @@ class Learner(nn.Module):
         """
         raise NotImplementedError
 
+    def result_columns(self) -> dict[str, Tensor]:
+        """Per-trial values ``{name: [R]}`` written once into ``results.csv`` at the end of a
+        run (a static router's ``val_utility``, say); none by default."""
+        return {}
+
     def routing_probs(
         self,
         context: Context,

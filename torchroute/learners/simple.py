@@ -7,6 +7,7 @@ from torch import Tensor
 
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
+from torchroute.functional.utility import utility
 from torchroute.learners.base import FixedPolicy
 from torchroute.types import Context, Decision, Problem
 
@@ -39,9 +40,18 @@ class BestSingleArm(FixedPolicy):
         num_trials: ``R``.
         num_arms: ``K``.
         train_mean_utility: ``[R, K]`` mean train-split utility of each arm per trial.
+        val_mean_utility: ``[R, K]`` the same on the validation split, or ``None``: then
+            ``val_utility [R]`` (each trial's arm's mean validation utility, a result
+            column) is NaN.
     """
 
-    def __init__(self, num_trials: int, num_arms: int, train_mean_utility: Tensor) -> None:
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        train_mean_utility: Tensor,
+        val_mean_utility: Tensor | None = None,
+    ) -> None:
         super().__init__(num_trials, num_arms)
         if tuple(train_mean_utility.shape) != (num_trials, num_arms):
             raise ValueError(
@@ -51,17 +61,37 @@ class BestSingleArm(FixedPolicy):
         if not torch.isfinite(train_mean_utility).all():
             raise ValueError("train_mean_utility must be finite")
         self.register_buffer("arm", train_mean_utility.argmax(-1))  # [R]
+        if val_mean_utility is None:
+            val = torch.full((num_trials,), float("nan"))
+        elif tuple(val_mean_utility.shape) != (num_trials, num_arms):
+            raise ValueError(
+                f"val_mean_utility must be [R={num_trials}, K={num_arms}], "
+                f"got {tuple(val_mean_utility.shape)}"
+            )
+        else:
+            val = val_mean_utility.float().gather(1, self.arm[:, None])[:, 0]
+        self.register_buffer("val_utility", val, persistent=False)  # [R], rebuilt when built
 
     @classmethod
     def from_problem(cls, problem: Problem) -> BestSingleArm:
         """The best arm of each trial on ``problem``'s train split (required).
 
         An arm of ``problem.hidden_arms`` (a new model, unknown offline) is never chosen.
+        With ``problem.validation``, ``val_utility`` is the arm's mean utility there.
         """
         mean = problem.train_mean_utility(cls.__name__)  # [R, K]
         if problem.hidden_arms is not None:
             mean = mean.masked_fill(problem.hidden_arms.to(mean.device), -1.0)
-        return cls(problem.num_trials, problem.num_arms, mean)
+        val = problem.validation
+        val_mean = None
+        if val is not None:
+            rho = problem.rho.to(val.scores.dtype)[:, None, None]  # [R, 1, 1]
+            val_mean = utility(val.scores[None], val.costs[None], rho).mean(1)  # [R, K]
+        return cls(problem.num_trials, problem.num_arms, mean, val_mean)
+
+    def result_columns(self) -> dict[str, Tensor]:
+        """``{"val_utility": [R]}``: each trial's arm's mean validation utility (or NaN)."""
+        return {"val_utility": self.val_utility}
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Each trial's fixed arm: one-hot ``probs [R, B, K]``, ``action [R, B]``."""
