@@ -117,3 +117,20 @@ def test_a_companion_shares_the_grid_overrides_only(tmp_path):
         f"out_dir={tmp_path / 'default_subset'}",
         "companions=[]",
     ]
+
+
+def test_the_best_static_router_is_chosen_on_validation_when_routers_report_it(tmp_path):
+    """``val_utility`` names the static anchor: the test-best static router (best_single,
+    0.85) loses the choice to the validation-best one (knn, 0.9 on validation)."""
+    utility = {"best_single": [0.8, 0.9], "knn": [0.6, 0.7], "linucb": [0.7, 0.74]}
+    run = _run_dir(tmp_path / "run", utility)
+    results = pd.read_csv(run / "results.csv")
+    classes = {**learner_classes(run), "knn": "KNNRouter"}
+    results["val_utility"] = results["learner"].map({"best_single": 0.5, "knn": 0.9})
+    (line,) = [x for x in headline([(results, classes)]) if "online vs" in x]
+    assert "linucb averages utility 0.720 over 2 trials, +0.070 against the best static " in line
+    assert "router knn (0.650)" in line and line.endswith("chosen on validation.")
+    results = results.drop(columns="val_utility")
+    (line,) = [x for x in headline([(results, classes)]) if "online vs" in x]
+    assert "static router here: best_single averages utility 0.850" in line
+    assert "chosen on test" in line

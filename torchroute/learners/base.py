@@ -91,6 +91,9 @@ class Learner(nn.Module):
     samples_from_probs: ClassVar[bool] = False
     #: Monte-Carlo draws of the default :meth:`routing_probs`
     routing_draws: ClassVar[int] = 200
+    #: whether ``update`` changes what ``act`` does; ``False`` for a static router (fixed,
+    #: or fitted once on the train split), which reports compare online learners against
+    learns_online: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -256,6 +259,8 @@ def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Deci
 
 class FixedPolicy(Learner):
     """A learner that does not learn online: ``update`` only validates and counts rounds."""
+
+    learns_online = False
 
     def update(
         self,

@@ -26,8 +26,6 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 #: learners every comparison is made against, when they ran
 RANDOM, BEST_SINGLE = "random", "best_single"
-#: classes of static routers (fixed after training offline: they never learn online)
-STATIC_CLASSES = ("BestSingleArm", "BestSingle", "RegressorRouter", "KNNRouter")
 #: the heading the opening starts with
 OPENING = "## What the numbers show"
 
@@ -104,9 +102,26 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
     return sentences
 
 
+def static_classes() -> frozenset[str]:
+    """The names of the learner classes that say they do not learn online
+    (:attr:`~torchroute.learners.base.Learner.learns_online` false), the random router aside:
+    the static routers reports compare online learners against."""
+    import torchroute.learners  # noqa: F401  (defines the learner classes)
+    from torchroute.learners.base import Learner
+
+    found, todo = set(), [Learner]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if not cls.learns_online and cls.__name__ != "RandomRouter":
+            found.add(cls.__name__)
+    return frozenset(found)
+
+
 def is_static(classes: Mapping[str, str], learner: str) -> bool:
-    """Whether ``learner`` is a static router (:data:`STATIC_CLASSES`, or ``best_single``)."""
-    return learner == BEST_SINGLE or classes.get(learner, "") in STATIC_CLASSES
+    """Whether ``learner`` is a static router (its class in :func:`static_classes`, or
+    ``best_single``)."""
+    return learner == BEST_SINGLE or classes.get(learner, "") in static_classes()
 
 
 def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[str]:
@@ -125,7 +140,8 @@ def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[s
     if not static or not online:
         return []
     trials = int(results.groupby("learner").size().max())
-    best, anchor = max(online, key=lambda n: means[n]), max(static, key=lambda n: means[n])
+    best = max(online, key=lambda n: means[n])
+    anchor, chosen_on = _best_static(results, static, means)
     gap = means[best] - means[anchor]
     if gap > 0:
         text = (
@@ -136,8 +152,8 @@ def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[s
     else:
         text = (
             f"**online vs static**: no online learner beats the best static router here: "
-            f"{anchor} averages utility {means[anchor]:.3f} over {trials} trials, the best "
-            f"online learner {best} {means[best]:.3f} ({gap:+.3f})"
+            f"{anchor} averages utility {means[anchor]:.3f} over {trials} "
+            f"trials, the best online learner {best} {means[best]:.3f} ({gap:+.3f})"
         )
         if "avg_utility_after" not in results:
             text += "; a stream that does not change favours a router fitted on the train split"
@@ -148,7 +164,17 @@ def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[s
                 f"; after the change in the stream, {best} {after[best]:.3f} against "
                 f"{anchor} {after[anchor]:.3f} ({after[best] - after[anchor]:+.3f})"
             )
-    return [text + "."]
+    return [f"{text}; the best static router is chosen {chosen_on}."]
+
+
+def _best_static(results: pd.DataFrame, static: Sequence[str], means: pd.Series) -> tuple[str, str]:
+    """The best static router and how it was chosen: by mean ``val_utility`` (the routers'
+    own validation split) where static routers report one, else by the test mean."""
+    if "val_utility" in results:
+        val = results.groupby("learner")["val_utility"].mean().reindex(list(static)).dropna()
+        if not val.empty:
+            return str(val.idxmax()), "on validation"
+    return max(static, key=lambda n: means[n]), "on test (no static router reports a validation figure)"
 
 
 def subset_sentences(results: pd.DataFrame) -> list[str]:

@@ -2,13 +2,14 @@
 
 Learners fall into three families by their config in ``<out_dir>/config.yaml`` (read as
 text, never instantiated): **static** (a router that never learns online: its class is one
-of :data:`STATIC_CLASSES`), **warm online** (``warm_start`` set) and **cold online** (the
-rest). Per cost regime (:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole
-stream; with scenario columns ``avg_utility_before``/``avg_utility_after``, the rounds before
-and after the change too), each learner's cell is the mean utility over the regime's trials
-+- its standard error (trials' standard deviation / sqrt(n)); the best of each family is in
-bold. The oracle row (every query's best arm, an upper bound) is ``avg_utility +
-avg_regret``. AIQ comes from :func:`~torchroute.report.routing.routing_metrics`.
+of :func:`~torchroute.report.headline.static_classes`, and the random router), **warm
+online** (``warm_start`` set) and **cold online** (the rest). Per cost regime
+(:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole stream; with scenario
+columns ``avg_utility_before``/``avg_utility_after``, the rounds before and after the change
+too), each learner's cell is the mean utility over the regime's trials +- its standard error
+(trials' standard deviation / sqrt(n)); the best of each family is in bold. The oracle row
+(every query's best arm, an upper bound) is ``avg_utility + avg_regret``. AIQ comes from
+:func:`~torchroute.report.routing.routing_metrics`.
 
 The **baseline** of each regime is the static router with the highest mean ``val_utility``
 over the regime's trials (its mean utility on the validation split, or on the share of
@@ -33,21 +34,10 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from torchroute.report.headline import static_classes
 from torchroute.report.regimes import REGIMES, cost_regime
 
 TITLE = "## Leaderboard: static anchors, cold and warm online learners"
-#: router classes that never learn online
-STATIC_CLASSES = (
-    "BestSingleArm",
-    "RandomRouter",
-    "KNNRouter",
-    "RegressorRouter",
-    "LogisticScoreRouter",
-    "MLPScoreRouter",
-    "MFScoreRouter",
-    "KNNScoreRouter",
-    "BestArmClassifier",
-)
 FAMILIES = ("static", "cold online", "warm online")
 PHASES = {"whole": "avg_utility", "before": "avg_utility_before", "after": "avg_utility_after"}
 
@@ -66,7 +56,7 @@ def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]
         node = nodes.get(name) if isinstance(nodes.get(name), Mapping) else {}
         target = str(node.get("_target_", ""))
         cls = [p for p in target.split(".") if p != "from_problem"][-1:] or [""]
-        if cls[0] in STATIC_CLASSES:
+        if cls[0] in static_classes() or cls[0] == "RandomRouter":
             out[name] = "static"
         elif node.get("warm_start") is not None:
             out[name] = "warm online"
@@ -253,7 +243,6 @@ def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Pa
 
 
 __all__ = [
-    "STATIC_CLASSES",
     "baseline_line",
     "baselines",
     "leaderboard_section",
