@@ -174,7 +174,8 @@ def _best_static(results: pd.DataFrame, static: Sequence[str], means: pd.Series)
         val = results.groupby("learner")["val_utility"].mean().reindex(list(static)).dropna()
         if not val.empty:
             return str(val.idxmax()), "on validation"
-    return max(static, key=lambda n: means[n]), "on test (no static router reports a validation figure)"
+    fallback = "on test (no static router reports a validation figure)"
+    return max(static, key=lambda n: means[n]), fallback
 
 
 def subset_sentences(results: pd.DataFrame) -> list[str]:
