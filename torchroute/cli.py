@@ -296,7 +296,7 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from torchroute.evaluate import run
+    from torchroute.ope.evaluate import run
     from torchroute.serve.startup import trusted_prefixes
 
     config_dirs(args.config_dir or [])  # a missing or clashing folder: one line
@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     from torchroute.gateway.main import add_parser as add_gateway
 
     add_gateway(sub)
-    from torchroute.evaluate_keys import keys_help
+    from torchroute.ope.keys import keys_help
 
     p = sub.add_parser(
         "evaluate",
