@@ -33,7 +33,7 @@ from torchroute.serve.log import (
     ANSWERED,
     STATUS_NAMES,
     Attempt,
-    DecisionLog,
+    RouterLog,
     RouteRow,
     clean_temp_files,
     log_path,
@@ -101,7 +101,7 @@ class Router:
     feedback). Unknown ids and ids already answered are reported, never applied twice.
 
     Every state change is a row of the decision log (:class:`~torchroute.serve.log.
-    DecisionLog`, SQLite next to ``state_path``) written before it is acknowledged; the
+    RouterLog`, SQLite next to ``state_path``) written before it is acknowledged; the
     learner's state is checkpointed to ``state_path`` every ``checkpoint_every`` feedbacks
     (atomically) and on :meth:`close`. A restart loads the last checkpoint and replays the
     log after it; each update draws from a generator seeded by ``(seed, event)``, so the
@@ -470,7 +470,7 @@ class Router:
         if self.state_path is not None:
             for stale in clean_temp_files(self.state_path):
                 log.warning("removed %s (an interrupted checkpoint write)", stale)
-        self.log = DecisionLog(path, self.fingerprint)
+        self.log = RouterLog(path, self.fingerprint)
         last = self.log.last_event()
         start = 0
         if self.state_path is not None and self.state_path.exists():
