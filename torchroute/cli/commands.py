@@ -201,7 +201,7 @@ def serve(args: argparse.Namespace) -> None:
 
     if args.export_log is not None:  # no server: the log as a table
         from torchroute.serve.export import export_log
-        from torchroute.serve.router import log_path
+        from torchroute.serve.log import log_path
 
         plan = plan_serve(args, export=True)
         rows = export_log(log_path(plan.state_path), args.export_log)
