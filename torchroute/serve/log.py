@@ -32,6 +32,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   backend gave no usage), ``key`` (the gateway key's name), ``timestamp``. A request whose
   routed model did not answer is ``withdrawn`` (status 4): there is no outcome of the
   router's decision to learn from.
+
+(Over 400 lines: one store class, :class:`RouterLog`, whose methods are each one transaction
+over the schema above; the schema and the queries are kept together.)
 """
 
 from __future__ import annotations
