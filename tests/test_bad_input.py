@@ -306,7 +306,7 @@ GOOD_GAP = {"rhos": [0.0], "steps": 10, "lr": 0.05, "rank": 2, "seed": 0}
     ],
 )
 def test_gap_options_refuse_bad_values(change, expected):
-    from torchroute.gap_options import GapConfigError, GapOptions
+    from torchroute.gap.options import GapConfigError, GapOptions
 
     with pytest.raises(GapConfigError) as err:
         GapOptions.from_config({**GOOD_GAP, **change})
@@ -315,7 +315,7 @@ def test_gap_options_refuse_bad_values(change, expected):
 
 def test_gap_options_read_a_good_section_and_name_the_presets():
     from torchroute.cli import config_dir
-    from torchroute.gap_options import GapConfigError, GapOptions, gap_presets
+    from torchroute.gap.options import GapConfigError, GapOptions, gap_presets
 
     opts = GapOptions.from_config(GOOD_GAP)
     assert (opts.rhos, opts.steps, opts.rank, opts.held_out) == ((0.0,), 10, 2, "test")

@@ -165,7 +165,7 @@ def test_cfg_hydra_and_all_and_info_say_what_torchroute_has(capsys, tmp_path, mo
 
 
 def test_long_descriptions_end_at_a_phrase_never_inside_parentheses():
-    from torchroute.cli_help import shorten
+    from torchroute.cli.help import shorten
 
     text = "Alpha beta gamma delta epsilon zeta eta: " + "word " * 5 + "(one, two, three)" * 5
     short = shorten(text, limit=80)

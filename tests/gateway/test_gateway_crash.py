@@ -15,7 +15,7 @@ import pytest
 
 from tests.gateway.helpers import ARMS, BOB, write_backends
 from torchroute.gateway.stub import ServerThread, stub_app
-from torchroute.serve.log import DecisionLog, log_path
+from torchroute.serve.log import RouterLog, log_path
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {BOB}"}
@@ -115,7 +115,7 @@ def test_kill_9_mid_stream_then_restart_loses_and_doubles_nothing(tmp_path):
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-    log = DecisionLog.read(log_path(state))
+    log = RouterLog.read(log_path(state))
     rows = log.db.execute("SELECT request_id, status FROM routes").fetchall()
     assert dict(rows) == {answered["request_id"]: 1, waiting["request_id"]: 1, streamed: 4}
     feedback = log.db.execute("SELECT request_id FROM feedback").fetchall()

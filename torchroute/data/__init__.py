@@ -1,8 +1,5 @@
 """Routing tables: the container, loaders for real benchmarks, and synthetic generators."""
 
-from torchroute.data.decision_cells import DecisionLogError
-from torchroute.data.decision_io import save_decisions
-from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.data.generic import model_costs, read_costs, save_table, to_frame
 from torchroute.data.json_scores import load_json_scores
 from torchroute.data.loader import load_table
@@ -21,13 +18,10 @@ __all__ = [
     "ARMS",
     "DOMAINS",
     "SPLITS",
-    "DecisionLog",
-    "DecisionLogError",
     "RoutingTable",
     "TableError",
     "carve_validation",
     "linear_contextual_table",
-    "load_decisions",
     "load_json_scores",
     "load_openllm_leaderboard",
     "load_routerbench",
@@ -36,7 +30,6 @@ __all__ = [
     "parse_prompt",
     "random_split",
     "read_costs",
-    "save_decisions",
     "save_table",
     "synthetic_text_benchmark",
     "to_frame",

@@ -33,6 +33,9 @@ so the same seed at two dimensions differs only by the embedding and the ambient
 :meth:`LowRankExperts.to_table` (and :func:`low_rank_experts_table`, a data config target)
 emits a routing table of one trial's world with the exact ``R_m(q)`` as scores, for
 table-based learners and the policy-class gap (``torchroute gap``).
+
+(Over 400 lines: one env whose docstring states the model and its comparators; the
+generators and the regret against the comparator class share the env's latent state.)
 """
 
 from __future__ import annotations

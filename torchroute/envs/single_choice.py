@@ -1,4 +1,8 @@
-"""Single-choice routing on a table: replay a shuffled stream, one arm per query."""
+"""Single-choice routing on a table: replay a shuffled stream, one arm per query.
+
+(Over 400 lines: one env class; its scenario events (a new model, drift, a price change) act
+on the same shuffled stream and per-trial state.)
+"""
 
 from __future__ import annotations
 

@@ -39,6 +39,9 @@ per thread. When the kernel cannot be had (no compiler, a failed build, a read-o
 cache folder), :func:`kernel_library` raises :class:`KernelUnavailableError` with one line
 saying why. CPU tensors, float32 or float64. The summation order differs from the eager path:
 results agree to rounding (tested against a float64 numpy Sherman–Morrison loop).
+
+(Over 400 lines: the kernels' entry points with the build, cache and load of their C++
+library, which they share; about a sixth of it is this description.)
 """
 
 from __future__ import annotations

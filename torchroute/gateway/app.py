@@ -14,6 +14,10 @@ malformed JSON, 401 no or a wrong key, 404 feedback for an unknown request, 409 
 that cannot apply (already answered, withdrawn, no cost known), 413 a body over the limit,
 422 a field of the wrong type, an unknown router name, a prompt too long, 429 a key over
 its cap (no backend called), 502 every model tried failed, 503 the log cannot be written.
+
+(Over 400 lines: the :class:`Gateway` request path, routing, the tries with their fallbacks
+and the log rows of each, shares one lock and the routers' state; the pieces that do not are
+in the package's other modules.)
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def train_rows(problem: Problem, who: str) -> WarmRows:
 def log_rows(problem: Problem, path: str | Path, clip: float, who: str) -> WarmRows:
     """The decisions of the log at ``path`` that received feedback, weighted by
     ``min(1 / propensity, clip)`` on the logged arm (the only one observed)."""
-    from torchroute.data.decisions import load_decisions
+    from torchroute.ope.log import load_decisions
 
     log = load_decisions(path, arms=list(problem.arm_names))
     if log.features is None:

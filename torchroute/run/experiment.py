@@ -23,11 +23,11 @@ from typing import Any
 import pandas as pd
 
 from torchroute.checkpoint import CheckpointError
-from torchroute.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.envs.base import Env
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
+from torchroute.ope.logger import DecisionRecorder, write_decision_logs
 from torchroute.run.build import (
     Built,
     build,

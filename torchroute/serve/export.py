@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from torchroute.io import atomic_write
-from torchroute.serve.log import DecisionLog
+from torchroute.serve.log import RouterLog
 
 LIST_COLUMNS = ("embedding", "features", "arms", "probabilities")
 
@@ -32,7 +32,7 @@ def export_log(log_file: str | Path, out: str | Path) -> int:
         raise ValueError(f"--export-log {out}: expected a .parquet or .csv file name")
     if out.resolve() == Path(log_file).resolve():
         raise ValueError(f"--export-log {out} is the log itself; give another file")
-    log = DecisionLog.read(log_file)
+    log = RouterLog.read(log_file)
     try:
         subsets = log.num_subsets()
         if subsets:

@@ -5,7 +5,7 @@ expiry of older pending requests) before its ids are returned; a feedback batch 
 in one transaction with the status change of its requests before it is acknowledged, and
 the database's primary key on ``feedback.request_id`` makes a second count impossible. The
 learner's state is rebuilt from a checkpoint and the feedback events written after it
-(:meth:`DecisionLog.events`), in the order they were applied.
+(:meth:`RouterLog.events`), in the order they were applied.
 
 Tables (``WAL`` journal, standard library ``sqlite3``):
 
@@ -32,6 +32,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   backend gave no usage), ``key`` (the gateway key's name), ``timestamp``. A request whose
   routed model did not answer is ``withdrawn`` (status 4): there is no outcome of the
   router's decision to learn from.
+
+(Over 400 lines: one store class, :class:`RouterLog`, whose methods are each one transaction
+over the schema above; the schema and the queries are kept together.)
 """
 
 from __future__ import annotations
@@ -159,8 +162,10 @@ def _array(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float64).copy()
 
 
-class DecisionLog:
-    """An SQLite decision log at ``path`` (``None``: in memory), bound to ``fingerprint``.
+class RouterLog:
+    """The router's SQLite store at ``path`` (``None``: in memory), bound to ``fingerprint``:
+    its decisions, feedback and state events (exported to the off-policy evaluation table
+    :class:`torchroute.ope.log.DecisionLog` by :mod:`torchroute.serve.export`).
 
     ``fingerprint`` (JSON-serialisable) names the configuration the log belongs to (the
     learner, its settings, rho, the models served at start, the initial state's hash);
@@ -202,7 +207,7 @@ class DecisionLog:
         self.meta = {key: json.loads(value) for key, value in wanted.items()}
 
     @classmethod
-    def read(cls, path: str | Path) -> DecisionLog:
+    def read(cls, path: str | Path) -> RouterLog:
         """An existing log, whatever its configuration (to export or inspect it)."""
         if not Path(path).is_file():
             raise LogError(f"decision log {path} does not exist")

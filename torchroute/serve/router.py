@@ -1,15 +1,14 @@
 """A live router: one trial of a learner answering queries, learning from delayed feedback.
 
-(Over 400 lines: admission, pending requests, learning and restore share the router's lock
-and state; splitting them by job waits for the serve package's reorganisation.)
+:class:`Router` is the façade; its jobs live beside it: :mod:`~torchroute.serve.admission`
+(pending requests), :mod:`~torchroute.serve.learning` (feedback joined by id, the update) and
+:mod:`~torchroute.serve.router_state` (the checkpoint, the store's writes, the restore).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import logging
-import sqlite3
 import threading
 import time
 import uuid
@@ -21,75 +20,32 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.checks import check_number
 from torchroute.errors import InputError
 from torchroute.learners.base import Learner
-from torchroute.serve.arms import add_arm, pad_arms
+from torchroute.serve.admission import Admission
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
 from torchroute.serve.exploration import check_epsilon
 from torchroute.serve.exploration import explore as explore_floor
+from torchroute.serve.learning import Learning
 from torchroute.serve.log import (
-    ANSWERED,
-    STATUS_NAMES,
-    Attempt,
-    DecisionLog,
     RouteRow,
-    clean_temp_files,
-    log_path,
 )
-from torchroute.serve.pending import feedback_batch
 from torchroute.serve.propensity import routing_probs
+from torchroute.serve.router_state import (
+    RouterState,
+    StoreError,
+    learner_settings,
+    mix_seed,
+    state_fingerprint,
+)
 from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
 
 log = logging.getLogger(__name__)
 
 
-class StoreError(RuntimeError):
-    """The decision log cannot be written (read-only folder, full disk): nothing changed."""
-
-
-def _mix(*parts: object) -> int:
-    """A 63-bit seed from ``parts`` (stable across processes)."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
-def state_fingerprint(learner: Learner) -> str:
-    """sha256 of a learner's state (names, dtypes, shapes and bytes of every tensor)."""
-    h = hashlib.sha256()
-
-    def feed(key: str, value: Any) -> None:
-        if isinstance(value, Tensor):
-            h.update(f"{key}:{value.dtype}:{tuple(value.shape)}".encode())
-            source = value.detach().cpu().reshape(-1)
-            flat = torch.empty(source.shape, dtype=source.dtype).copy_(source)  # unit stride
-            h.update(flat.view(torch.uint8).numpy().tobytes())
-        elif isinstance(value, dict):
-            for sub in sorted(value, key=str):
-                feed(f"{key}.{sub}", value[sub])
-        elif isinstance(value, (list, tuple)):
-            for i, sub in enumerate(value):
-                feed(f"{key}.{i}", sub)
-        else:
-            h.update(f"{key}={value!r}".encode())
-
-    for key, value in sorted(learner.state_dict().items()):
-        feed(key, value)
-    return h.hexdigest()
-
-
-def _settings(learner: Learner) -> dict[str, Any]:
-    """The learner's plain hyper-parameters (numbers, strings, booleans)."""
-    return {
-        key: value
-        for key, value in sorted(vars(learner).items())
-        if not key.startswith("_") and isinstance(value, (bool, int, float, str))
-    }
-
-
-class Router:
+class Router(RouterState, Admission, Learning):
     """Routes live queries with one trial (``R = 1``) of a learner; learns from feedback.
 
     ``route`` embeds a batch of ``B`` queries (or takes their embeddings), turns them into
@@ -101,7 +57,7 @@ class Router:
     feedback). Unknown ids and ids already answered are reported, never applied twice.
 
     Every state change is a row of the decision log (:class:`~torchroute.serve.log.
-    DecisionLog`, SQLite next to ``state_path``) written before it is acknowledged; the
+    RouterLog`, SQLite next to ``state_path``) written before it is acknowledged; the
     learner's state is checkpointed to ``state_path`` every ``checkpoint_every`` feedbacks
     (atomically) and on :meth:`close`. A restart loads the last checkpoint and replays the
     log after it; each update draws from a generator seeded by ``(seed, event)``, so the
@@ -174,7 +130,7 @@ class Router:
             )
         self.fingerprint = {
             "learner": type(learner).__name__,
-            "settings": _settings(learner),
+            "settings": learner_settings(learner),
             "rho": self.rho,
             "arm_names": list(problem.arm_names),
             "prices": None if problem.prices is None else problem.prices.tolist(),
@@ -275,7 +231,7 @@ class Router:
         hashes = None if texts is None else [_sha256(t) for t in texts]
         with self._lock:
             now = time.time()
-            self.generator.manual_seed(_mix(self.seed, "route", self._routes))
+            self.generator.manual_seed(mix_seed(self.seed, "route", self._routes))
             decision = self.learner.act(context, self.generator)
             if decision.is_subset:
                 raise InputError(f"{type(self.learner).__name__} routes subsets; not served")
@@ -357,80 +313,6 @@ class Router:
             self._events += 1
             self._save(self.state_path)
 
-    def ranked(self, request_id: str) -> list[tuple[str, float]]:
-        """Every served model with its probability for a pending request, most probable
-        first (ties in the order of the models); ``[]`` when ``request_id`` is not pending.
-
-        The probabilities are those logged at decision time (``probabilities [K']``, zero
-        for models added since).
-        """
-        with self._lock:
-            item = self.pending.get(request_id)
-            if item is None:
-                return []
-            probs = pad_arms(item["probs"], len(self.arm_names)).tolist()  # [K]
-            order = sorted(range(len(probs)), key=lambda a: (-probs[a], a))
-            return [(self.arm_names[a], float(probs[a])) for a in order]
-
-    def routed_model(self, request_id: str) -> str | None:
-        """The model a pending request was routed to (``None``: not pending)."""
-        with self._lock:
-            item = self.pending.get(request_id)
-            return None if item is None else self.arm_names[item["arm"]]
-
-    def record_attempt(self, attempt: Attempt, withdraw: bool = False) -> None:
-        """Log a backend call made for a routed request (the ``attempts`` table).
-
-        An ``ok`` answer of the routed model adds its cost to the request's known cost
-        (:meth:`known_cost`); ``withdraw`` takes the request out of the pending ones in the
-        same transaction (its routed model gave no answer to learn from).
-
-        Raises:
-            StoreError: the log cannot be written; nothing changed.
-        """
-        with self._lock:
-            self._write(self.log.add_attempt, attempt, withdraw)
-            item = self.pending.get(attempt.request_id)
-            if item is None:
-                return
-            if withdraw:
-                self.pending.pop(attempt.request_id)
-                self.withdrawn_count += 1
-            elif (
-                attempt.outcome == "ok"
-                and attempt.cost is not None
-                and self.arm_names[item["arm"]] == attempt.model
-            ):
-                item["cost"] = item.get("cost", 0.0) + attempt.cost
-
-    def known_cost(self, request_id: str) -> float | None:
-        """The summed cost of the routed model's answers to a pending request (``None``:
-        none recorded, or not pending)."""
-        with self._lock:
-            item = self.pending.get(request_id)
-            return None if item is None else item.get("cost")
-
-    def attempts(self, request_id: str) -> list[Attempt]:
-        """The backend calls logged for a request, in call order."""
-        with self._lock:
-            return self.log.attempts(request_id)
-
-    def request_status(self, request_id: str) -> str | None:
-        """``pending``, ``answered``, ``expired``, ``dropped`` or ``withdrawn`` (``None``:
-        never routed here)."""
-        with self._lock:
-            code = self.log.statuses([request_id]).get(request_id)
-        return None if code is None else STATUS_NAMES[code]
-
-    def withdraw(self, request_ids: Sequence[str]) -> None:
-        """Take pending requests out without learning (their routed model never answered)."""
-        with self._lock:
-            ids = [rid for rid in request_ids if rid in self.pending]
-            self._write(self.log.withdraw, ids)
-            for rid in ids:
-                self.pending.pop(rid)
-            self.withdrawn_count += len(ids)
-
     def status(self) -> dict[str, Any]:
         """Models, rho, the learner, and the counts of pending, answered, dropped requests."""
         with self._lock:
@@ -447,55 +329,7 @@ class Router:
                 "withdrawn": self.withdrawn_count,
             }
 
-    def save(self, path: str | Path | None = None) -> Path:
-        """Checkpoint the learner's state atomically to ``path`` (default: ``state_path``)."""
-        target = path or self.state_path
-        if target is None:
-            raise ValueError("save needs a path: this router has no state_path")
-        with self._lock:
-            return self._save(Path(target))
-
-    def close(self) -> None:
-        """Checkpoint the state and close the log."""
-        with self._lock:
-            if self.state_path is not None and self._events > self._checkpointed:
-                self._save(self.state_path)
-            self.log.close()
-
     # -- internals (called with the lock held where they touch state) --------------------
-
-    def _open(self) -> None:
-        """Open the log, load the last checkpoint, replay the events after it."""
-        path = None if self.state_path is None else log_path(self.state_path)
-        if self.state_path is not None:
-            for stale in clean_temp_files(self.state_path):
-                log.warning("removed %s (an interrupted checkpoint write)", stale)
-        self.log = DecisionLog(path, self.fingerprint)
-        last = self.log.last_event()
-        start = 0
-        if self.state_path is not None and self.state_path.exists():
-            start = self._restore(load_checkpoint(self.state_path), last)
-        self._events = start
-        for event in self.log.events(after=start):
-            if event.kind == "model":
-                self._add_arm(event.name, event.price)
-            else:
-                items = [self._item(row) for row in event.rows]
-                self._update(items, torch.from_numpy(event.score), torch.from_numpy(event.cost))
-            self._events = event.seq
-        self._checkpointed = start
-        for row in self.log.pending():
-            self.pending[row.request_id] = self._item(row)
-        for rid, cost in self.log.known_costs().items():
-            self.pending[rid]["cost"] = float(cost)
-        counts = self.log.counts()
-        self.withdrawn_count = counts["withdrawn"]
-        self.feedback_count = counts["answered"]
-        self.expired_count, self.dropped_count = counts["expired"], counts["dropped"]
-        self._routes = self.log.num_routes()
-        self._checkpoint_feedback = self.feedback_count
-        if self._events > start and self.state_path is not None:
-            self._save(self.state_path)
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
         """The width ``e`` of the embeddings :meth:`route` takes."""
@@ -504,28 +338,6 @@ class Router:
     def _check_feedback(self, ids, scores, costs, models) -> tuple[Tensor, Tensor]:
         """Scores ``[n]`` and costs ``[n]`` (float64) of a feedback call, checked."""
         return check_feedback(ids, scores, costs, models, self.arm_names)
-
-    def _admit(self, rows: list[RouteRow], now: float) -> None:
-        """Log ``rows`` as pending (expiring and dropping older requests as needed)."""
-        expired = self._expired(now)
-        over = len(self.pending) - len(expired) + len(rows) - self.max_pending
-        dropped = self._oldest(len(expired), over)
-        dropped += [row.request_id for row in rows[: max(0, over - len(dropped))]]
-        self._write(self.log.add_routes, rows, expired, dropped)
-        for row in rows:
-            self.pending[row.request_id] = self._item(row)
-        self._drop(expired, dropped)
-        self._routes += len(rows)
-
-    def _item(self, row: RouteRow) -> dict[str, Any]:
-        dtype = self.problem.dtype
-        return {
-            "x": torch.from_numpy(row.x).to(dtype),
-            "embedding": torch.from_numpy(row.embedding).to(dtype),
-            "arm": row.arm,
-            "probs": torch.from_numpy(row.probabilities).to(dtype),
-            "t": row.timestamp,
-        }
 
     def _embed(self, texts, embeddings) -> Tensor:
         if (texts is None) == (embeddings is None):
@@ -537,169 +349,6 @@ class Router:
             with self._encode_lock:
                 embeddings = self.encode(texts)
         return check_embeddings(embeddings, self.embed_dim, self.problem.dtype)
-
-    def _expired(self, now: float) -> list[str]:
-        """Pending ids older than ``pending_ttl`` (oldest first; none are removed here)."""
-        if self.pending_ttl is None:
-            return []
-        cutoff, out = now - self.pending_ttl, []
-        for rid, item in self.pending.items():
-            if item["t"] >= cutoff:
-                break
-            out.append(rid)
-        return out
-
-    def _oldest(self, skip: int, count: int) -> list[str]:
-        """``count`` pending ids after the ``skip`` oldest."""
-        if count <= 0:
-            return []
-        out = []
-        for i, rid in enumerate(self.pending):
-            if i >= skip + count:
-                break
-            if i >= skip:
-                out.append(rid)
-        return out
-
-    def _drop(self, expired: list[str], dropped: list[str]) -> None:
-        for rid in expired:
-            self.pending.pop(rid)
-        for rid in dropped:
-            self.pending.pop(rid)
-        if dropped:
-            log.warning("dropped %d requests: over max_pending=%d", len(dropped), self.max_pending)
-        self.expired_count += len(expired)
-        self.dropped_count += len(dropped)
-
-    def _write(self, method: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return method(*args)
-        except sqlite3.Error as exc:
-            raise StoreError(f"the decision log cannot be written: {exc}") from exc
-
-    def _join(self, ids, models) -> tuple[list[int], dict[str, list[str]]]:
-        rows, seen = [], set()
-        report: dict[str, list[str]] = {"applied": [], "unknown": [], "duplicate": []}
-        missing = [rid for rid in ids if rid not in self.pending]
-        answered = {rid for rid, status in self.log.statuses(missing).items() if status == ANSWERED}
-        for i, rid in enumerate(ids):
-            if rid in seen or rid in answered:
-                report["duplicate"].append(rid)
-            elif rid not in self.pending:
-                report["unknown"].append(rid)
-            else:
-                routed = self.arm_names[self.pending[rid]["arm"]]
-                if models is not None and models[i] != routed:
-                    raise InputError(
-                        f"request {rid!r} was routed to {routed!r}, not {models[i]!r}; no "
-                        "feedback applied"
-                    )
-                seen.add(rid)
-                rows.append(i)
-                report["applied"].append(rid)
-        return rows, report
-
-    def _learn(self, ids: list[str], score: Tensor, cost: Tensor) -> None:
-        """Update the learner, log the update, then forget the requests (or undo it all)."""
-        items = [self.pending[rid] for rid in ids]
-        snapshot = copy.deepcopy(self.learner.state_dict())
-        try:
-            utility = self._update(items, score, cost)
-            self._write(
-                self.log.add_feedback,
-                self._events + 1,
-                ids,
-                score.tolist(),
-                cost.tolist(),
-                utility.tolist(),
-                time.time(),
-            )
-        except BaseException:
-            self.learner.load_state_dict(snapshot)
-            raise
-        self._events += 1
-        for rid in ids:
-            self.pending.pop(rid)
-        self.feedback_count += len(ids)
-        if self.feedback_count - self._checkpoint_feedback >= self.checkpoint_every:
-            try:
-                self._save(self.state_path)
-            except OSError as exc:  # the log holds the update: the next restart replays it
-                log.warning("checkpoint failed (%s); the log keeps every feedback", exc)
-
-    def _update(self, items: list[dict[str, Any]], score: Tensor, cost: Tensor) -> Tensor:
-        """One learner update with the ``n`` requests as a batch ``[1, n, ...]`` (no undo).
-
-        Event ``self._events + 1`` draws from a generator seeded by it; returns the
-        utilities ``[n]``.
-        """
-        context, decision, feedback = feedback_batch(
-            items, score, cost, self.rho, self.learner.num_arms, self.problem.dtype
-        )
-        generator = torch.Generator().manual_seed(_mix(self.seed, "update", self._events + 1))
-        self.learner.update(context, decision, feedback, generator)
-        state = self.learner.state_dict().values()
-        if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
-            raise FloatingPointError("the learner's state became NaN or infinite")
-        return feedback.reward[0].sum(-1).double()  # [n]: the routed arm's utility
-
-    def _add_arm(self, name: str, price: float | None) -> None:
-        self.learner, self.problem = add_arm(self.learner, self.factory, self.problem, name, price)
-
-    def _save(self, path: Path | None) -> Path | None:
-        if path is None:
-            return None
-        prices = self.problem.prices
-        saved = save_checkpoint(
-            path,
-            {
-                "kind": "router",
-                "fingerprint": self.fingerprint,
-                "learner_class": type(self.learner).__name__,
-                "learner": self.learner.state_dict(),
-                "arm_names": list(self.arm_names),
-                "prices": None if prices is None else prices.tolist(),
-                "rho": self.rho,
-                "event": self._events,
-            },
-        )
-        if path == self.state_path:
-            self._checkpointed = self._events
-            self._checkpoint_feedback = self.feedback_count
-        return saved
-
-    def _restore(self, payload: dict[str, Any], last_event: int) -> int:
-        """Load a checkpoint; returns the last event it holds."""
-        where = f"router state {self.state_path}"
-        if payload.get("kind") != "router":
-            raise CheckpointError(f"{where} is not a router state (a simulate checkpoint?)")
-        theirs = payload.get("fingerprint")
-        if not isinstance(theirs, dict):
-            raise CheckpointError(f"{where} has no configuration fingerprint (an old format?)")
-        for key in [*self.fingerprint, *(k for k in theirs if k not in self.fingerprint)]:
-            if theirs.get(key) != self.fingerprint.get(key):
-                raise CheckpointError(
-                    f"{where} belongs to another configuration: {key} is {theirs.get(key)!r} "
-                    f"there, {self.fingerprint.get(key)!r} here"
-                )
-        event = payload.get("event")
-        if not isinstance(event, int) or not 0 <= event <= last_event:
-            raise CheckpointError(
-                f"{where} holds event {event!r} but its log {log_path(self.state_path)} ends at "
-                f"event {last_event}; the log and the state file do not belong together"
-            )
-        from torchroute.run.validate import check_router_state
-
-        check_router_state(payload, where)  # names, prices, finite state: before any is used
-        names, k = list(payload["arm_names"]), self.learner.num_arms
-        prices = payload.get("prices")
-        for i in range(k, len(names)):
-            self._add_arm(names[i], None if prices is None else prices[i])
-        try:
-            self.learner.load_state_dict(payload["learner"])
-        except (RuntimeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{where} does not fit this learner: {exc}") from exc
-        return event
 
 
 def _sha256(text: str) -> str:

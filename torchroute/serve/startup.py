@@ -24,7 +24,7 @@ from typing import Any
 from torchroute.errors import UserError
 from torchroute.run.folder import RunFolder
 from torchroute.serve.limits import Limits
-from torchroute.serve.log import DecisionLog, LogError, clean_temp_files, log_path
+from torchroute.serve.log import LogError, RouterLog, clean_temp_files, log_path
 from torchroute.serve.security import TOKEN_ENV, check_token, is_loopback
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -291,7 +291,7 @@ def _limits(args: Any) -> Limits:
 
 def _origin(path: Path) -> str | None:
     try:
-        log = DecisionLog.read(path)
+        log = RouterLog.read(path)
     except LogError as exc:
         raise ServeArgsError(str(exc)) from None
     try:

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from torchroute.errors import InputError, ScoreRangeError
 from torchroute.serve.log import RouteRow
-from torchroute.serve.router import Router, _mix, _sha256
+from torchroute.serve.router import Router, _sha256
+from torchroute.serve.router_state import mix_seed
 from torchroute.serve.subset_propensity import subset_propensity
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -94,7 +95,7 @@ class SubsetRouter(Router):
         with self._lock:
             now, rows = time.time(), []
             for b in range(emb.shape[0]):  # one context per act: the subset protocol
-                self.generator.manual_seed(_mix(self.seed, "route", self._routes + b))
+                self.generator.manual_seed(mix_seed(self.seed, "route", self._routes + b))
                 context = Context(x=x[b][None, None])
                 decision = self.learner.act(context, self.generator)
                 propensity, _ = subset_propensity(
@@ -198,7 +199,7 @@ class SubsetRouter(Router):
                 set_reward=score[i].to(dtype).view(1, 1),
             )
             decision = Decision(probs=item["probs"][None, None], action=item["draws"][None, None])
-            seed = _mix(self.seed, "update", self._events + 1, i)
+            seed = mix_seed(self.seed, "update", self._events + 1, i)
             context = Context(x=item["x"][None, None])
             self.learner.update(context, decision, feedback, torch.Generator().manual_seed(seed))
         state = self.learner.state_dict().values()

@@ -53,7 +53,7 @@ def write_evaluate_report(
 ) -> Path:
     """Write ``report.md`` and ``ope.png`` under ``out_dir``; returns the report's path.
 
-    ``notes``: what the log cannot support (:mod:`torchroute.evaluate_limits`), listed
+    ``notes``: what the log cannot support (:mod:`torchroute.ope.limits`), listed
     first; ``clipped``: how many intervals were clipped to ``[0, 1]`` (marked ``*``).
     """
     n = int(frame["n"].iloc[0])

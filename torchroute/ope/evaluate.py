@@ -7,7 +7,7 @@
 
 Keys (``key=value``; lists in brackets):
 
-- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.data.decisions`).
+- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.ope.log`).
 - ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``, then
   the folders of ``--config-dir``; a learner of the ``checkpoint`` run is that run's trained
   learner, one trial per rho, read as ``serve`` reads it) or ``arm:<model>`` (always route
@@ -28,7 +28,7 @@ Writes ``out_dir/ope.csv`` (one row per target x rho x estimator), ``out_dir/rep
 and ``out_dir/ope.png``. Rows without feedback (null score) are left out, and counted.
 The intervals are clipped to the utility's range ``[0, 1]`` (``clipped`` says which), and
 what the log cannot support (propensity-1 decisions, a small log, a small effective sample
-size) is warned about and said in the report (:mod:`torchroute.evaluate_limits`).
+size) is warned about and said in the report (:mod:`torchroute.ope.limits`).
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.errors import UserError
-from torchroute.evaluate_keys import DEFAULTS
-from torchroute.evaluate_limits import clip_intervals, log_warnings, row_warnings
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
+from torchroute.ope.keys import DEFAULTS
+from torchroute.ope.limits import clip_intervals, log_warnings, row_warnings
+from torchroute.ope.log import DecisionLog, load_decisions
 from torchroute.types import Problem
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def run(
         trusted: module prefixes (``my_routing.``) whose classes a target may name besides
             torchroute's own (``--trust``).
     """
-    from torchroute.evaluate_targets import frozen_probs, replay_learner
+    from torchroute.ope.targets import frozen_probs, replay_learner
 
     cfg = parse_options(overrides)
     extra = [str(d) for d in config_dirs]
@@ -236,7 +236,7 @@ def run(
         logger.warning("%s", note)
     out_dir = Path(str(cfg.out_dir))
     write_csv_atomic(out_dir / "ope.csv", frame)
-    from torchroute.evaluate_report import write_evaluate_report
+    from torchroute.ope.report import write_evaluate_report
 
     write_evaluate_report(frame, out_dir, cfg, notes=notes, clipped=clipped)
     return frame
@@ -312,7 +312,7 @@ def _rows(target, mode, rhos, result, estimators, part=slice(None)) -> list[dict
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m torchroute.evaluate key=value ...`` (the same as ``torchroute evaluate``)."""
+    """``python -m torchroute.ope.evaluate key=value ...`` (the same as ``torchroute evaluate``)."""
     from torchroute.cli import main as cli_main
 
     return cli_main(["evaluate", *(sys.argv[1:] if argv is None else argv)])

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from torchroute.configs_path import config_dir
-from torchroute.gap_options import GapOptions, gap_presets
+from torchroute.gap.options import GapOptions, gap_presets
 from torchroute.io import write_csv_atomic
 from torchroute.run.build import build
 from torchroute.run.options import ConfigError, RunOptions
