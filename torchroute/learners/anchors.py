@@ -116,6 +116,14 @@ class _FittedRouter(_StaticRouter):
                      problem.validation, **hp)  # fmt: skip
         return router.hide(problem.hidden_arms)
 
+    def _grid(
+        self, name: str, value: float | Sequence[float], train: TrainSplit, val: TrainSplit | None
+    ) -> tuple[tuple[float, ...], TrainSplit, TrainSplit | None]:
+        """The candidates of hyper-parameter ``name`` (checked, :func:`_candidates`) and the
+        ``(fit, choice)`` splits for them (:func:`held_out`)."""
+        grid = _candidates(f"{type(self).__name__}: {name}", value)
+        return (grid, *held_out(train, val, len(grid)))
+
     def _keep(self, **fitted: Tensor) -> None:
         """Keep fitted weights as buffers outside the state_dict (detached)."""
         for name, t in fitted.items():
@@ -242,8 +250,7 @@ class LogisticScoreRouter(_FittedRouter):
         lr: float = 0.05,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: l2", l2)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("l2", l2, train, validation)
         x = _with_bias(train.features.float())
         w = torch.zeros(len(grid), x.shape[1], num_arms, requires_grad=True)
         lam = torch.tensor(grid)[:, None, None]
@@ -286,8 +293,7 @@ class MLPScoreRouter(_FittedRouter):
         seed: int = 0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: weight_decay", weight_decay)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("weight_decay", weight_decay, train, validation)
         c, d = len(grid), train.features.shape[1]
         g = torch.Generator().manual_seed(seed)
         w1 = (torch.randn(c, d, hidden, generator=g) / d**0.5).requires_grad_()
@@ -341,8 +347,8 @@ class MFScoreRouter(_FittedRouter):
         seed: int = 0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        ranks = [int(r) for r in _candidates(f"{type(self).__name__}: rank", rank)]
-        train, validation = held_out(train, validation, len(ranks))
+        grid, train, validation = self._grid("rank", rank, train, validation)
+        ranks = [int(r) for r in grid]
         if min(ranks) < 1:
             raise ValueError(f"{type(self).__name__}: rank must be >= 1, got {ranks}")
         c, d, top = len(ranks), train.features.shape[1], max(ranks)
@@ -396,8 +402,8 @@ class KNNScoreRouter(_FittedRouter):
         k: int | Sequence[int] = (3, 10, 30, 100, 200),
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        asked = [int(v) for v in _candidates(f"{type(self).__name__}: k", k)]
-        train, validation = held_out(train, validation, len(asked))
+        grid, train, validation = self._grid("k", k, train, validation)
+        asked = [int(v) for v in grid]
         n = train.features.shape[0]
         ks = [v for v in asked if 1 <= v <= n]  # candidates above the train rows are dropped
         if not ks:
@@ -443,8 +449,7 @@ class BestArmClassifier(_FittedRouter):
         lr: float = 0.05,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: l2", l2)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("l2", l2, train, validation)
         x = _with_bias(train.features.float())
         u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
         label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
