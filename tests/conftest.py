@@ -79,6 +79,19 @@ def make_priced_table(n: int = 60, k: int = 4, d: int = 6, seed: int = 0, groups
     return dataclasses.replace(table, costs=table.costs * scale[rank], groups=named)
 
 
+def naive_best_arms(table, rho) -> list[int]:
+    """Each rho's arm of largest mean train utility, by a loop over arms (a reference)."""
+    rows = table.rows("train")
+    best = []
+    for r in rho:
+        means = [
+            float((table.scores[rows, k] - r * table.costs[rows, k]).clamp(0, 1).mean())
+            for k in range(table.num_arms)
+        ]
+        best.append(max(range(len(means)), key=means.__getitem__))
+    return best
+
+
 @pytest.fixture
 def tiny_table():
     """60 queries x 4 arms with 6-d embeddings (30 train, 10 val, 20 test)."""

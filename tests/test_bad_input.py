@@ -188,12 +188,13 @@ def test_pretrain_logger_off_runs_without_wandb(tmp_path, capsys, off):
 
 
 # ---------------------------------------------------------------- report
-def _run_dir(path: Path) -> Path:
-    """A run folder with a hand-made single-choice results.csv and curves.csv (2 x 2 trials)."""
+def _run_dir(path: Path, learner: str = "linucb") -> Path:
+    """A run folder with a hand-made single-choice results.csv and curves.csv (2 x 2 trials:
+    ``learner`` and ``random``)."""
     path.mkdir(parents=True)
     rows = [
         {
-            "learner": learner,
+            "learner": name,
             "rho": rho,
             "seed": 0,
             "rounds": 10,
@@ -202,7 +203,7 @@ def _run_dir(path: Path) -> Path:
             "accuracy": 0.6,
             "avg_cost": 0.001,
         }
-        for k, learner in enumerate(["linucb", "random"])
+        for k, name in enumerate([learner, "random"])
         for rho in (0.0, 500.0)
     ]
     pd.DataFrame(rows).to_csv(path / "results.csv", index=False)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from tests.test_bad_input import _run_dir
 from torchroute.cli import main
 from torchroute.learners import LinUCB
 from torchroute.serve import Router
@@ -211,25 +212,6 @@ def test_convert_refuses_an_output_inside_a_packaged_data_folder(tmp_path, capsy
 
 
 # ---------------------------------------------------------------- report
-def _run_dir(path, learner="linucb"):
-    path.mkdir(parents=True)
-    rows = [
-        {"learner": name, "rho": rho, "seed": 0, "rounds": 10}
-        | {"avg_utility": 0.5, "avg_regret": 0.1, "accuracy": 0.6, "avg_cost": 0.001}
-        for name in (learner, "random")
-        for rho in (0.0, 500.0)
-    ]
-    pd.DataFrame(rows).to_csv(path / "results.csv", index=False)
-    curves = [
-        {"learner": r["learner"], "trial": i, "rho": r["rho"], "seed": 0, "round": t}
-        | {"cum_regret": t * 0.1}
-        for i, r in enumerate(rows)
-        for t in (5, 10)
-    ]
-    pd.DataFrame(curves).to_csv(path / "curves.csv", index=False)
-    return path
-
-
 def test_report_without_curves_says_what_it_skips(tmp_path, capsys):
     run = _run_dir(tmp_path / "run")
     (run / "curves.csv").unlink()

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from tests.conftest import naive_best_arms
 from tests.trainers.test_pretrain import _cfg, tiny_table
 from torchroute.cli import compose_config, main
 from torchroute.envs.scenario import new_model_names
@@ -16,22 +17,10 @@ from torchroute.run.options import RunOptions
 from torchroute.trainers.pretrain import PretrainConfigError, hide_arms, run_pretrain
 
 
-def _naive_best(table, rho):
-    rows = table.rows("train")
-    best = []
-    for r in rho:
-        means = [
-            float((table.scores[rows, k] - r * table.costs[rows, k]).clamp(0, 1).mean())
-            for k in range(table.num_arms)
-        ]
-        best.append(max(range(len(means)), key=means.__getitem__))
-    return best
-
-
 def test_new_model_names_are_the_named_and_each_rhos_best_model():
     table = tiny_table(k=4)
     rho = [0.0, 300.0, 900.0]
-    expected_best = {table.arm_names[k] for k in _naive_best(table, rho)}
+    expected_best = {table.arm_names[k] for k in naive_best_arms(table, rho)}
     spec = [{"kind": "new_model", "arm": "best", "at": 0.5}]
     assert set(new_model_names(spec, table, rho)) == expected_best
     named = [{"kind": "new_model", "arm": "arm3", "at": 0.3}]

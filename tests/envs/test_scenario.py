@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import make_table
+from tests.conftest import make_table, naive_best_arms
 from torchroute.envs import SingleChoiceEnv
 from torchroute.envs.scenario import ScenarioError, rounds_to_recover
 from torchroute.learners import BestSingleArm, LinUCB, RandomRouter
@@ -21,22 +21,9 @@ def _env(table, scenario, **kw):
     return SingleChoiceEnv(table, dtype=torch.float64, scenario=scenario, **kw)
 
 
-def _naive_best(table, rho):
-    """Each rho's arm of largest mean train utility, by a loop over arms."""
-    rows = table.rows("train")
-    best = []
-    for r in rho:
-        means = [
-            float((table.scores[rows, k] - r * table.costs[rows, k]).clamp(0, 1).mean())
-            for k in range(table.num_arms)
-        ]
-        best.append(max(range(len(means)), key=means.__getitem__))
-    return best
-
-
 def test_new_model_is_masked_before_at_and_hidden_from_the_train_split(tiny_table):
     env = _env(tiny_table, [{"kind": "new_model", "arm": "best", "at": 0.5}])
-    best = _naive_best(tiny_table, [0.0, 500.0])
+    best = naive_best_arms(tiny_table, [0.0, 500.0])
     change = math.floor(0.5 * env.horizon)
     for t in (0, change - 1):
         avail = env.context(t).available

@@ -255,6 +255,19 @@ class Gateway:
     async def _record(self, router: Router, row: Any, withdraw: bool = False) -> None:
         router.record_attempt(row, withdraw)  # one SQLite row: cheaper than a thread hop
 
+    async def _fall_back(
+        self,
+        router: Router,
+        rid: str,
+        candidate: Candidate,
+        outcome: str,
+        key: Key | None,
+        errors: list[str],
+    ) -> None:
+        """Log a failed try of ``candidate`` and note it in ``errors`` (the next one follows)."""
+        await self._record(router, attempt_row(rid, candidate, outcome, None, key))
+        errors.append(f"{candidate.backend.name}: {outcome}")
+
     async def _failed(self, router: Router, info: dict, errors: list[str]) -> Response:
         await anyio.to_thread.run_sync(router.withdraw, [info["request_id"]])
         self.sessions.end(info["request_id"])
@@ -279,8 +292,7 @@ class Gateway:
             try:
                 payload, usage = await upstream.complete(candidate.backend, body)
             except CallFailed as exc:
-                await self._record(router, attempt_row(rid, candidate, exc.outcome, None, key))
-                errors.append(f"{candidate.backend.name}: {exc.outcome}")
+                await self._fall_back(router, rid, candidate, exc.outcome, key, errors)
                 continue
             except ClientError as exc:
                 return await self._client_error(router, rid, candidate, exc, key)
@@ -310,8 +322,7 @@ class Gateway:
             try:
                 stream = await upstream.stream(candidate.backend, body)
             except CallFailed as exc:
-                await self._record(router, attempt_row(rid, candidate, exc.outcome, None, key))
-                errors.append(f"{candidate.backend.name}: {exc.outcome}")
+                await self._fall_back(router, rid, candidate, exc.outcome, key, errors)
                 continue
             except ClientError as exc:
                 return await self._client_error(router, rid, candidate, exc, key)
@@ -319,8 +330,7 @@ class Gateway:
             events = stream.events()
             first = await anext(events, None)  # a stream failing before its first event
             if first is None and stream.outcome != "ok":  # falls back like any other call
-                await self._record(router, attempt_row(rid, candidate, stream.outcome, None, key))
-                errors.append(f"{candidate.backend.name}: {stream.outcome}")
+                await self._fall_back(router, rid, candidate, stream.outcome, key, errors)
                 continue
             relay = self._relay(
                 router, rid, candidate, i == 0, stream, first, events, key, estimate, include_usage

@@ -29,7 +29,8 @@ about it, predicts a score of 0 for it (``_StaticRouter.hide``) and knows its pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Self
 
 import torch
 from torch import Tensor
@@ -106,6 +107,28 @@ class _FittedRouter(_StaticRouter):
         nan = torch.full((num_trials,), float("nan"))
         self.register_buffer("val_utility", nan, persistent=False)
 
+    @classmethod
+    def from_problem(cls, problem: Problem, **hp: Any) -> Self:
+        """Fitted on ``problem.train`` (for :class:`KNNScoreRouter`, its neighbours), the
+        candidates scored on ``problem.validation``; ``problem.hidden_arms`` hidden."""
+        train = problem.require_train(cls.__name__)
+        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
+                     problem.validation, **hp)  # fmt: skip
+        return router.hide(problem.hidden_arms)
+
+    def _grid(
+        self, name: str, value: float | Sequence[float], train: TrainSplit, val: TrainSplit | None
+    ) -> tuple[tuple[float, ...], TrainSplit, TrainSplit | None]:
+        """The candidates of hyper-parameter ``name`` (checked, :func:`_candidates`) and the
+        ``(fit, choice)`` splits for them (:func:`held_out`)."""
+        grid = _candidates(f"{type(self).__name__}: {name}", value)
+        return (grid, *held_out(train, val, len(grid)))
+
+    def _keep(self, **fitted: Tensor) -> None:
+        """Keep fitted weights as buffers outside the state_dict (detached)."""
+        for name, t in fitted.items():
+            self.register_buffer(name, t.detach(), persistent=False)
+
     def costs(self, x: Tensor) -> Tensor:
         """Known or predicted costs ``[..., K]`` for features ``x [..., d]``."""
         if self.cost_known is not None:
@@ -172,6 +195,34 @@ def _adam(params: list[Tensor], loss_fn, steps: int, lr: float) -> None:
         opt.step()
 
 
+def _fit_scores(
+    x: Tensor,
+    scores: Tensor,
+    logits: Callable[[], Tensor],
+    penalties: Callable[[], Sequence[Tensor]],
+    params: list[Tensor],
+    steps: int,
+    lr: float,
+) -> None:
+    """Full-batch Adam on every candidate's score model at once.
+
+    The loss is the sum over candidates of the mean binary cross-entropy between
+    ``sigmoid(logits())`` ``[C, n, K]`` and ``scores [n, K]`` (clamped to ``[0, 1]`` as soft
+    labels), plus the ``penalties()`` terms, added in order.
+    """
+    y = scores.float().clamp(0, 1)
+
+    def loss() -> Tensor:
+        out = logits()
+        total = F.binary_cross_entropy_with_logits(out, y.expand_as(out), reduction="none")
+        total = total.mean((1, 2)).sum()
+        for term in penalties():
+            total = total + term
+        return total
+
+    _adam(params, loss, steps, lr)
+
+
 class LogisticScoreRouter(_FittedRouter):
     """One logistic regression per model, ``y^_k = sigmoid(x w_k + b_k)``.
 
@@ -199,29 +250,21 @@ class LogisticScoreRouter(_FittedRouter):
         lr: float = 0.05,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: l2", l2)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("l2", l2, train, validation)
         x = _with_bias(train.features.float())
-        y = train.scores.float().clamp(0, 1)
         w = torch.zeros(len(grid), x.shape[1], num_arms, requires_grad=True)
         lam = torch.tensor(grid)[:, None, None]
-
-        def loss() -> Tensor:
-            logits = torch.einsum("nd,cdk->cnk", x, w)
-            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
-            return fit.mean((1, 2)).sum() + (lam * w[:, :-1].pow(2)).sum()
-
-        _adam([w], loss, steps, lr)
-        self.register_buffer("weights", w.detach(), persistent=False)  # [C, d + 1, K]
+        _fit_scores(
+            x,
+            train.scores,
+            lambda: torch.einsum("nd,cdk->cnk", x, w),
+            lambda: [(lam * w[:, :-1].pow(2)).sum()],
+            [w],
+            steps,
+            lr,
+        )
+        self._keep(weights=w)  # [C, d + 1, K]
         self.choose(validation, self.rho, len(grid))
-
-    @classmethod
-    def from_problem(cls, problem: Problem, **hp) -> LogisticScoreRouter:
-        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
-        train = problem.require_train(cls.__name__)
-        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                     problem.validation, **hp)  # fmt: skip
-        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -250,41 +293,31 @@ class MLPScoreRouter(_FittedRouter):
         seed: int = 0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: weight_decay", weight_decay)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("weight_decay", weight_decay, train, validation)
         c, d = len(grid), train.features.shape[1]
         g = torch.Generator().manual_seed(seed)
         w1 = (torch.randn(c, d, hidden, generator=g) / d**0.5).requires_grad_()
         b1 = torch.zeros(c, 1, hidden, requires_grad=True)
         w2 = (torch.randn(c, hidden, num_arms, generator=g) / hidden**0.5).requires_grad_()
         b2 = torch.zeros(c, 1, num_arms, requires_grad=True)
-        x, y = train.features.float(), train.scores.float().clamp(0, 1)
+        x = train.features.float()
         lam = torch.tensor(grid)[:, None, None]
-        self._params = (w1, b1, w2, b2)
-
-        def loss() -> Tensor:
-            logits = self._logits(x, w1, b1, w2, b2)
-            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
-            return fit.mean((1, 2)).sum() + (lam * w1.pow(2)).sum() + (lam * w2.pow(2)).sum()
-
-        _adam([w1, b1, w2, b2], loss, steps, lr)
-        del self._params
-        for name, p in zip(("w1", "b1", "w2", "b2"), (w1, b1, w2, b2), strict=True):
-            self.register_buffer(name, p.detach(), persistent=False)
+        _fit_scores(
+            x,
+            train.scores,
+            lambda: self._logits(x, w1, b1, w2, b2),
+            lambda: [(lam * w1.pow(2)).sum(), (lam * w2.pow(2)).sum()],
+            [w1, b1, w2, b2],
+            steps,
+            lr,
+        )
+        self._keep(w1=w1, b1=b1, w2=w2, b2=b2)
         self.choose(validation, self.rho, c)
 
     @staticmethod
     def _logits(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
         h = torch.relu(torch.einsum("nd,cdh->cnh", x, w1) + b1)
         return torch.einsum("cnh,chk->cnk", h, w2) + b2
-
-    @classmethod
-    def from_problem(cls, problem: Problem, **hp) -> MLPScoreRouter:
-        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
-        train = problem.require_train(cls.__name__)
-        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                     problem.validation, **hp)  # fmt: skip
-        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -314,8 +347,8 @@ class MFScoreRouter(_FittedRouter):
         seed: int = 0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        ranks = [int(r) for r in _candidates(f"{type(self).__name__}: rank", rank)]
-        train, validation = held_out(train, validation, len(ranks))
+        grid, train, validation = self._grid("rank", rank, train, validation)
+        ranks = [int(r) for r in grid]
         if min(ranks) < 1:
             raise ValueError(f"{type(self).__name__}: rank must be >= 1, got {ranks}")
         c, d, top = len(ranks), train.features.shape[1], max(ranks)
@@ -325,30 +358,23 @@ class MFScoreRouter(_FittedRouter):
         p = (torch.randn(c, d, top, generator=g) / d**0.5).requires_grad_()
         v = (torch.randn(c, top, num_arms, generator=g) / top**0.5).requires_grad_()
         b = torch.zeros(c, 1, num_arms, requires_grad=True)
-        x, y = train.features.float(), train.scores.float().clamp(0, 1)
-
-        def loss() -> Tensor:
-            logits = self._logits(x, p, v, b, mask)
-            fit = F.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none")
-            return fit.mean((1, 2)).sum() + l2 * (p.pow(2).sum() + v.pow(2).sum())
-
-        _adam([p, v, b], loss, steps, lr)
-        for name, t in (("p", p), ("v", v), ("b", b), ("rank_mask", mask)):
-            self.register_buffer(name, t.detach(), persistent=False)
+        x = train.features.float()
+        _fit_scores(
+            x,
+            train.scores,
+            lambda: self._logits(x, p, v, b, mask),
+            lambda: [l2 * (p.pow(2).sum() + v.pow(2).sum())],
+            [p, v, b],
+            steps,
+            lr,
+        )
+        self._keep(p=p, v=v, b=b, rank_mask=mask)
         self.choose(validation, self.rho, c)
 
     @staticmethod
     def _logits(x: Tensor, p: Tensor, v: Tensor, b: Tensor, mask: Tensor) -> Tensor:
         z = torch.einsum("nd,cdr->cnr", x, p) * mask
         return torch.einsum("cnr,crk->cnk", z, v) + b
-
-    @classmethod
-    def from_problem(cls, problem: Problem, **hp) -> MFScoreRouter:
-        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
-        train = problem.require_train(cls.__name__)
-        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                     problem.validation, **hp)  # fmt: skip
-        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
@@ -376,8 +402,8 @@ class KNNScoreRouter(_FittedRouter):
         k: int | Sequence[int] = (3, 10, 30, 100, 200),
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        asked = [int(v) for v in _candidates(f"{type(self).__name__}: k", k)]
-        train, validation = held_out(train, validation, len(asked))
+        grid, train, validation = self._grid("k", k, train, validation)
+        asked = [int(v) for v in grid]
         n = train.features.shape[0]
         ks = [v for v in asked if 1 <= v <= n]  # candidates above the train rows are dropped
         if not ks:
@@ -390,14 +416,6 @@ class KNNScoreRouter(_FittedRouter):
         )
         self.register_buffer("train_scores", train.scores.float(), persistent=False)
         self.choose(validation, self.rho, len(ks))
-
-    @classmethod
-    def from_problem(cls, problem: Problem, **hp) -> KNNScoreRouter:
-        """Neighbours in ``problem.train``, ``k`` scored on ``problem.validation``."""
-        train = problem.require_train(cls.__name__)
-        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                     problem.validation, **hp)  # fmt: skip
-        return router.hide(problem.hidden_arms)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]``: mean train score of the ``k`` nearest, each ``k``."""
@@ -431,8 +449,7 @@ class BestArmClassifier(_FittedRouter):
         lr: float = 0.05,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
-        grid = _candidates(f"{type(self).__name__}: l2", l2)
-        train, validation = held_out(train, validation, len(grid))
+        grid, train, validation = self._grid("l2", l2, train, validation)
         x = _with_bias(train.features.float())
         u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
         label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
@@ -448,14 +465,6 @@ class BestArmClassifier(_FittedRouter):
         # [R, C, d + 1, K]: per trial, so in the state_dict with the trial dimension first
         self.register_buffer("weights", w.detach().transpose(0, 1).contiguous())
         self.choose(validation, self.rho, len(grid))
-
-    @classmethod
-    def from_problem(cls, problem: Problem, **hp) -> BestArmClassifier:
-        """Fitted on ``problem.train``, candidates scored on ``problem.validation``."""
-        train = problem.require_train(cls.__name__)
-        router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
-                     problem.validation, **hp)  # fmt: skip
-        return router.hide(problem.hidden_arms)
 
     def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:
         """Mean validation utility ``[C, R]`` of each trial's classifier of each candidate."""

@@ -19,10 +19,40 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.functional.random import Source
-from torchroute.learners.gram_base import GramRidgeLearner, gram_terms, ts_scores
+from torchroute.learners.gram_base import GramRidgeLearner, GramThompson, gram_terms
 
 
-class DiscountedLinUCB(GramRidgeLearner):
+class _Discounted(GramRidgeLearner):
+    """The statistics discounted by ``gamma`` once per round; subclasses score.
+
+    Buffers (besides ``gram``, ``target``, ``seen``): with ``tilde``, ``gram2 [R, K, d, d]``
+    (``G~_k``, the same observations discounted by ``gamma^2``).
+    """
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        gamma: float,
+        lam: float,
+        new_arm_bonus: float,
+        tilde: bool = False,
+    ) -> None:
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
+        check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
+        self.gamma = float(gamma)
+        self.register_buffer("gram2", torch.zeros_like(self.gram) if tilde else None)
+
+    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
+        gram, target = gram_terms(x, reward, weight)
+        self.gram.mul_(self.gamma).add_(gram)
+        if self.gram2 is not None:
+            self.gram2.mul_(self.gamma**2).add_(gram)
+        self.target.mul_(self.gamma).add_(target)
+
+
+class DiscountedLinUCB(_Discounted):
     """D-LinUCB: LinUCB on statistics discounted by ``gamma`` per round.
 
     Args:
@@ -55,11 +85,9 @@ class DiscountedLinUCB(GramRidgeLearner):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
-        check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
+        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus, tilde=True)
         check_number(type(self).__name__, "alpha", alpha, ge=0)
-        self.gamma, self.alpha = float(gamma), float(alpha)
-        self.register_buffer("gram2", torch.zeros_like(self.gram))
+        self.alpha = float(alpha)
 
     def _scores(self, x: Tensor, generator: Source) -> Tensor:
         mean, solved, _ = self.posterior(x)
@@ -68,14 +96,8 @@ class DiscountedLinUCB(GramRidgeLearner):
         width = torch.einsum("rkdb,rkdb->rbk", solved, tilde).clamp_min(0.0).sqrt()
         return mean + self.alpha * width
 
-    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
-        gram, target = gram_terms(x, reward, weight)
-        self.gram.mul_(self.gamma).add_(gram)
-        self.gram2.mul_(self.gamma**2).add_(gram)
-        self.target.mul_(self.gamma).add_(target)
 
-
-class DiscountedLinTS(GramRidgeLearner):
+class DiscountedLinTS(_Discounted, GramThompson):
     """Linear Thompson sampling on statistics discounted by ``gamma`` per round.
 
     Each arm's draw is ``N(x^T theta_k, v^2 x^T V_k^{-1} x)`` with ``V_k = lam I + G_k`` and
@@ -104,16 +126,5 @@ class DiscountedLinTS(GramRidgeLearner):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
-        check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
-        check_number(type(self).__name__, "v", v, ge=0)
-        self.gamma, self.v = float(gamma), float(v)
-
-    def _scores(self, x: Tensor, generator: Source) -> Tensor:
-        mean, _, quad = self.posterior(x)
-        return ts_scores(mean, quad, self.v, generator)
-
-    def _absorb(self, x: Tensor, reward: Tensor, weight: Tensor) -> None:
-        gram, target = gram_terms(x, reward, weight)
-        self.gram.mul_(self.gamma).add_(gram)
-        self.target.mul_(self.gamma).add_(target)
+        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus)
+        self._set_scale(v)

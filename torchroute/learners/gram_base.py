@@ -113,6 +113,26 @@ class GramRidgeLearner(Learner):
         raise NotImplementedError
 
 
+class GramThompson(GramRidgeLearner):
+    """Thompson sampling on the ridge posterior: one draw per arm,
+    ``N(x^T theta_k, v^2 x^T V_k^{-1} x)`` ``[R, B, K]`` (:func:`ts_scores`).
+
+    Subclasses set the posterior scale with :meth:`_set_scale` and say how observations
+    enter (``_absorb``).
+    """
+
+    v: float
+
+    def _set_scale(self, v: float) -> None:
+        """Check and keep the posterior scale ``v >= 0``."""
+        check_number(type(self).__name__, "v", v, ge=0)
+        self.v = float(v)
+
+    def _scores(self, x: Tensor, generator: Source) -> Tensor:
+        mean, _, quad = self.posterior(x)
+        return ts_scores(mean, quad, self.v, generator)
+
+
 def gram_terms(x: Tensor, reward: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
     """A batch's Gram and target terms per arm: ``sum_b w x x^T`` ``[R, K, d, d]`` and
     ``sum_b w y x`` ``[R, K, d]`` from ``x [R, B, d]``, ``reward, weight [R, B, K]``."""

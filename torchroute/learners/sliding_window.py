@@ -17,7 +17,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.functional.random import Source
-from torchroute.learners.gram_base import GramRidgeLearner, gram_terms, ts_scores
+from torchroute.learners.gram_base import GramRidgeLearner, GramThompson, gram_terms
 
 
 class _SlidingWindow(GramRidgeLearner):
@@ -118,7 +118,7 @@ class SlidingWindowLinUCB(_SlidingWindow):
         return mean + self.alpha * quad.sqrt()
 
 
-class SlidingWindowLinTS(_SlidingWindow):
+class SlidingWindowLinTS(_SlidingWindow, GramThompson):
     """Linear Thompson sampling on the last ``window`` contexts:
     ``N(x^T theta_k, v^2 x^T V_k^{-1} x)`` per arm.
 
@@ -146,9 +146,4 @@ class SlidingWindowLinTS(_SlidingWindow):
         new_arm_bonus: float = 0.0,
     ) -> None:
         super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus)
-        check_number(type(self).__name__, "v", v, ge=0)
-        self.v = float(v)
-
-    def _scores(self, x: Tensor, generator: Source) -> Tensor:
-        mean, _, quad = self.posterior(x)
-        return ts_scores(mean, quad, self.v, generator)
+        self._set_scale(v)
