@@ -134,3 +134,17 @@ def test_the_best_static_router_is_chosen_on_validation_when_routers_report_it(t
     (line,) = [x for x in headline([(results, classes)]) if "online vs" in x]
     assert "static router here: best_single averages utility 0.850" in line
     assert "chosen on test" in line
+
+
+def test_static_classes_know_every_learner_module_in_a_fresh_process():
+    """The static routers are found whatever was imported before (the report runs on its
+    own, without the learners' modules loaded)."""
+    import subprocess
+    import sys
+
+    code = "from torchroute.report.headline import static_classes; print(sorted(static_classes()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for name in ("BestSingleArm", "RegressorRouter", "KNNRouter", "LogisticScoreRouter",
+                 "MLPScoreRouter", "MFScoreRouter", "KNNScoreRouter", "BestArmClassifier"):  # fmt: skip
+        assert f"'{name}'" in out.stdout
+    assert "'LinUCB'" not in out.stdout and "'RandomRouter'" not in out.stdout

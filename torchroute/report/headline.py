@@ -106,8 +106,14 @@ def static_classes() -> frozenset[str]:
     """The names of the learner classes that say they do not learn online
     (:attr:`~torchroute.learners.base.Learner.learns_online` false), the random router aside:
     the static routers reports compare online learners against."""
-    import torchroute.learners  # noqa: F401  (defines the learner classes)
+    import importlib
+    import pkgutil
+
+    import torchroute.learners
     from torchroute.learners.base import Learner
+
+    for module in pkgutil.iter_modules(torchroute.learners.__path__):  # every learner module
+        importlib.import_module(f"torchroute.learners.{module.name}")
 
     found, todo = set(), [Learner]
     while todo:
