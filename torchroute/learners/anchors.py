@@ -25,6 +25,9 @@ at once.
 A model of ``Problem.hidden_arms`` (a scenario's new model, absent when the router was
 fitted) has unknown offline scores (0 in ``Problem.train``): the router learns nothing
 about it, predicts a score of 0 for it (``_StaticRouter.hide``) and knows its price.
+
+(Over 400 lines: the five fitted routers share one base and its fitting and choice code;
+split apart they would import each other's pieces.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 HPG (docs/papers/hpg.md): EXP3 (constant class), log-linear REINFORCE, and on the
 log-quadratic class projected Euclidean policy gradient and flattened natural policy gradient
 (the paper's Table-1 baseline). Every ``from_problem`` takes ``eta_scale``, which multiplies
-the step whether it is the default or given as ``eta``."""
+the step whether it is the default or given as ``eta``.
+
+(Over 400 lines: the softmax-policy base and the four baselines it serves share their
+weights and steps.)
+"""
 
 from __future__ import annotations
 
