@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import os
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,27 @@ def test_every_python_package_is_packaged() -> None:
     for init in sorted((ROOT / "torchroute").rglob("__init__.py")):
         name = ".".join(init.parent.relative_to(ROOT).parts)
         assert name in packages, name
+
+
+def test_a_copy_of_the_checkout_imports_its_own_folders(tmp_path):
+    """``torchroute.models`` / ``.trainers`` / ``.configs`` of a second checkout (here a copy,
+    put first on ``PYTHONPATH``) are its own folders, not the installed checkout's."""
+    import shutil
+    import subprocess
+    import sys
+
+    clone = tmp_path / "clone"
+    for name in ("torchroute", "models", "trainers", "configs"):
+        shutil.copytree(ROOT / name, clone / name, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", clone / "pyproject.toml")
+    code = (
+        "import torchroute, torchroute.models as m, torchroute.trainers as t, "
+        "torchroute.configs as c; print(torchroute.__file__, m.__file__, t.__file__, c.__file__)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(clone)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = done.stdout.split()
+    assert len(files) == 4 and all(f.startswith(str(clone)) for f in files), files
