@@ -121,7 +121,9 @@ def rank_one_eigh(d: Tensor, z: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     o_row = torch.where(at_lo, ar, nxt.clamp_max(n - 1))
     w_o = weight.gather(-1, o_row)
     upper = (ar[:, None] <= ar[None, :]).to(d.dtype)  # [n, n]: poles i <= j
-    state = (tau, lo, hi, torch.zeros_like(tau), torch.zeros_like(at_lo))
+    # the anchor that is not the origin (for the fixed-weight model)
+    anchors = (*anchors, torch.where(anchors[0] == 0, anchors[1], anchors[0]))
+    state = (tau, lo, hi, torch.full_like(tau, torch.inf), top)
     for _ in range(STEPS.get(d.dtype, 9)):
         state = _step(shift, weight, anchors, top, (o_row, w_o), work, upper, *state)
     tau = state[0]
@@ -184,7 +186,8 @@ def _step(
     Args:
         shift: ``[..., n, n]``, ``d_i - origin_j`` (zero weight where ``d_i`` is no pole).
         weight: ``[..., n]``, ``w_i^2`` at the poles, 0 elsewhere.
-        anchors: two ``[..., n]``, the model's poles relative to the origin.
+        anchors: three ``[..., n]``, the model's poles relative to the origin (lower,
+            upper) and the one of them that is not the origin.
         top: ``[..., n]``, the last pole's root.
         origin_pole: ``([..., n], [..., n])``, the origin pole's slot and its weight.
         work: two ``[..., n, n]`` scratch tensors (overwritten).
@@ -209,27 +212,27 @@ def _step(
     dpsi = (row @ r2.mul_(upper))[..., 0, :]  # poles i <= j
     dpsi = torch.where(top, df - own, dpsi)
     dphi = df - dpsi
-    slow = (f * f_prev > 0) & (f.abs() > 0.1 * f_prev.abs())
-    middle = middle ^ slow
-    lo = torch.where(f < 0, tau, lo)
-    hi = torch.where(f < 0, hi, tau)
+    middle = (middle ^ (f / f_prev > 0.1)) | top  # switch when |f| shrank less than 10x
+    neg = f < 0
+    lo = torch.where(neg, tau, lo)
+    hi = torch.where(neg, hi, tau)
     d_l, d_u = anchors[0] - tau, anchors[1] - tau
-    d_e = torch.where(anchors[0] == 0, d_u, d_l)  # the end other than the origin
-    c_mw = f - d_l * dpsi - d_u * dphi
-    c_fw = f - d_e * df + own * (d_e + tau)
-    c = torch.where(middle | top, c_mw, c_fw)
-    a = f * (d_l + d_u) - d_l * d_u * df
-    b = f * d_l * d_u
-    return _quadratic_root(c, a, b, tau, lo, hi), lo, hi, f, middle
+    c_mw = torch.addcmul(torch.addcmul(f, d_l, dpsi, value=-1), d_u, dphi, value=-1)
+    c_fw = torch.addcmul(torch.addcmul(f, anchors[2] - tau, df, value=-1), own, anchors[2])
+    prod = d_l * d_u
+    a = torch.addcmul(f * (d_l + d_u), prod, df, value=-1)
+    tau = _quadratic_root(torch.where(middle, c_mw, c_fw), a, f * prod, tau, lo, hi)
+    return tau, lo, hi, f, middle
 
 
 def _quadratic_root(c: Tensor, a: Tensor, b: Tensor, tau: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
     """``tau + t`` for the root ``t`` of ``c t^2 - a t + b = 0`` with ``tau + t`` in
     ``[lo, hi]`` and not 0 (the origin pole), elementwise by the stable pair of formulas;
     the midpoint of ``[lo, hi]`` where neither root is."""
-    root = (a.square() - 4 * c * b).clamp_min(0).sqrt()
-    q = a + torch.where(a < 0, -root, root)  # no cancellation
-    t1, t2 = tau + 2 * b / q, tau + q / (2 * c)
-    ok1 = (t1 >= lo) & (t1 <= hi) & (t1 != 0)
-    ok2 = (t2 >= lo) & (t2 <= hi) & (t2 != 0)
-    return torch.where(ok1, t1, torch.where(ok2, t2, 0.5 * (lo + hi)))
+    root = torch.addcmul(a.square(), c, b, value=-4).clamp_min_(0).sqrt_()
+    q = a + root.copysign(a)  # no cancellation
+    t1 = torch.addcdiv(tau, b, q, value=2)
+    t2 = torch.addcdiv(tau, q, c, value=0.5)
+    ok1 = (t1.clamp(lo, hi) == t1) & (t1 != 0)
+    ok2 = (t2.clamp(lo, hi) == t2) & (t2 != 0)
+    return torch.where(ok1, t1, torch.where(ok2, t2, torch.lerp(lo, hi, 0.5)))
