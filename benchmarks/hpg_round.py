@@ -4,12 +4,14 @@ Workload (docs/papers/hpg.md): ``M = 8`` models, ``R`` trials (``--trials``, def
 on the CPU), one query per round. One HPG round = the policy scores ``q^T W_m q`` of every
 model from the low-rank state (``O(d k)``) plus the mirror step of every model
 (:func:`torchroute.functional.hypentropy.mirror_step`: rank-one eigen-update in the span of
-``[U, q_perp]``, nuclear projection, compaction to the capacity ``k = 32``), from a steady
-state where every slot is active and the projection binds. The dense path does the same
-round from the dense mirror iterate: the scores from the dense ``W_m`` and a full ``d x d``
-``eigh`` per model per round (:func:`dense_mirror_step`) plus the reconstruction of ``W``.
-Both are timed in the same run for ``d in {64, 128, 256, 512, 768, 1024}`` (the fastest
-of several ~50 ms blocks after a warm-up; at least 3 blocks).
+``[U, q_perp]`` by the batched secular-equation solver of
+:mod:`torchroute.functional.secular`, nuclear projection, compaction to the capacity
+``k = 32``), from a steady state where every slot is active and the projection binds. The
+dense path does the same round from the dense mirror iterate: the scores from the dense
+``W_m`` and a full ``d x d`` ``eigh`` per model per round (:func:`dense_mirror_step`) plus
+the reconstruction of ``W``. Both are timed in the same run for
+``d in {64, 128, 256, 512, 768, 1024}`` (the fastest of several ~50 ms blocks after a
+warm-up; at least 3 blocks).
 
 Prints one line per ``d`` and, last, ``ratio_vs_dense_d768: <dense / hpg>`` and
 ``time_exponent_vs_d: <slope of log hpg time vs log d>``. With ``--device cuda`` it also
@@ -18,10 +20,12 @@ prints the HPG throughput in trials x models per second.
 With ``--scaling R1,R2`` it instead times the HPG round alone at ``R = R1`` and ``R = R2``
 (default ``1,64``) for each ``--dims`` (CPU time of this process on the CPU, so time spent
 descheduled on a busy machine does not count; wall time on a GPU) and prints the per-trial
-time at both and ``per_trial_ratio_d<d>: <per-trial at R2 / per-trial at R1>``.
+time at both and ``per_trial_ratio_d<d>: <per-trial at R2 / per-trial at R1>``. On a machine
+shared with other jobs, set ``OMP_NUM_THREADS=1``: idle OpenMP threads that spin while
+another process holds the cores count as CPU time and can inflate a block many times over.
 
     .venv/bin/python benchmarks/hpg_round.py [--device cuda] [--trials 256]
-    .venv/bin/python benchmarks/hpg_round.py --scaling 1,64 --dims 64,768
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hpg_round.py --scaling 1,64 --dims 64,256,768
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from torchroute.functional.secular import rank_one_eigh
+
 
 def mirror_map(lam: Tensor, beta: Tensor | float) -> Tensor:
     """``grad Phi_beta`` on eigenvalues: ``asinh(lambda / beta)`` (``W`` -> mirror space)."""
@@ -57,17 +59,17 @@ def _small_eigenproblem(
 
     Returns:
         ``(vals [..., k + b], vecs [..., k + b, k + b], basis_perp [..., d, b],
-        keep [..., k + b])``: ascending eigenvalues, eigenvectors in the basis
+        keep [..., k + b])``: the eigenvalues (in no particular order), eigenvectors in the basis
         ``[U, basis_perp]`` (rows of inactive slots zeroed) and the eigenvalues above the
         round-off level of the update.
     """
-    active = mask.to(U.dtype)[..., :, None]  # [..., k, 1]
-    qt = q.transpose(-1, -2)  # [..., d, b]
-    z = (U.transpose(-1, -2) @ qt) * active  # [..., k, b]
-    perp = qt - U @ z
-    z2 = (U.transpose(-1, -2) @ perp) * active  # re-orthogonalise ("twice is enough")
-    perp = perp - U @ z2
-    z = z + z2
+    active = mask.to(U.dtype)[..., None, :]  # [..., 1, k]
+    # row vectors throughout (q @ U reads U faster than U^T @ q^T)
+    z = (q @ U) * active  # [..., b, k]
+    perp = q - z @ U.transpose(-1, -2)
+    z2 = (perp @ U) * active  # re-orthogonalise ("twice is enough")
+    perp = (perp - z2 @ U.transpose(-1, -2)).transpose(-1, -2)  # [..., d, b]
+    z = (z + z2).transpose(-1, -2)  # [..., k, b]
     if perp.shape[-1] == 1:  # one direction: its norm (QR's sign is a free choice)
         r = perp.norm(dim=-2, keepdim=True)  # [..., 1, 1]
         basis_perp = perp / torch.where(r > 0, r, torch.ones_like(r))
@@ -75,36 +77,32 @@ def _small_eigenproblem(
         basis_perp, r = torch.linalg.qr(perp)  # [..., d, b], [..., b, b]
     theta = torch.where(mask, theta, torch.zeros_like(theta))
     a = torch.cat([z, r], dim=-2)  # [..., k + b, b]
-    s = (a * c[..., None, :]) @ a.transpose(-1, -2)
-    s = s + torch.diag_embed(torch.cat([theta, torch.zeros_like(c)], dim=-1))
-    s = 0.5 * (s + s.transpose(-1, -2))
-    vals, vecs = torch.linalg.eigh(s)
+    # diag(theta, 0) + sum_j c_j a_j a_j^T, one rank-one update at a time (b is a shape)
+    vals = torch.cat([theta, torch.zeros_like(c)], dim=-1)  # [..., k + b]
+    vecs = None
+    for j in range(a.shape[-1]):
+        col = a[..., j] if vecs is None else (a[..., j, None].transpose(-1, -2) @ vecs)[..., 0, :]
+        vals, step = rank_one_eigh(vals, col, c[..., j])
+        vecs = step if vecs is None else vecs @ step
     rows = torch.cat([mask, torch.ones_like(c, dtype=torch.bool)], dim=-1)  # [..., k + b]
-    vecs = vecs * rows[..., :, None].to(vecs.dtype)
+    vecs = vecs.mul_(rows[..., :, None])
     eps = torch.finfo(vals.dtype).eps
     scale = vals.abs().amax(-1, keepdim=True) + (c.abs() * q.square().sum(-1)).amax(
         -1, keepdim=True
     )
-    keep = vals.abs() > (4 * s.shape[-1]) * eps * scale
+    keep = vals.abs() > (4 * vals.shape[-1]) * eps * scale
     return vals, vecs, basis_perp, keep
 
 
 def _rotate(U: Tensor, basis_perp: Tensor, vecs: Tensor) -> Tensor:
     """``[U, basis_perp] @ vecs`` without concatenating ``U``: ``[..., d, n]`` for
     ``U [..., d, k]``, ``basis_perp [..., d, b]``, ``vecs [..., k + b, n]`` (one read of
-    ``U``, one write of the result)."""
+    ``U``, one write of the result, the rank-``b`` tail added in place)."""
     k = U.shape[-1]
-    tail = basis_perp @ vecs[..., k:, :]  # [..., d, n], rank b
-    if U.ndim == 2:
-        return torch.addmm(tail, U, vecs[..., :k, :])
-    lead = torch.broadcast_shapes(U.shape[:-2], vecs.shape[:-2], tail.shape[:-2])
-    flat = (-1, *U.shape[-2:])
-    out = torch.baddbmm(
-        tail.expand(*lead, *tail.shape[-2:]).reshape(-1, *tail.shape[-2:]),
-        U.expand(*lead, *U.shape[-2:]).reshape(flat),
-        vecs[..., :k, :].expand(*lead, k, vecs.shape[-1]).reshape(-1, k, vecs.shape[-1]),
-    )
-    return out.reshape(*lead, *out.shape[-2:])
+    out = U @ vecs[..., :k, :]
+    for j in range(basis_perp.shape[-1]):  # b, a shape
+        out.addcmul_(basis_perp[..., :, j, None], vecs[..., k + j, None, :])
+    return out
 
 
 def low_rank_eig_update(
@@ -133,7 +131,9 @@ def low_rank_eig_update(
         zeroed; the ``k + b`` slots are in ascending eigenvalue order (not compacted).
     """
     vals, vecs, basis_perp, keep = _small_eigenproblem(U, theta, mask, q, c)
-    vecs = vecs * keep[..., None, :].to(vecs.dtype)
+    vals, perm = vals.sort(-1)
+    keep = keep.gather(-1, perm)
+    vecs = vecs.gather(-1, perm[..., None, :].expand_as(vecs)) * keep[..., None, :]
     new_theta = torch.where(keep, vals, torch.zeros_like(vals))
     return _rotate(U, basis_perp, vecs), new_theta, keep
 
