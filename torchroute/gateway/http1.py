@@ -211,6 +211,8 @@ class Response:
     async def _read(reader: asyncio.StreamReader, size: int, timeout: float | None) -> bytes:
         try:
             return await within(reader.read(size), timeout)
+        except asyncio.TimeoutError:  # an OSError too, from Python 3.11
+            raise
         except OSError as exc:
             raise ProtocolError(f"the connection failed ({type(exc).__name__})") from exc
 
@@ -307,7 +309,7 @@ class Pool:
                 conn.close()
             self._slots.release()
             if isinstance(exc, (OSError, asyncio.IncompleteReadError)) and not isinstance(
-                exc, ConnectError
+                exc, asyncio.TimeoutError
             ):
                 raise ProtocolError(f"the connection failed ({type(exc).__name__})") from exc
             raise
@@ -331,7 +333,9 @@ class Pool:
             reader, writer = await asyncio.open_connection(
                 host, port, ssl=context, server_hostname=host if context else None
             )
-        except (OSError, ssl.SSLError) as exc:
+        except asyncio.TimeoutError:
+            raise
+        except OSError as exc:  # refused, name not found, TLS handshake (ssl.SSLError)
             raise ConnectError(str(exc) or type(exc).__name__) from exc
         return _Connection(reader, writer)
 
