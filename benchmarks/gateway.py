@@ -21,6 +21,7 @@ latencies depend on the load. Differences are measured within one run; run it tw
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 import subprocess
@@ -78,7 +79,8 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
         state_path=state,
     )
     gateway = Gateway([router], load_backends(backends))
-    uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="warning")
+    app = create_gateway_app(gateway)  # as `torchroute gateway` serves it
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def _cpu_ms(pid: int) -> float:
@@ -88,6 +90,14 @@ def _cpu_ms(pid: int) -> float:
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def _loadavg() -> str:
+    """The 1-minute load average (``?`` where /proc is missing)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
 
 
 def _load(url: str, model: str, stream: bool, clients: int, requests: int) -> np.ndarray:
@@ -170,7 +180,11 @@ def main() -> None:
             _wait(f"{gateway}/health", procs[-1])
             _load(gateway, "router", False, args.clients, 5)  # warm up both
             _load(stub, "small", False, args.clients, 5)
-            print(f"{args.clients} clients x {args.requests} calls per phase (ms)")
+            fast = [m for m in ("uvloop", "httptools") if importlib.util.find_spec(m)]
+            print(
+                f"{args.clients} clients x {args.requests} calls per phase (ms); load "
+                f"{_loadavg()}; server: {' + '.join(fast) or 'asyncio + h11'}"
+            )
             for stream in (False, True):
                 calls = args.clients * args.requests
                 stub_cpu = _cpu_ms(procs[0].pid)
@@ -185,7 +199,8 @@ def main() -> None:
                 print(
                     f"{name:6s} direct p50 {d50:7.2f} p99 {d99:7.2f} | gateway p50 {g50:7.2f} "
                     f"p99 {g99:7.2f} | added p50 {g50 - d50:7.2f} p99 {g99 - d99:7.2f} | "
-                    f"CPU per call: gateway {gateway_cpu:5.2f}, stub {stub_cpu:5.2f}"
+                    f"CPU per call: gateway {gateway_cpu:5.2f}, stub {stub_cpu:5.2f} | "
+                    f"load {_loadavg()}"
                 )
         finally:
             for proc in procs:

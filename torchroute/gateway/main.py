@@ -12,6 +12,7 @@ finished answering) is withdrawn at the next start, with an ``interrupted`` atte
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import secrets
@@ -292,7 +293,15 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
         "keys required" if keys else "no key needed: loopback only",
     )
     app = create_gateway_app(gateway, allowed_hosts=hosts)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    missing = [name for name in ("uvloop", "httptools") if importlib.util.find_spec(name) is None]
+    if missing:
+        log.info(
+            "%s not installed: the gateway runs on Python's event loop and HTTP parser "
+            "(pip install 'torchroute[gateway]' takes about a third off its CPU time per call)",
+            " and ".join(missing),
+        )
+    # uvicorn takes uvloop and httptools when installed ("auto"); no access log line per call
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.run(sockets=[sock])
