@@ -63,6 +63,7 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
 
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.backends import load_backends
+    from torchroute.gateway.main import freeze_heap
     from torchroute.learners import LinUCB
     from torchroute.serve import Router
 
@@ -80,6 +81,7 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
     )
     gateway = Gateway([router], load_backends(backends))
     app = create_gateway_app(gateway)  # as `torchroute gateway` serves it
+    freeze_heap()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
