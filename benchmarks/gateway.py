@@ -14,8 +14,18 @@ the added latency (gateway minus direct) at p50 and p99, in milliseconds, and (o
 the CPU time (user + sys) the gateway process spent per call through it, and the stub per
 call: on a machine shared with other work the CPU time is the steadier figure, the
 latencies depend on the load. Differences are measured within one run; run it twice.
+The first line says the load average and whether the servers (uvicorn, gateway and stub
+alike) run on uvloop and httptools (the ``gateway`` extra) or on asyncio and h11.
 
     .venv/bin/python benchmarks/gateway.py --requests 200
+    .venv/bin/python benchmarks/gateway.py --requests 200 --clients 1
+
+Measured on 2 shared cores (load average 1.1 to 2.6), two runs each, asyncio and h11,
+plain / stream, in ms: 8 clients added p50 5.5-6.3 / 7.4-8.2, gateway CPU per call
+1.3 / 1.5-1.8 (before the HTTP/1.1 client and the inline routing: 20-24 / 25-26, CPU
+3.2-3.6 / 4.0); 1 client added p50 1.8-2.0 / 1.6-1.9 (before 3.2-3.5 / 3.1-3.7). With
+uvloop and httptools the gateway's CPU per call was the same to a fifth lower. The
+breakdown is in docs/guides/gateway.md ("What the gateway costs per call").
 """
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
     if missing:
         log.info(
             "%s not installed: the gateway runs on Python's event loop and HTTP parser "
-            "(pip install 'torchroute[gateway]' takes about a third off its CPU time per call)",
+            "(pip install 'torchroute[gateway]' takes up to a fifth off its CPU time per call)",
             " and ".join(missing),
         )
     # uvicorn takes uvloop and httptools when installed ("auto"); no access log line per call
