@@ -201,7 +201,6 @@ def run(args: argparse.Namespace) -> None:
     from torchroute.serve.security import is_loopback
     from torchroute.serve.startup import WILDCARDS, bind
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per backend call
     _checks(args)
     backends = load_backends(args.backends)
     keys, generated = _keys(args)

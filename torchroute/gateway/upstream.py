@@ -1,4 +1,4 @@
-"""Calls to a backend's ``/chat/completions`` (``httpx``), bounded in time and size.
+"""Calls to a backend's ``/chat/completions``, bounded in time and size.
 
 A call that fails before the backend's answer starts raises :class:`CallFailed` with the
 outcome logged for it (``connect``, ``timeout``, ``429``, ``500``..., ``malformed``,
@@ -7,7 +7,7 @@ and raises :class:`ClientError` (passed to the client, no fallback). A stream is
 event by event (server-sent events, ``data: {...}\\n\\n``) and handed on as it arrives;
 its ``usage`` chunk is kept, and it stops with an outcome (``truncated``, ``timeout``,
 ``too large``, ``malformed``) when the backend ends it early, stalls, or exceeds the
-bounds.
+bounds. The calls go over the keep-alive connections of :mod:`torchroute.gateway.http1`.
 """
 
 from __future__ import annotations
@@ -110,7 +110,9 @@ class Upstream:
         self.pool, self.max_bytes = pool, max_response_bytes
         self._heads: dict[tuple[Backend, bool], tuple[Target, bytes]] = {}
 
-    def _request(self, backend: Backend, body: dict[str, Any], stream: bool) -> tuple:
+    def _request(
+        self, backend: Backend, body: dict[str, Any], stream: bool
+    ) -> tuple[Target, bytes]:
         """``(target, request bytes)`` of a call (the head built once per backend)."""
         known = self._heads.get((backend, stream))
         if known is None:
