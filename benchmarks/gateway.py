@@ -14,13 +14,24 @@ the added latency (gateway minus direct) at p50 and p99, in milliseconds, and (o
 the CPU time (user + sys) the gateway process spent per call through it, and the stub per
 call: on a machine shared with other work the CPU time is the steadier figure, the
 latencies depend on the load. Differences are measured within one run; run it twice.
+The first line says the load average and whether the servers (uvicorn, gateway and stub
+alike) run on uvloop and httptools (the ``gateway`` extra) or on asyncio and h11.
 
     .venv/bin/python benchmarks/gateway.py --requests 200
+    .venv/bin/python benchmarks/gateway.py --requests 200 --clients 1
+
+Measured on 2 shared cores (load average 1.1 to 2.6), two runs each, asyncio and h11,
+plain / stream, in ms: 8 clients added p50 5.5-6.3 / 7.4-8.2, gateway CPU per call
+1.3 / 1.5-1.8 (before the HTTP/1.1 client and the inline routing: 20-24 / 25-26, CPU
+3.2-3.6 / 4.0); 1 client added p50 1.8-2.0 / 1.6-1.9 (before 3.2-3.5 / 3.1-3.7). With
+uvloop and httptools the gateway's CPU per call was the same to a fifth lower. The
+breakdown is in docs/guides/gateway.md ("What the gateway costs per call").
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 import subprocess
@@ -62,6 +73,7 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
 
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.backends import load_backends
+    from torchroute.gateway.main import freeze_heap
     from torchroute.learners import LinUCB
     from torchroute.serve import Router
 
@@ -78,7 +90,9 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
         state_path=state,
     )
     gateway = Gateway([router], load_backends(backends))
-    uvicorn.run(create_gateway_app(gateway), host="127.0.0.1", port=port, log_level="warning")
+    app = create_gateway_app(gateway)  # as `torchroute gateway` serves it
+    freeze_heap()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def _cpu_ms(pid: int) -> float:
@@ -88,6 +102,14 @@ def _cpu_ms(pid: int) -> float:
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def _loadavg() -> str:
+    """The 1-minute load average (``?`` where /proc is missing)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
 
 
 def _load(url: str, model: str, stream: bool, clients: int, requests: int) -> np.ndarray:
@@ -170,7 +192,11 @@ def main() -> None:
             _wait(f"{gateway}/health", procs[-1])
             _load(gateway, "router", False, args.clients, 5)  # warm up both
             _load(stub, "small", False, args.clients, 5)
-            print(f"{args.clients} clients x {args.requests} calls per phase (ms)")
+            fast = [m for m in ("uvloop", "httptools") if importlib.util.find_spec(m)]
+            print(
+                f"{args.clients} clients x {args.requests} calls per phase (ms); load "
+                f"{_loadavg()}; server: {' + '.join(fast) or 'asyncio + h11'}"
+            )
             for stream in (False, True):
                 calls = args.clients * args.requests
                 stub_cpu = _cpu_ms(procs[0].pid)
@@ -185,7 +211,8 @@ def main() -> None:
                 print(
                     f"{name:6s} direct p50 {d50:7.2f} p99 {d99:7.2f} | gateway p50 {g50:7.2f} "
                     f"p99 {g99:7.2f} | added p50 {g50 - d50:7.2f} p99 {g99 - d99:7.2f} | "
-                    f"CPU per call: gateway {gateway_cpu:5.2f}, stub {stub_cpu:5.2f}"
+                    f"CPU per call: gateway {gateway_cpu:5.2f}, stub {stub_cpu:5.2f} | "
+                    f"load {_loadavg()}"
                 )
         finally:
             for proc in procs:

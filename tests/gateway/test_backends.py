@@ -123,6 +123,7 @@ def test_backend_api_key_comes_from_the_environment_and_is_never_logged(tmp_path
         (["--insecure-no-auth", "--host", "0.0.0.0"], "only on loopback"),
         (["--cap", "1"], "--cap goes with --token"),
         (["--max-fallbacks", "-1"], "--max-fallbacks must be"),
+        (["--inline-route-ms", "-1"], "--inline-route-ms must be"),
     ],
 )
 def test_gateway_flags_are_checked_before_start_up(tmp_path, capsys, flags, words):

@@ -24,6 +24,8 @@ from tests.gateway.helpers import (
     start_gateway,
     write_backends,
 )
+from torchroute.gateway.app import Gateway, create_gateway_app
+from torchroute.gateway.backends import load_backends
 from torchroute.gateway.stub import ServerThread, stub_app
 from torchroute.serve.limits import Limits
 
@@ -289,6 +291,40 @@ def test_a_stream_cut_short_or_endless_is_bounded_and_said(gateway, stub, router
     ((outcome,),) = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
     assert outcome == {"truncate": "truncated", "endless": "too large"}[mode]
     assert _rows(router, "SELECT status FROM routes WHERE request_id = ?", rid) == [(4,)]
+
+
+def test_a_stream_that_stalls_after_its_first_event_is_a_timeout(gateway, stub, router):
+    for arm in ARMS:  # the first event at once, then nothing for longer than timeout_s
+        _mode(stub, arm, "ok", words=2, delay=3.0)
+    started = time.monotonic()
+    response = _chat(gateway, "stream that stalls", stream=True)
+    assert response.status_code == 200 and time.monotonic() - started < 2.5
+    events = [line for line in response.text.splitlines() if line.startswith("data: ")]
+    assert json.loads(events[-1][6:])["error"]["type"] == "upstream_error"
+    rid = response.headers["x-request-id"]
+    ((outcome,),) = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
+    assert outcome == "timeout"
+
+
+def test_streams_and_answers_reuse_one_backend_connection(stub, tmp_path):
+    router = build_router()
+    backends = write_backends(tmp_path / "backends.yaml", stub.url)
+    gateway = Gateway([router], load_backends(backends), keys=keys())
+    pool = gateway._client().pool
+    opened = []
+    connect = pool._connect
+
+    async def counting(origin):
+        opened.append(origin)
+        return await connect(origin)
+
+    pool._connect = counting
+    with ServerThread(create_gateway_app(gateway)) as server:
+        for stream in (False, True, True, False, True):
+            response = _chat(server, "reuse", stream=stream)
+            assert response.status_code == 200 and "answer from" in response.text
+    router.close()
+    assert len(opened) == 1
 
 
 def test_every_model_failing_is_a_502_naming_each(fresh, stub):

@@ -25,19 +25,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import anyio
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from torchroute.gateway.backends import Backend
 from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
+from torchroute.gateway.http1 import Pool
 from torchroute.gateway.keys import BudgetError, Key, Keys
 from torchroute.gateway.sessions import Sessions
 from torchroute.gateway.shapes import (
@@ -100,6 +101,8 @@ class Gateway:
         limits: the body and prompt bounds (``max_prompt_chars`` applies to the text the
             router sees).
         max_response_bytes: the most bytes of one backend answer or stream.
+        inline_route_ms: the mean CPU time (ms) of a routing decision under which it runs
+            on the event loop rather than in a worker thread (0: always in a thread).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class Gateway:
         prompt: str = "last",
         limits: Limits | None = None,
         max_response_bytes: int = 8 << 20,
+        inline_route_ms: float = 2.0,
     ) -> None:
         if not routers:
             raise ValueError("a gateway needs at least one router")
@@ -143,6 +147,10 @@ class Gateway:
         self.limits = limits or Limits()
         self.max_response_bytes = int(max_response_bytes)
         self.upstream: Upstream | None = None
+        self.inline_route_s = float(inline_route_ms) / 1e3
+        #: {rho: moving mean of a routing decision's CPU time in seconds} (none yet: the
+        #: first decision of each router runs in a worker thread)
+        self.route_cpu: dict[float, float] = {}
         for router in self.routers.values():
             for name, backend in self.backends.items():  # as POST /models of serve
                 if name not in router.arm_names:
@@ -233,21 +241,33 @@ class Gateway:
 
     async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple:
         """``(request_id, model, reason, ranked)``: the session's request, or a new routed
-        one, and every model's probability for it (one trip to a worker thread)."""
+        one, and every model's probability for it.
+
+        The decision runs on the event loop while the router's decisions have been quick
+        (their mean CPU time, :attr:`route_cpu`, at most ``inline_route_ms``), else in a
+        worker thread (a language-model encoder): a thread hop costs more CPU than a
+        sub-millisecond decision, and its threads contend for the GIL under load.
+        """
         session = None if scope is None else self.sessions.get(scope)
 
         def decide() -> tuple:
+            start = time.thread_time()
             if session is not None and router.routed_model(session.request_id) == session.model:
                 rid, model, reason = session.request_id, session.model, "session"
             else:
                 (decision,) = router.route(texts=[text])
                 rid, model, reason = decision["request_id"], decision["model"], "routed"
-            return rid, model, reason, router.ranked(rid)
+            return rid, model, reason, router.ranked(rid), time.thread_time() - start
 
+        cpu = self.route_cpu.get(router.rho)
         try:
-            rid, model, reason, ranked = await anyio.to_thread.run_sync(decide)
+            if cpu is not None and self.inline_route_s > 0 and cpu <= self.inline_route_s:
+                rid, model, reason, ranked, spent = decide()
+            else:
+                rid, model, reason, ranked, spent = await anyio.to_thread.run_sync(decide)
         except ValueError as exc:
             raise GatewayError(422, str(exc)) from None
+        self.route_cpu[router.rho] = spent if cpu is None else cpu + 0.2 * (spent - cpu)
         if scope is not None and reason == "routed":
             self.sessions.put(scope, rid, model)
         return rid, model, reason, ranked
@@ -290,7 +310,7 @@ class Gateway:
         rid, errors, upstream = info["request_id"], [], self._client()
         for i, candidate in enumerate(tries):
             try:
-                payload, usage = await upstream.complete(candidate.backend, body)
+                payload, usage, data = await upstream.complete(candidate.backend, body)
             except CallFailed as exc:
                 await self._fall_back(router, rid, candidate, exc.outcome, key, errors)
                 continue
@@ -303,8 +323,12 @@ class Gateway:
                 self.sessions.end(rid)
             if row.cost is not None:
                 self.keys.add(key, row.cost)
-            payload["torchroute"] = self._info(info, candidate, errors, row.cost)
-            return JSONResponse(payload, headers=_headers(rid, candidate, errors))
+            extra = self._info(info, candidate, errors, row.cost)
+            return Response(
+                _with_info(data, payload, extra),
+                headers=_headers(rid, candidate, errors),
+                media_type="application/json",
+            )
         return await self._failed(router, info, errors)
 
     async def _stream(
@@ -390,15 +414,14 @@ class Gateway:
 
     def _client(self) -> Upstream:
         if self.upstream is None:
-            limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-            client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
-            self.upstream = Upstream(client, self.max_response_bytes)
+            pool = Pool(max_connections=256, max_idle=64)
+            self.upstream = Upstream(pool, self.max_response_bytes)
         return self.upstream
 
     async def aclose(self) -> None:
-        """Close the HTTP client of the backends."""
+        """Close the connections to the backends."""
         if self.upstream is not None:
-            await self.upstream.client.aclose()
+            await self.upstream.pool.aclose()
             self.upstream = None
 
     async def feedback(self, request: Request, raw_body: bytes) -> dict[str, Any]:
@@ -461,6 +484,20 @@ class Gateway:
             "status": "ok",
             "routers": {f"{rho:g}": r.status() for rho, r in self.routers.items()},
         }
+
+
+def _with_info(data: bytes, payload: dict[str, Any], info: dict[str, Any]) -> bytes:
+    """The backend's answer ``data`` (the JSON object ``payload``) with the key
+    ``torchroute: info`` added: its bytes as they came, the key spliced in before the
+    closing brace (re-encoded only where the backend sent a ``torchroute`` key, or bytes
+    that are not a UTF-8 JSON object)."""
+    body = data.strip()
+    if "torchroute" in payload or not (body.startswith(b"{") and body.endswith(b"}")):
+        return json.dumps(
+            {**payload, "torchroute": info}, ensure_ascii=False, separators=(",", ":")
+        ).encode()
+    extra = json.dumps(info, ensure_ascii=False, separators=(",", ":"))
+    return b'%s,"torchroute":%s}' % (body[:-1], extra.encode())
 
 
 def _headers(rid: str, candidate: Candidate, errors: list[str]) -> dict[str, str]:

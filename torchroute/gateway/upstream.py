@@ -1,4 +1,4 @@
-"""Calls to a backend's ``/chat/completions`` (``httpx``), bounded in time and size.
+"""Calls to a backend's ``/chat/completions``, bounded in time and size.
 
 A call that fails before the backend's answer starts raises :class:`CallFailed` with the
 outcome logged for it (``connect``, ``timeout``, ``429``, ``500``..., ``malformed``,
@@ -7,23 +7,35 @@ and raises :class:`ClientError` (passed to the client, no fallback). A stream is
 event by event (server-sent events, ``data: {...}\\n\\n``) and handed on as it arrives;
 its ``usage`` chunk is kept, and it stops with an outcome (``truncated``, ``timeout``,
 ``too large``, ``malformed``) when the backend ends it early, stalls, or exceeds the
-bounds.
+bounds. The calls go over the keep-alive connections of :mod:`torchroute.gateway.http1`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from torchroute.gateway.backends import Backend
+from torchroute.gateway.http1 import (
+    ConnectError,
+    HTTPError,
+    Pool,
+    Response,
+    Target,
+    request_head,
+    target,
+    with_length,
+    within,
+)
 
 DONE = b"[DONE]"
+#: seconds to wait for the end of a stream's body after its ``[DONE]`` event
+FINISH_S = 1.0
 
 
 class CallFailed(Exception):
@@ -63,66 +75,76 @@ def read_usage(payload: Any) -> Usage | None:
     return Usage(*counts)
 
 
-def _headers(backend: Backend) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept": "application/json"}
-    if backend.api_key:
-        headers["authorization"] = f"Bearer {backend.api_key}"
-    return headers
+def _encode(body: dict[str, Any]) -> bytes:
+    """A request body as JSON (UTF-8, compact; NaN refused, as httpx encodes ``json=``)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _failure(exc: Exception) -> CallFailed:
-    if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)):
+def _failure(exc: BaseException) -> CallFailed:
+    if isinstance(exc, asyncio.TimeoutError):
         return CallFailed("timeout", "the backend did not answer in time")
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, ConnectError):
         return CallFailed("connect", f"cannot connect to the backend ({exc})")
     return CallFailed("connect", f"the connection failed ({type(exc).__name__})")
 
 
-async def _check_status(response: httpx.Response, max_bytes: int) -> None:
-    status = response.status_code
+async def _check_status(response: Response, max_bytes: int) -> None:
+    status = response.status
     if status == 200:
         return
-    body = b""
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > max_bytes:
-            break
+    body = await response.read(max_bytes)
     if status == 429 or status >= 500:
         raise CallFailed(str(status), f"the backend answered {status}")
-    raise ClientError(status, body[:max_bytes])
+    raise ClientError(status, body)
 
 
 class Upstream:
     """The gateway's HTTP client of the backends.
 
     Args:
-        client: a shared ``httpx.AsyncClient``.
+        pool: the keep-alive connections (:class:`~torchroute.gateway.http1.Pool`).
         max_response_bytes: the most bytes one answer (or one stream) may have.
     """
 
-    def __init__(self, client: httpx.AsyncClient, max_response_bytes: int) -> None:
-        self.client, self.max_bytes = client, max_response_bytes
+    def __init__(self, pool: Pool, max_response_bytes: int) -> None:
+        self.pool, self.max_bytes = pool, max_response_bytes
+        self._heads: dict[tuple[Backend, bool], tuple[Target, bytes]] = {}
 
-    async def complete(self, backend: Backend, body: dict[str, Any]) -> tuple[dict, Usage | None]:
-        """One non-streamed answer: ``(response JSON, usage)``."""
+    def _request(
+        self, backend: Backend, body: dict[str, Any], stream: bool
+    ) -> tuple[Target, bytes]:
+        """``(target, request bytes)`` of a call (the head built once per backend)."""
+        known = self._heads.get((backend, stream))
+        if known is None:
+            where = target(f"{backend.base_url}/chat/completions")
+            headers = [
+                ("Accept", "text/event-stream" if stream else "application/json"),
+                ("Content-Type", "application/json"),
+            ]
+            if backend.api_key:
+                headers.append(("Authorization", f"Bearer {backend.api_key}"))
+            known = self._heads[(backend, stream)] = (where, request_head(where, headers))
+        where, head = known
+        return where, with_length(head, _encode(body))
+
+    async def complete(
+        self, backend: Backend, body: dict[str, Any]
+    ) -> tuple[dict, Usage | None, bytes]:
+        """One non-streamed answer: ``(response JSON, usage, its bytes)``."""
         try:
-            return await asyncio.wait_for(self._complete(backend, body), backend.timeout_s)
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+            return await within(self._complete(backend, body), backend.timeout_s)
+        except (HTTPError, asyncio.TimeoutError) as exc:
             raise _failure(exc) from None
 
-    async def _complete(self, backend: Backend, body: dict) -> tuple[dict, Usage | None]:
-        request = self.client.build_request(
-            "POST",
-            f"{backend.base_url}/chat/completions",
-            json={**body, "model": backend.model, "stream": False},
-            headers=_headers(backend),
-            timeout=backend.timeout_s,
+    async def _complete(self, backend: Backend, body: dict) -> tuple[dict, Usage | None, bytes]:
+        where, request = self._request(
+            backend, {**body, "model": backend.model, "stream": False}, False
         )
-        response = await self.client.send(request, stream=True)
+        response = await self.pool.post(where, request)
         try:
             await _check_status(response, self.max_bytes)
             data = bytearray()
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.iter_bytes():
                 data += chunk
                 if len(data) > self.max_bytes:
                     raise CallFailed("too large", f"the answer is over {self.max_bytes} bytes")
@@ -137,35 +159,31 @@ class Upstream:
             raise CallFailed(
                 "malformed", f"the backend's answer is not a completion ({exc})"
             ) from None
-        return payload, usage
+        return payload, usage, bytes(data)
 
     async def stream(self, backend: Backend, body: dict[str, Any]) -> Stream:
         """Open a streamed answer; raises :class:`CallFailed` before its first byte."""
-        request = self.client.build_request(
-            "POST",
-            f"{backend.base_url}/chat/completions",
-            json={
-                **body,
-                "model": backend.model,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            },
-            headers={**_headers(backend), "accept": "text/event-stream"},
-            timeout=backend.timeout_s,
-        )
+        full = {
+            **body,
+            "model": backend.model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         deadline = time.monotonic() + backend.timeout_s
         try:
-            response = await asyncio.wait_for(
-                self.client.send(request, stream=True), backend.timeout_s
-            )
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+            where, request = self._request(backend, full, True)
+            response = await within(self.pool.post(where, request), backend.timeout_s)
+        except (HTTPError, asyncio.TimeoutError) as exc:
             raise _failure(exc) from None
         try:
-            await _check_status(response, self.max_bytes)
+            await within(_check_status(response, self.max_bytes), backend.timeout_s)
+        except (HTTPError, asyncio.TimeoutError) as exc:
+            await response.aclose()
+            raise _failure(exc) from None
         except BaseException:
             await response.aclose()
             raise
-        return Stream(response, deadline, self.max_bytes)
+        return Stream(response, deadline, self.max_bytes, backend.timeout_s)
 
 
 class Stream:
@@ -179,8 +197,11 @@ class Stream:
     byte for ``timeout_s``, or past the call's deadline), ``too large``, ``malformed``.
     """
 
-    def __init__(self, response: httpx.Response, deadline: float, max_bytes: int) -> None:
+    def __init__(
+        self, response: Response, deadline: float, max_bytes: int, read_timeout: float
+    ) -> None:
         self.response, self.deadline, self.max_bytes = response, deadline, max_bytes
+        self.read_timeout = read_timeout
         self.usage: Usage | None = None
         self.outcome = "truncated"
         self.forward_usage = False
@@ -188,8 +209,9 @@ class Stream:
     async def events(self) -> AsyncIterator[bytes]:
         """The stream's events, a read's worth at a time (the ``[DONE]`` event included)."""
         buffer, size = b"", 0
+        chunks = self.response.iter_bytes(self.read_timeout)
         try:
-            async for chunk in self.response.aiter_bytes():  # each read bounded by timeout_s
+            async for chunk in chunks:  # each read bounded by timeout_s
                 size += len(chunk)
                 if size > self.max_bytes:
                     self.outcome = "too large"
@@ -209,16 +231,32 @@ class Stream:
                     yield b"".join(out)
                 if done:
                     self.outcome = "ok"
+                    await self._finish(chunks, size)
                     return
                 if self.outcome == "malformed":
                     return
                 if time.monotonic() > self.deadline:
                     self.outcome = "timeout"
                     return
-        except httpx.HTTPError as exc:
+        except (HTTPError, asyncio.TimeoutError) as exc:
             self.outcome = _failure(exc).outcome
         finally:
             await self.response.aclose()
+
+    async def _finish(self, chunks: AsyncIterator[bytes], size: int) -> None:
+        """Read what follows ``[DONE]`` (the end of the body, nothing more as a rule), so
+        that the connection goes back to the pool rather than being closed; at most
+        ``FINISH_S`` seconds and the remaining bytes of the bound, else it is closed."""
+
+        async def drain() -> None:
+            nonlocal size
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > self.max_bytes:
+                    return
+
+        with contextlib.suppress(HTTPError, asyncio.TimeoutError):
+            await within(drain(), FINISH_S)  # else only the connection is lost
 
     def _read(self, event: bytes) -> tuple[bool, bool]:
         """Note the usage of an event: ``(is [DONE], carries only the usage)``."""
