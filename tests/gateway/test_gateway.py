@@ -451,3 +451,23 @@ def test_a_client_leaving_mid_stream_is_logged_and_withdrawn(gateway, stub, rout
         time.sleep(0.1)
     assert rows == [("client closed",)]
     assert router.request_status(rid) == "withdrawn"
+
+
+@pytest.mark.parametrize("docs", [False, True])
+def test_docs_and_schema_answer_only_when_asked_and_load_nothing_remote(stub, tmp_path, docs):
+    router = build_router()
+    backends = write_backends(tmp_path / "backends.yaml", stub.url)
+    gateway = Gateway([router], load_backends(backends), keys=keys())
+    with ServerThread(create_gateway_app(gateway, docs=docs)) as server:
+        answers = {p: httpx.get(server.url + p, timeout=30) for p in ("/docs", "/redoc")}
+        schema = httpx.get(server.url + "/openapi.json", timeout=30)
+    router.close()
+    assert answers["/redoc"].status_code == 404
+    if not docs:  # FastAPI's own pages would load their scripts from a CDN
+        assert answers["/docs"].status_code == 404 and schema.status_code == 404
+        return
+    page = answers["/docs"]
+    assert page.status_code == 200 and "/v1/chat/completions" in page.text
+    assert "<script" not in page.text.lower() and "://" not in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert "/v1/chat/completions" in schema.json()["paths"]

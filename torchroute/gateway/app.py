@@ -509,17 +509,32 @@ def _headers(rid: str, candidate: Candidate, errors: list[str]) -> dict[str, str
 
 
 def create_gateway_app(
-    gateway: Gateway, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS
+    gateway: Gateway, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS, docs: bool = False
 ) -> FastAPI:
     """The FastAPI application of ``gateway`` (the ``Host`` check and the body limit of
-    ``serve`` in front; the key check in each handler)."""
+    ``serve`` in front; the key check in each handler).
+
+    ``docs``: serve ``/openapi.json`` and ``/docs`` as ``serve --docs`` does (a
+    self-contained page, nothing loaded from another host); off by default, so the
+    gateway answers only its API.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await gateway.aclose()
 
-    app = FastAPI(title="torchroute gateway", lifespan=lifespan)
+    app = FastAPI(
+        title="torchroute gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    if docs:
+        from torchroute.serve.docs_page import add_docs_page
+
+        add_docs_page(app)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

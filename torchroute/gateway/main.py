@@ -87,6 +87,9 @@ def add_parser(sub: Any) -> None:
         default="last",
         help="what the router reads: the last user message or the whole conversation",
     )
+    p.add_argument(
+        "--docs", action="store_true", help="serve /docs and /openapi.json (off by default)"
+    )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit")
     p.add_argument("--max-prompt-chars", type=int, default=20_000, help="characters routed on")
     p.add_argument(
@@ -302,7 +305,7 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
         ", ".join(f"{r:g}" for r in routers),
         "keys required" if keys else "no key needed: loopback only",
     )
-    app = create_gateway_app(gateway, allowed_hosts=hosts)
+    app = create_gateway_app(gateway, allowed_hosts=hosts, docs=args.docs)
     missing = [name for name in ("uvloop", "httptools") if importlib.util.find_spec(name) is None]
     if missing:
         log.info(
