@@ -89,8 +89,8 @@ def rank_one_eigh(d: Tensor, z: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     # (the last root always from d_p)
     half = 0.5 * width
     mid = ds + half
-    work = (dp[..., :, None] - mid[..., None, :],)  # [..., n, n] scratch, reused throughout
-    work = (work[0], torch.empty_like(work[0]))
+    scratch = dp[..., :, None] - mid[..., None, :]  # [..., n, n], reused throughout
+    work = (scratch, torch.empty_like(scratch))
     f_mid = 1 + (weight[..., None, :] @ work[0].reciprocal_())[..., 0, :]
     at_lo = (f_mid >= 0) | top
     origin = torch.where(at_lo, ds, d_next)
