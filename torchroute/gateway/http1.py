@@ -96,7 +96,7 @@ def _ssl_context() -> ssl.SSLContext:
         import certifi
 
         context = ssl.create_default_context(cafile=certifi.where())
-    except ImportError:  # pragma: no cover - certifi comes with httpx
+    except ImportError:  # pragma: no cover - certifi is a dependency
         context = ssl.create_default_context()
     context.set_alpn_protocols(["http/1.1"])
     return context
