@@ -184,3 +184,27 @@ def test_feasibility_at_both_tolerances_on_a_hand_made_trajectory():
     means = env.means[:, 0]  # [R, N, K]
     want = means.mean(-1).sum(-1)  # sum_n mean_i V[n, i] for one uniform draw
     torch.testing.assert_close(out["qT_value_0"], want)
+
+
+def test_block_values_kept_are_those_of_a_fresh_env_and_follow_a_reordering():
+    """The noisy block values are kept per (seed, world) and for the last policy: asked
+    again, for a reordered selection of the trials, or after new means, they equal a fresh
+    env's (which draws everything anew)."""
+    env, args = _env(r=4, kappa=20.0, blocks=2)
+    g = torch.Generator().manual_seed(5)
+    q = torch.rand(4, 5, generator=g, dtype=F64)
+    q = q / q.sum(-1, keepdim=True)
+    first = env.block_values(q)
+    assert env.block_values(q) is first  # the same policy: the answer kept
+    torch.testing.assert_close(_env(r=4, kappa=20.0, blocks=2)[0].block_values(q), first)
+    order = [2, 0, 3, 1]
+    uniform = torch.full((4, 5), 0.2, dtype=F64)  # the same policy in every trial
+    everywhere = env.block_values(uniform)
+    moved = env.select_trials(order)
+    torch.testing.assert_close(moved.block_values(uniform), everywhere[order], rtol=0, atol=0)
+    torch.testing.assert_close(moved.block_values(q[order]), first[order], rtol=0, atol=0)
+    state = env.state_dict()
+    state["means"] = state["means"].flip(0)
+    env.load_state_dict(state)
+    fresh, _ = _env(r=4, kappa=20.0, blocks=2, means=args["means"].flip(0))
+    torch.testing.assert_close(env.block_values(q), fresh.block_values(q), rtol=0, atol=0)

@@ -114,6 +114,61 @@ def test_gamma_failure_bound_of_the_docstring():
     assert all(budget(n) >= n / 16 for n in range(1, 1000))
 
 
+def _reference_gamma(key: int, counter: int, alphas: list[float]) -> list[float]:
+    """One gamma draw call of one trial, element by element in plain Python, as the
+    sampler's module docstring states it: uniform ``i`` of the call is
+    ``((word_i >> 11) + 1) 2^-53``; element ``j``'s first proposals read uniforms
+    ``k n + j`` (Box–Muller radius and angle, two acceptance uniforms, the boost), the first
+    ``budget(n)`` elements rejected twice read ``(2 FIRST + 1) n + 2 SECOND j + k``; the first
+    accepted proposal wins; none accepted: ``d``."""
+    n, width = len(alphas), 2 * FIRST + 1
+    base = _mix((key & MASK) ^ _mix(counter + 1))
+
+    def u(i: int) -> float:
+        return ((_mix(base + (i + 1) * 0x9E3779B97F4A7C15) >> 11) + 1) * 2.0**-53
+
+    def first_accepted(d: float, xs: list[float], us: list[float]) -> float | None:
+        for x, v_u in zip(xs, us):
+            v = (1 + x / math.sqrt(9 * d)) ** 3
+            if v > 0 and math.log(v_u) < 0.5 * x * x + d * (1 - v + math.log(v)):
+                return v
+        return None
+
+    def normals(us: list[float]) -> list[float]:
+        m = len(us) // 2
+        radii = [math.sqrt(-2 * math.log(a)) for a in us[:m]]
+        angles = [2 * math.pi * a for a in us[m:]]
+        return [r * math.cos(a) for r, a in zip(radii, angles)] + [
+            r * math.sin(a) for r, a in zip(radii, angles)
+        ]
+
+    out, second = [], 0
+    for j, alpha in enumerate(alphas):
+        d = (alpha + 1 if alpha < 1 else alpha) - 1 / 3
+        first = [u(k * n + j) for k in range(width)]
+        v = first_accepted(d, normals(first[:FIRST]), first[FIRST : 2 * FIRST])
+        if v is None and second < budget(n):
+            second += 1
+            more = [u(width * n + 2 * SECOND * j + k) for k in range(2 * SECOND)]
+            v = first_accepted(d, normals(more[:SECOND]), more[SECOND:])
+        value = d * (1.0 if v is None else v)
+        out.append(value * first[-1] ** (1 / alpha) if alpha < 1 else value)
+    return out
+
+
+def test_gamma_follows_the_documented_scheme_element_by_element():
+    """Against a plain-Python reading of the scheme (shapes near 1, where proposals are
+    rejected most: about 0.2% of them, so the second stage is used too)."""
+    alpha = torch.linspace(0.5, 1.5, 2000, dtype=F64).reshape(1, -1).repeat(3, 1)
+    alpha[1] = alpha[1].flip(0)
+    rng = TrialRNG(KEYS)
+    rng.uniform((3, 2))  # a later call: the counter is part of the stream
+    got = rng.gamma(alpha)
+    for r in range(3):
+        want = torch.tensor(_reference_gamma(int(KEYS[r]), 1, alpha[r].tolist()), dtype=F64)
+        torch.testing.assert_close(got[r], want, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("alpha", [0.3, 1.0, 5.0])
 def test_second_stage_alone_draws_the_gamma(alpha):
     """First-stage acceptance uniforms forced to 1 reject (almost) every first proposal; the
@@ -121,14 +176,47 @@ def test_second_stage_alone_draws_the_gamma(alpha):
     r, n = 20_000, 8  # budget(8) = 8: every element has second-stage slots
     base = torch.randint(-(2**62), 2**62, (r,), generator=torch.Generator().manual_seed(1))
 
-    def uniforms(pos):
-        u = (mix64(base[:, None] + (pos + 1) * -7046029254386353131) >> 11) & ((1 << 53) - 1)
+    def uniforms(pos, rows=None):
+        seeds = base[:, None] if rows is None else base[rows, None]
+        u = (mix64(seeds + (pos + 1) * -7046029254386353131) >> 11) & ((1 << 53) - 1)
         u = (u + 1).to(F64) * 2.0**-53
         first_accept = (pos >= FIRST * n) & (pos < 2 * FIRST * n)
         return torch.where(first_accept, 1.0, u)
 
-    x = sample_gamma(torch.full((r, n), alpha, dtype=F64), uniforms).reshape(-1)
-    assert stats.kstest(x.numpy(), "gamma", args=(alpha,)).pvalue > 1e-4
+    for sparse in (True, False):
+        x = sample_gamma(torch.full((r, n), alpha, dtype=F64), uniforms, sparse).reshape(-1)
+        assert stats.kstest(x.numpy(), "gamma", args=(alpha,)).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0, 5.0])
+def test_sparse_and_dense_second_stages_give_the_same_values(alpha):
+    """Trials with every element rejected at first (more than the budget: the rest keep
+    ``d``), with a few rejected, and with none: both forms of the second stage agree bit for
+    bit, and the elements over the budget are ``d`` (times the boost)."""
+    r, n = 300, 40  # budget(40) = 10
+    base = torch.randint(-(2**62), 2**62, (r,), generator=torch.Generator().manual_seed(2))
+    kind = torch.arange(r) % 3  # 0: all rejected, 1: every 7th rejected, 2: as drawn
+
+    def uniforms(pos, rows=None):
+        trial = torch.arange(r)[:, None] if rows is None else rows[:, None]
+        seeds = base[trial]
+        u = (mix64(seeds + (pos + 1) * -7046029254386353131) >> 11) & ((1 << 53) - 1)
+        u = (u + 1).to(F64) * 2.0**-53
+        acceptance = (pos >= FIRST * n) & (pos < 2 * FIRST * n)
+        forced = acceptance & ((kind[trial] == 0) | ((kind[trial] == 1) & (pos % n % 7 == 0)))
+        return torch.where(forced, 1.0, u)
+
+    alphas = torch.full((r, n), alpha, dtype=F64)
+    sparse = sample_gamma(alphas, uniforms, sparse=True)
+    dense = sample_gamma(alphas, uniforms, sparse=False)
+    assert torch.equal(sparse, dense)
+    d = (alpha + (alpha < 1)) - 1 / 3
+    over = sparse[kind == 0][:, budget(n) :]  # no second-stage slot: d (times the boost)
+    if alpha >= 1:
+        assert torch.equal(over, torch.full_like(over, d))
+    else:
+        assert (over <= d).all() and (over > 0).all()
+    assert (sparse[kind != 0] != d).all()  # every other element got a proposal accepted
 
 
 def test_categorical_frequencies_follow_probs():

@@ -50,10 +50,15 @@ def _shr(x: Tensor, s: int) -> Tensor:
 
 
 def mix64(z: Tensor) -> Tensor:
-    """The SplitMix64 finaliser on int64 words (multiplications wrap), elementwise."""
-    z = (z ^ _shr(z, 30)).mul_(_M1)
-    z.bitwise_xor_(_shr(z, 27)).mul_(_M2)
-    return z.bitwise_xor_(_shr(z, 31))
+    """The SplitMix64 finaliser on int64 words (multiplications wrap), elementwise.
+
+    Written in place on two buffers (a new result and one scratch): the words are hashed
+    in bulk, and this is most of the cost of a draw."""
+    out = (z >> 30).bitwise_and_((1 << 34) - 1).bitwise_xor_(z).mul_(_M1)
+    scratch = (out >> 27).bitwise_and_((1 << 37) - 1)
+    out.bitwise_xor_(scratch).mul_(_M2)
+    scratch = torch.bitwise_right_shift(out, 31, out=scratch).bitwise_and_((1 << 33) - 1)
+    return out.bitwise_xor_(scratch)
 
 
 def _mix64_int(z: int) -> int:
@@ -193,9 +198,12 @@ class TrialRNG:
         """
         self._shape(alpha.shape)
         base = self._base()
-        return sample_gamma(
-            alpha, lambda pos: _open_unit(mix64(base[:, None] + (pos + 1) * _GOLDEN))
-        )
+
+        def uniforms(positions: Tensor, rows: Tensor | None = None) -> Tensor:
+            seeds = base[:, None] if rows is None else base[rows, None]
+            return _open_unit(mix64(seeds + (positions + 1) * _GOLDEN))
+
+        return sample_gamma(alpha, uniforms)
 
     def integers(self, high: int, shape: tuple[int, ...]) -> Tensor:
         """Integers uniform on ``0..high-1`` (int64; modulo bias below ``high / 2^63``)."""
@@ -213,8 +221,9 @@ def _unit(words: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _open_unit(words: Tensor) -> Tensor:
-    """float64 uniforms in ``(0, 1]`` (safe for ``log``)."""
-    return (_shr(words, 11) + 1).to(torch.float64) * (2.0**-53)
+    """float64 uniforms in ``(0, 1]`` (safe for ``log``); ``words`` is overwritten."""
+    words.bitwise_right_shift_(11).bitwise_and_((1 << 53) - 1).add_(1)
+    return words.to(torch.float64).mul_(2.0**-53)
 
 
 def _box_muller(w1: Tensor, w2: Tensor) -> Tensor:

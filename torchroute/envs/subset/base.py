@@ -152,6 +152,8 @@ class SubsetEnv(Env):
         self.curve_keys = ("reward", "r1_opt", *(f"cost_{j}" for j in range(self.dim_cost)))
         self.opt_floor = 1.0 / (10 * self.num_arms) if opt_floor is None else float(opt_floor)
         self._t = 0
+        self._monte_carlo: dict[tuple[int, bytes], Tensor] = {}  # see _noisy_values
+        self._last_block_values: tuple[Tensor, Tensor] | None = None  # (q, [R, P])
         self.q_opt = self._solve_opt().to(device)
         self.last_probs = torch.full(
             (self.num_trials, self.num_arms), 1.0 / self.num_arms, device=device
@@ -211,6 +213,7 @@ class SubsetEnv(Env):
         """The trials ``index`` (labels, means, costs, targets, OPT, state) as a new env."""
         idx = self.trial_index(index)
         env = copy.copy(self)
+        env._last_block_values = None  # another set of trials
         env.num_trials = idx.numel()
         env._labels = self._labels.iloc[idx.numpy()].reset_index(drop=True)
         on = idx.to(self.device)
@@ -311,26 +314,39 @@ class SubsetEnv(Env):
         return (self.block_values(q) * counts).sum(-1) / rounds
 
     def block_values(self, q: Tensor) -> Tensor:
-        """``E_{A ~ q, V}[r(A)]`` per block of a fixed policy ``q [R, K]``, ``[R, P]``."""
+        """``E_{A ~ q, V}[r(A)]`` per block of a fixed policy ``q [R, K]``, ``[R, P]``.
+
+        The Monte Carlo draws of ``V`` are made once per (seed, world) and kept, and the
+        last answer is kept too (the loop's last log and the run's result ask for the same
+        policy)."""
+        last = self._last_block_values
+        if last is not None and last[0].shape == q.shape and torch.equal(last[0], q):
+            return last[1]
         if self.kappa is None:
             per_block = expected_sum_max(q[:, None], self.means, self.draws)  # [R, P]
         else:
             seeds = self._labels.get("seed", pd.Series(range(self.num_trials))).to_numpy()
-            g = torch.Generator(device=self.device)
             rows = []
-            drawn: dict[tuple[int, bytes], Tensor] = {}  # trials of one seed and one world
             for r in range(self.num_trials):  # end of run only
-                key = (int(seeds[r]), self.means[r].cpu().numpy().tobytes())
-                if key not in drawn:  # the same generator seed and shapes: the same draws
-                    g.manual_seed(key[0] + 7919)
-                    m = self.means[r].clamp(1e-6, 1 - 1e-6).expand(200, *self.means.shape[1:])
-                    a = torch._standard_gamma(self.kappa * m, generator=g)
-                    b = torch._standard_gamma(self.kappa * (1 - m), generator=g)
-                    drawn[key] = a / (a + b)
-                values = drawn[key]
+                values = self._noisy_values(int(seeds[r]), self.means[r])
                 rows.append(expected_sum_max(q[r, None, None], values, self.draws).mean(0))
             per_block = torch.stack(rows)
+        self._last_block_values = (q.clone(), per_block)
         return per_block
+
+    def _noisy_values(self, seed: int, means: Tensor) -> Tensor:
+        """200 draws of ``V`` per block, ``[200, P, N, K]``, for one trial's ``means
+        [P, N, K]`` from a generator seeded by ``seed`` (the same for trials of one seed and
+        one world; kept)."""
+        key = (seed, means.cpu().numpy().tobytes())
+        values = self._monte_carlo.get(key)
+        if values is None:
+            g = torch.Generator(device=self.device).manual_seed(seed + 7919)
+            m = means.clamp(1e-6, 1 - 1e-6).expand(200, *means.shape)
+            a = torch._standard_gamma(self.kappa * m, generator=g)
+            b = torch._standard_gamma(self.kappa * (1 - m), generator=g)
+            values = self._monte_carlo[key] = a / (a + b)
+        return values
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
         avg_cost = torch.stack([sums[f"cost_{j}"] for j in range(self.dim_cost)], -1) / rounds
@@ -363,6 +379,7 @@ class SubsetEnv(Env):
         """Restore the last policy and the block means (the regime schedule: never re-drawn)."""
         self.last_probs = state["last_probs"].to(self.last_probs)
         self.means = state["means"].to(self.means)
+        self._last_block_values = None
 
     def fingerprint(self) -> dict[str, Any]:
         return {
