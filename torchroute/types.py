@@ -107,11 +107,15 @@ class Decision(_TensorContainer):
         observe: optional ``[R, B, K]`` bool, the arms whose true feedback the learner asks
             for besides ``action`` (a feedback graph's out-neighbours; all ``True`` for a
             full-information learner). The environment reveals ``action | observe``.
+        scores: optional ``[R, B, K]``, the values an argmax rule chose ``action`` by (the
+            unavailable arms masked), where ``act`` computed them as ``routing_probs``
+            would: it then reads them instead of computing them again.
     """
 
     probs: Tensor
     action: Tensor
     observe: Tensor | None = None
+    scores: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check("Decision.probs", self.probs, 3, "[R, B, K]")
@@ -128,6 +132,11 @@ class Decision(_TensorContainer):
                 )
             if self.observe.dtype != torch.bool:
                 raise TypeError(f"Decision.observe must be bool, got {self.observe.dtype}")
+        if self.scores is not None and self.scores.shape != self.probs.shape:
+            raise InputError(
+                f"Decision.scores must be [R, B, K] = {tuple(self.probs.shape)} like "
+                f"Decision.probs, got {tuple(self.scores.shape)}"
+            )
 
     @property
     def is_subset(self) -> bool:

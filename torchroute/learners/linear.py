@@ -182,8 +182,10 @@ class LinUCB(_PerTrialRidge):
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        action = argmax_random_ties(mask_scores(self._scores(x), context.available), generator)
-        return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
+        scores = mask_scores(self._scores(x), context.available)
+        action = argmax_random_ties(scores, generator)
+        probs = one_hot_probs(action, self.num_arms, x.dtype)
+        return Decision(probs=probs, action=action, scores=scores)
 
     def _scores(self, x: Tensor) -> Tensor:
         """The upper confidence bounds ``[R, B, K]`` of ``x [R, B, d]`` (eager operators),
@@ -202,13 +204,15 @@ class LinUCB(_PerTrialRidge):
     ) -> Tensor:
         """Exact: uniform over the arms tied at the top bound, ``[R, B, K]`` float64.
 
-        The bounds are recomputed with eager operators; where a fused kernel rounded them
-        so that its arm is not among the tied ones, that arm's one-hot vector.
-        ``generator`` and ``draws`` are unused.
+        The bounds are those ``act`` computed with eager operators (``Decision.scores``),
+        else recomputed so; where a fused kernel rounded them so that its arm is not among
+        the tied ones, that arm's one-hot vector. ``generator`` and ``draws`` are unused.
         """
         self._check_context(context)
-        scores = self._scores(context.x.to(self.theta.dtype))
-        return tie_probs(mask_scores(scores, context.available), decision.action)
+        scores = decision.scores
+        if scores is None:
+            scores = mask_scores(self._scores(context.x.to(self.theta.dtype)), context.available)
+        return tie_probs(scores, decision.action)
 
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
