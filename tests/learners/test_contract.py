@@ -1,4 +1,4 @@
-"""The learner contract (STYLE.md section 2/7), parametrised over every learner."""
+"""The learner contract, parametrised over every learner."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from tests.learners.helpers import (
     forced_decision,
     run,
 )
+from torchroute.errors import InputError
 from torchroute.learners import Learner
-from torchroute.types import Context
+from torchroute.types import Context, Decision
 
 NAMES = sorted(LEARNERS)
 R, K, D = 4, 3, 5
@@ -293,6 +294,35 @@ def test_routing_probs_are_the_frequencies_of_act(name, fresh):
     slack = 5 * (0.25 / N_MC) ** 0.5 + 1 / (N_MC + 1) if estimated else 0.0
     gap = (freq - expected).abs()
     assert (gap <= 5 * sigma + 1e-3 + slack).all(), (gap.max(), freq, expected)
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "trained"])
+@pytest.mark.parametrize("name", NAMES)
+def test_scores_act_hands_on_give_the_probabilities_computed_anew(name, fresh):
+    """Where ``act`` passes on the scores it chose by (``Decision.scores``), ``routing_probs``
+    reading them equals ``routing_probs`` of the same decision without them, bit for bit,
+    also with an arm unavailable (a fresh ridge learner has every arm tied); a mis-shaped
+    ``scores`` is refused."""
+    learner = build(name, R, K, D)
+    problem = LinearProblem(R, K, D, seed=12)
+    if not fresh:
+        _warm_up(learner, problem)
+    context = problem.context(2)
+    available = torch.ones(R, 2, K, dtype=torch.bool)
+    available[:, :, 0] = False
+    for ctx in (context, Context(x=context.x, available=available)):
+        decision = learner.act(ctx, torch.Generator().manual_seed(1))
+        if decision.scores is None:
+            continue
+        assert decision.scores.shape == decision.probs.shape
+        bare = Decision(decision.probs, decision.action, decision.observe)
+        given = learner.routing_probs(ctx, decision, torch.Generator().manual_seed(2))
+        anew = learner.routing_probs(ctx, bare, torch.Generator().manual_seed(2))
+        torch.testing.assert_close(given, anew, rtol=0, atol=0)
+    with pytest.raises(InputError, match=r"Decision.scores must be \[R, B, K\]"):
+        Decision(
+            torch.ones(R, 2, K) / K, torch.zeros(R, 2, dtype=torch.long), None, torch.ones(R, K)
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -49,12 +49,13 @@ def restrict_decision(decision: Decision, available: Tensor, generator: Source =
     from those probabilities (an available action is kept, so the action is distributed
     as the restricted ``probs``: ``p_k + (1 - S) p_k / S = p_k / S``). One draw is made
     every call, whatever the actions, so the number of draws does not depend on the data.
-    ``observe`` loses the unavailable arms. Shapes: ``probs, available [R, B, K]``,
-    ``action [R, B]``.
+    ``observe`` loses the unavailable arms, and ``scores`` (an argmax rule's) get them
+    masked. Shapes: ``probs, available [R, B, K]``, ``action [R, B]``.
     """
     probs = restrict_probs(decision.probs, available)
     redraw = sample_categorical(probs, generator)  # [R, B]
     playable = available.gather(-1, decision.action[..., None])[..., 0]
     action = torch.where(playable, decision.action, redraw)
     observe = None if decision.observe is None else decision.observe & available
-    return Decision(probs=probs, action=action, observe=observe)
+    scores = None if decision.scores is None else mask_scores(decision.scores, available)
+    return Decision(probs=probs, action=action, observe=observe, scores=scores)

@@ -57,8 +57,6 @@ from torchroute.serve.subset_router import SubsetRouter
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-session-id"
-#: the CPU time of one routing decision in this many is measured (and the first of each router)
-ROUTE_CPU_EVERY = 16
 
 
 class GatewayError(Exception):
@@ -150,11 +148,9 @@ class Gateway:
         self.max_response_bytes = int(max_response_bytes)
         self.upstream: Upstream | None = None
         self.inline_route_s = float(inline_route_ms) / 1e3
-        #: {rho: moving mean of a routing decision's CPU time in seconds, over one decision
-        #: in ROUTE_CPU_EVERY} (none yet: the first decision of each router runs in a
-        #: worker thread)
+        #: {rho: moving mean of a routing decision's CPU time in seconds} (none yet: the
+        #: first decision of each router runs in a worker thread)
         self.route_cpu: dict[float, float] = {}
-        self._decisions = 0
         for router in self.routers.values():
             for name, backend in self.backends.items():  # as POST /models of serve
                 if name not in router.arm_names:
@@ -253,21 +249,17 @@ class Gateway:
         sub-millisecond decision, and its threads contend for the GIL under load.
         """
         session = None if scope is None else self.sessions.get(scope)
-        cpu = self.route_cpu.get(router.rho)
-        # the thread's CPU clock is a system call: read on one decision in ROUTE_CPU_EVERY
-        self._decisions += 1
-        timed = cpu is None or self._decisions % ROUTE_CPU_EVERY == 0
 
         def decide() -> tuple:
-            start = time.thread_time() if timed else 0.0
+            start = time.thread_time()
             if session is not None and router.routed_model(session.request_id) == session.model:
                 rid, model, reason = session.request_id, session.model, "session"
             else:
                 (decision,) = router.route(texts=[text])
                 rid, model, reason = decision["request_id"], decision["model"], "routed"
-            spent = time.thread_time() - start if timed else None
-            return rid, model, reason, router.ranked(rid), spent
+            return rid, model, reason, router.ranked(rid), time.thread_time() - start
 
+        cpu = self.route_cpu.get(router.rho)
         try:
             if cpu is not None and self.inline_route_s > 0 and cpu <= self.inline_route_s:
                 rid, model, reason, ranked, spent = decide()
@@ -275,8 +267,7 @@ class Gateway:
                 rid, model, reason, ranked, spent = await anyio.to_thread.run_sync(decide)
         except ValueError as exc:
             raise GatewayError(422, str(exc)) from None
-        if spent is not None:
-            self.route_cpu[router.rho] = spent if cpu is None else cpu + 0.2 * (spent - cpu)
+        self.route_cpu[router.rho] = spent if cpu is None else cpu + 0.2 * (spent - cpu)
         if scope is not None and reason == "routed":
             self.sessions.put(scope, rid, model)
         return rid, model, reason, ranked
