@@ -20,12 +20,11 @@ alike) run on uvloop and httptools (the ``gateway`` extra) or on asyncio and h11
     .venv/bin/python benchmarks/gateway.py --requests 200
     .venv/bin/python benchmarks/gateway.py --requests 200 --clients 1
 
-Measured on 2 shared cores (load average 1.1 to 2.6), two runs each, asyncio and h11,
-plain / stream, in ms: 8 clients added p50 5.5-6.3 / 7.4-8.2, gateway CPU per call
-1.3 / 1.5-1.8 (before the HTTP/1.1 client and the inline routing: 20-24 / 25-26, CPU
-3.2-3.6 / 4.0); 1 client added p50 1.8-2.0 / 1.6-1.9 (before 3.2-3.5 / 3.1-3.7). With
-uvloop and httptools the gateway's CPU per call was the same to a fifth lower. The
-breakdown is in docs/guides/gateway.md ("What the gateway costs per call").
+Measured on 2 shared cores, eight alternating runs each, `--requests 300`, added p50 median
+(range) in ms, plain / stream: 6.1 (3.9-8.0) / 6.0 (4.6-9.6) with asyncio and h11, 4.5
+(3.3-5.3) / 6.1 (3.8-8.7) with uvloop and httptools; the same host's speed moved by half
+between runs. The breakdown is in docs/guides/gateway.md ("What the gateway costs per
+call").
 """
 
 from __future__ import annotations
