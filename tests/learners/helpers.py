@@ -163,7 +163,19 @@ LEARNERS: dict[str, Spec] = {
     "FullFeedbackLinUCB": Spec(
         lambda r, k, d, s: FullFeedbackLinUCB(r, k, d, lam=1.0), True, True, True
     ),
+    "LinUCB-mean-prior": Spec(
+        lambda r, k, d, s: LinUCB(r, k, d, alpha=1.0, lam=1.0, new_arm_prior="mean"),
+        True,
+        True,
+        True,
+    ),
     "LinTS": Spec(lambda r, k, d, s: LinTS(r, k, d, v=0.5, lam=1.0), False, False, True),
+    "LinTS-mean-prior": Spec(
+        lambda r, k, d, s: LinTS(r, k, d, v=0.5, lam=1.0, new_arm_prior="mean"),
+        False,
+        False,
+        True,
+    ),
     "EpsilonGreedy": Spec(
         lambda r, k, d, s: EpsilonGreedy(r, k, d, eps0=0.5, lam=1.0), True, False, True
     ),

@@ -121,6 +121,11 @@ class LinUCB(_PerTrialRidge):
         lam: ridge regulariser (a number, or ``R`` per-trial values).
         new_arm_bonus: added to the score of an arm never observed (a model that has just
             arrived through a scenario or ``/models``); 0 (the default) adds nothing.
+        new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default, the
+            ridge prior) or ``"mean"``, the mean ``theta`` of the trial's observed arms,
+            its prior mean from then on (a new model starts as an average one, with the
+            full width ``alpha |x| / sqrt(lam)`` on top, rather than at 0 below the warm
+            models).
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
             the scores and one for a bandit update (CPU, a torch C++ extension built at
             first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
@@ -154,17 +159,19 @@ class LinUCB(_PerTrialRidge):
         lam: PerTrial = 1.0,
         kernel: Kernel = "torch",
         new_arm_bonus: float = 0.0,
+        new_arm_prior: str = "zero",
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("alpha", alpha, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
+        self._init_new_arm_prior(new_arm_prior)
         self._auto = kernel == "auto"
         self.kernel = check_kernel(type(self).__name__, kernel)
 
     def _fused(self) -> bool:
         """Whether this call takes the fused kernel (``"auto"``: on the CPU only; never with
         a new-arm bonus)."""
-        if self.new_arm_bonus:
+        if self.new_arm_bonus or self.new_arm_prior != "zero":
             return False
         return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")
 
@@ -190,7 +197,7 @@ class LinUCB(_PerTrialRidge):
     def _scores(self, x: Tensor) -> Tensor:
         """The upper confidence bounds ``[R, B, K]`` of ``x [R, B, d]`` (eager operators),
         with the new-arm bonus (arms never observed)."""
-        scores = ridge_predict(self.theta, x)  # [R, B, K]
+        scores = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         if isinstance(self.alpha, Tensor) or self.alpha != 0:
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
         return self._add_new_arm_bonus(scores)
@@ -321,6 +328,9 @@ class LinTS(_PerTrialRidge):
         lam: ridge regulariser (a number, or ``R`` per-trial values).
         new_arm_bonus: added to the draw of an arm never observed; 0 (the default) adds
             nothing.
+        new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default) or
+            ``"mean"``, the mean ``theta`` of the trial's observed arms (its prior mean
+            from then on), as for :class:`LinUCB`.
 
     Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
     standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
@@ -341,16 +351,18 @@ class LinTS(_PerTrialRidge):
         v: PerTrial = 1.0,
         lam: PerTrial = 1.0,
         new_arm_bonus: float = 0.0,
+        new_arm_prior: str = "zero",
     ) -> None:
         super().__init__(num_trials, num_arms, dim, lam)
         self._per_trial("v", v, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
+        self._init_new_arm_prior(new_arm_prior)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The argmax of one posterior draw per arm: ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        mean = ridge_predict(self.theta, x)  # [R, B, K]
+        mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
         scores = self._add_new_arm_bonus(scores)
@@ -375,7 +387,7 @@ class LinTS(_PerTrialRidge):
         m = self.routing_draws if draws is None else int(draws)
         check_number(type(self).__name__, "draws", m, ge=1, integer=True)
         x = context.x.to(self.theta.dtype)
-        mean = ridge_predict(self.theta, x)  # [R, B, K]
+        mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         width = _scale(self.v, x) * ridge_width(self.a_inv, x)  # [R, B, K]
         noise = normal(generator, (m, *mean.shape), dtype=mean.dtype, device=mean.device)
         picks = (mean + width * noise).argmax(-1)  # [M, R, B]

@@ -13,6 +13,9 @@ from torchroute.functional.ridge import ridge_init, sherman_morrison_, woodbury
 from torchroute.learners.base import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
 
+#: the values of ``new_arm_prior`` (:meth:`RidgeLearner._init_new_arm_prior`)
+NEW_ARM_PRIORS = ("zero", "mean")
+
 
 class RidgeLearner(Learner):
     """A learner whose reward model is one ridge regression per arm and trial.
@@ -96,13 +99,48 @@ class RidgeLearner(Learner):
             return scores
         return scores + self.new_arm_bonus * (self.seen == 0).to(scores.dtype)[:, None]
 
+    def _init_new_arm_prior(self, prior: str) -> None:
+        """``new_arm_prior``: what an arm never observed predicts. ``"zero"`` (the ridge
+        prior ``theta_k = 0``), or ``"mean"``: the mean ``theta`` of the trial's observed
+        arms, its prior mean until it is observed, so that its first observation updates
+        from there (the ridge regression towards that mean: ``A_k^{-1} = I / lam`` still
+        gives it the full width). Either way a ``seen [R, K]`` count is kept for ``"mean"``.
+        """
+        if prior not in NEW_ARM_PRIORS:
+            raise ValueError(
+                f"{type(self).__name__}: new_arm_prior must be one of {list(NEW_ARM_PRIORS)}, "
+                f"got {prior!r}"
+            )
+        self.new_arm_prior = prior
+        if prior == "mean" and "seen" not in self._buffers:
+            self.register_buffer("seen", torch.zeros(self.num_trials, self.num_arms))
+
+    def _counts_seen(self) -> bool:
+        """Whether this learner keeps the ``seen [R, K]`` observation counts."""
+        return "seen" in self._buffers
+
+    def _theta_for_scores(self) -> Tensor:
+        """``theta [R, K, d]`` as the scores read it: with ``new_arm_prior="mean"`` an arm
+        never observed takes the mean ``theta`` of the trial's observed arms (0 when none
+        is); otherwise ``theta`` itself. Reads the state only."""
+        if getattr(self, "new_arm_prior", "zero") != "mean":
+            return self.theta
+        seen = (self.seen > 0)[..., None]  # [R, K, 1]
+        weight = seen.to(self.theta.dtype)
+        mean = (self.theta * weight).sum(1, keepdim=True) / weight.sum(1, keepdim=True).clamp_min(
+            1.0
+        )  # [R, 1, d]
+        return torch.where(seen, self.theta, mean)
+
     def _fit(
         self, context: Context, action: Tensor, target: Tensor, weight: Tensor, only_played: bool
     ) -> None:
         """The one ridge update: cells of ``weight [R, B, K]`` > 0 enter with that weight."""
         x = context.x.to(self.theta.dtype)  # [R, B, d]
         observed = weight > 0
-        if getattr(self, "new_arm_bonus", 0.0):
+        if getattr(self, "new_arm_prior", "zero") == "mean":
+            self.theta = self._theta_for_scores()  # an arm's first update starts from the mean
+        if self._counts_seen():
             self.seen.add_(observed.sum(1).to(self.seen.dtype))
         # Unobserved cells are never read as numbers (a NaN there must not leak in).
         reward = torch.where(observed, target.to(x.dtype), 0.0)  # [R, B, K]

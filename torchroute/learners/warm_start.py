@@ -230,7 +230,7 @@ def _warm_ridge(learner: RidgeLearner, problem: Problem, rows: WarmRows, warm: W
     x = rows.x.to(t0.device)
     best = None
     arms = arm_scale(problem, t0.device)  # [R, K]
-    if getattr(learner, "new_arm_bonus", 0.0):  # the rows count as observations
+    if learner._counts_seen():  # the rows count as observations
         seen = (rows.weight > 0).sum(0).to(learner.seen.device, learner.seen.dtype)  # [K]
         learner.seen.add_(seen[None] * arms.to(learner.seen.dtype))
     for w in warm.weights:
