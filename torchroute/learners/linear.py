@@ -170,7 +170,7 @@ class LinUCB(_PerTrialRidge):
 
     def _fused(self) -> bool:
         """Whether this call takes the fused kernel (``"auto"``: on the CPU only; never with
-        a new-arm bonus)."""
+        a new-arm bonus or the mean prior)."""
         if self.new_arm_bonus or self.new_arm_prior != "zero":
             return False
         return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")

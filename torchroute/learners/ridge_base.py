@@ -104,7 +104,8 @@ class RidgeLearner(Learner):
         prior ``theta_k = 0``), or ``"mean"``: the mean ``theta`` of the trial's observed
         arms, its prior mean until it is observed, so that its first observation updates
         from there (the ridge regression towards that mean: ``A_k^{-1} = I / lam`` still
-        gives it the full width). Either way a ``seen [R, K]`` count is kept for ``"mean"``.
+        gives it the full width). With ``"mean"`` a ``seen [R, K]`` count is kept, as for a
+        new-arm bonus.
         """
         if prior not in NEW_ARM_PRIORS:
             raise ValueError(
@@ -127,9 +128,8 @@ class RidgeLearner(Learner):
             return self.theta
         seen = (self.seen > 0)[..., None]  # [R, K, 1]
         weight = seen.to(self.theta.dtype)
-        mean = (self.theta * weight).sum(1, keepdim=True) / weight.sum(1, keepdim=True).clamp_min(
-            1.0
-        )  # [R, 1, d]
+        count = weight.sum(1, keepdim=True).clamp_min(1.0)  # [R, 1, 1]
+        mean = (self.theta * weight).sum(1, keepdim=True) / count  # [R, 1, d]
         return torch.where(seen, self.theta, mean)
 
     def _fit(
