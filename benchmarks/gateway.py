@@ -65,14 +65,23 @@ def _wait(url: str, proc: subprocess.Popen) -> None:
             time.sleep(0.1)
 
 
-def serve_gateway(state: str, backends: str, port: int) -> None:
-    """The gateway process: a fresh router over the backends file, on ``port``."""
+def write_backends(path: Path, stub: str) -> None:
+    """The backends file: every model of :data:`ARMS` served by the stub at ``stub``."""
+    models = {
+        a: {"base_url": f"{stub}/v1", "model": a, "input_per_mtok": 1.0, "output_per_mtok": 2.0}
+        for a in ARMS
+    }
+    path.write_text(yaml.safe_dump({"models": models}))
+
+
+def gateway_app(state: str, backends: str):
+    """The benchmark's gateway as ``torchroute gateway`` serves it: a fresh LinUCB router
+    (``K = 3``, ``d = 3``, float64, its state at ``state``) over the backends file, with a
+    three-number text summary as the encoder."""
     import torch
-    import uvicorn
 
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.backends import load_backends
-    from torchroute.gateway.main import freeze_heap
     from torchroute.learners import LinUCB
     from torchroute.serve import Router
 
@@ -88,8 +97,16 @@ def serve_gateway(state: str, backends: str, port: int) -> None:
         encode=encode,
         state_path=state,
     )
-    gateway = Gateway([router], load_backends(backends))
-    app = create_gateway_app(gateway)  # as `torchroute gateway` serves it
+    return create_gateway_app(Gateway([router], load_backends(backends)))
+
+
+def serve_gateway(state: str, backends: str, port: int) -> None:
+    """The gateway process: :func:`gateway_app` on ``port``."""
+    import uvicorn
+
+    from torchroute.gateway.main import freeze_heap
+
+    app = gateway_app(state, backends)
     freeze_heap()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
@@ -161,11 +178,7 @@ def main() -> None:
         stub_port, gw_port = _free_port(), _free_port()
         stub = f"http://127.0.0.1:{stub_port}"
         backends = Path(tmp) / "backends.yaml"
-        models = {
-            a: {"base_url": f"{stub}/v1", "model": a, "input_per_mtok": 1.0, "output_per_mtok": 2.0}
-            for a in ARMS
-        }
-        backends.write_text(yaml.safe_dump({"models": models}))
+        write_backends(backends, stub)
         try:
             procs.append(
                 subprocess.Popen(

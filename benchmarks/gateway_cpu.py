@@ -30,38 +30,9 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gateway import ARMS, _free_port, _wait  # this folder's 8-client benchmark
-
-
-def _app(stub: str, folder: str):
-    from torchroute.gateway.app import Gateway, create_gateway_app
-    from torchroute.gateway.backends import load_backends
-    from torchroute.learners import LinUCB
-    from torchroute.serve import Router
-
-    models = {
-        a: {"base_url": f"{stub}/v1", "model": a, "input_per_mtok": 1.0, "output_per_mtok": 2.0}
-        for a in ARMS
-    }
-    backends = Path(folder) / "backends.yaml"
-    backends.write_text(yaml.safe_dump({"models": models}))
-
-    def encode(texts: list[str]) -> torch.Tensor:
-        return torch.tensor([[1.0, len(t) / 100, t.count("a") / 10] for t in texts]).double()
-
-    router = Router.fresh(
-        lambda p: LinUCB.from_problem(p, lam=1.0).double(),
-        ARMS,
-        rho=0.0,
-        dim=3,
-        dtype=torch.float64,
-        encode=encode,
-        state_path=str(Path(folder) / "router.pt"),
-    )
-    return create_gateway_app(Gateway([router], load_backends(backends)))
+from gateway import _free_port, _wait, gateway_app, write_backends  # the 8-client one
 
 
 def _caller(app, stream: bool):
@@ -148,7 +119,10 @@ def main() -> None:
     try:
         _wait(f"{stub}/_control", proc)
         with tempfile.TemporaryDirectory() as folder:
-            call = _caller(_app(stub, folder), args.stream)
+            backends = Path(folder) / "backends.yaml"
+            write_backends(backends, stub)
+            app = gateway_app(str(Path(folder) / "router.pt"), str(backends))
+            call = _caller(app, args.stream)
             asyncio.run(_measure(call, args.calls, args.profile))
     finally:
         proc.terminate()

@@ -44,9 +44,14 @@ _M1 = _signed(0xBF58476D1CE4E5B9)
 _M2 = _signed(0x94D049BB133111EB)
 
 
+def _low_bits(s: int) -> int:
+    """The mask that turns an arithmetic right shift by ``s`` bits into a logical one."""
+    return (1 << (64 - s)) - 1
+
+
 def _shr(x: Tensor, s: int) -> Tensor:
     """Logical right shift of int64 ``x`` by ``s`` bits (torch's ``>>`` is arithmetic)."""
-    return (x >> s) & ((1 << (64 - s)) - 1)
+    return (x >> s) & _low_bits(s)
 
 
 def mix64(z: Tensor) -> Tensor:
@@ -54,10 +59,10 @@ def mix64(z: Tensor) -> Tensor:
 
     Written in place on two buffers (a new result and one scratch): the words are hashed
     in bulk, and this is most of the cost of a draw."""
-    out = (z >> 30).bitwise_and_((1 << 34) - 1).bitwise_xor_(z).mul_(_M1)
-    scratch = (out >> 27).bitwise_and_((1 << 37) - 1)
+    out = (z >> 30).bitwise_and_(_low_bits(30)).bitwise_xor_(z).mul_(_M1)
+    scratch = (out >> 27).bitwise_and_(_low_bits(27))
     out.bitwise_xor_(scratch).mul_(_M2)
-    scratch = torch.bitwise_right_shift(out, 31, out=scratch).bitwise_and_((1 << 33) - 1)
+    scratch = torch.bitwise_right_shift(out, 31, out=scratch).bitwise_and_(_low_bits(31))
     return out.bitwise_xor_(scratch)
 
 
@@ -222,7 +227,7 @@ def _unit(words: Tensor, dtype: torch.dtype) -> Tensor:
 
 def _open_unit(words: Tensor) -> Tensor:
     """float64 uniforms in ``(0, 1]`` (safe for ``log``); ``words`` is overwritten."""
-    words.bitwise_right_shift_(11).bitwise_and_((1 << 53) - 1).add_(1)
+    words.bitwise_right_shift_(11).bitwise_and_(_low_bits(11)).add_(1)
     return words.to(torch.float64).mul_(2.0**-53)
 
 
