@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -279,3 +280,42 @@ def test_saved_problem_keeps_the_hidden_arms(tiny_table):
     plain = _env(tiny_table, None).problem()
     assert "hidden_arms" not in problem_state(plain)
     assert problem_from_state(problem_state(plain)).hidden_arms is None
+
+
+def test_envs_sharing_their_tensors_keep_a_trace_each(tiny_table):
+    """The learners of a run share the env built once, and ``jobs`` workers its tensors
+    (sent in shared memory): two runs on copies of one env, played round by round in turn,
+    record the trace and ``rounds_to_recover`` of each run alone."""
+    scenario = [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.5}]
+    learners = {"best": BestSingleArm, "random": RandomRouter}
+    alone = {}
+    for name, cls in learners.items():
+        env = _env(tiny_table, scenario)
+        alone |= _run_in_turn({name: (env, _learner(cls, env))})
+    built = _env(tiny_table, scenario)
+    shared = {name: copy.copy(built) for name in learners}  # one tensor behind both traces
+    both = _run_in_turn({n: (env, _learner(learners[n], env)) for n, env in shared.items()})
+    for name in learners:
+        assert torch.equal(both[name].nan_to_num(-1), alone[name].nan_to_num(-1)), name
+
+
+def _learner(cls, env):
+    return cls.from_problem(env.problem()) if cls is BestSingleArm else cls(2, 4)
+
+
+def _run_in_turn(runs: dict) -> dict:
+    """Play the runs' rounds in turn (round t of each before round t + 1 of any); per run,
+    the trace its env recorded and its ``rounds_to_recover``, ``[R, horizon + 1]``."""
+    generator = torch.Generator().manual_seed(0)
+    horizon = next(iter(runs.values()))[0].horizon
+    for t in range(horizon):
+        for env, learner in runs.values():
+            context = env.context(t)
+            decision = learner.act(context, generator)
+            feedback, _ = env.step(context, decision, generator)
+            learner.update(context, decision, feedback, generator)
+    out = {}
+    for name, (env, _) in runs.items():
+        recover = rounds_to_recover(env._trace[:, env.scenario.change :], window=3)
+        out[name] = torch.cat([env._trace, recover[:, None]], 1)
+    return out

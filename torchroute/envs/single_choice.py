@@ -326,6 +326,11 @@ class SingleChoiceEnv(Env):
                 "utility_before": zero if after else chosen,
                 "utility_after": chosen if after else zero,
             }
+            if self._round == 0:
+                # each run writes a trace of its own: the env built once is shared by the
+                # learners of a run, and its tensors by the worker processes of ``jobs``
+                # (sent in shared memory), so the built one is never written in place
+                self._trace = torch.zeros_like(self._trace)
             self._trace[:, self._round] = chosen[:, 0]
         return feedback, outcome
 

@@ -8,6 +8,10 @@ threads to :func:`threads_per_job`, and takes the next learner when it finishes 
 it writes that learner's ``runs/<learner>/``, checkpoints and decision logs itself, and
 sends back its summary and curve. A learner's numbers are those of a single process run
 with the same number of threads.
+
+The workers receive the env's tensors in shared memory (torch's pickling for processes),
+one copy for all of them: an env keeps what a run writes (e.g. a scenario's per-round
+trace) in tensors the run allocates, never in place in the tensors it was built with.
 """
 
 from __future__ import annotations
