@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from torchroute.checks import check_number
-from torchroute.functional.hypentropy import mirror_step, quadratic_form
+from torchroute.functional.hypentropy import basis_coordinates, mirror_step, quadratic_form
 from torchroute.learners.policy_baselines import SoftmaxPolicy, require_horizon, trial_dims
 from torchroute.types import Problem
 
@@ -41,14 +41,49 @@ class _LowRankQuadPolicy(SoftmaxPolicy):
         self.register_buffer("basis", torch.zeros(r, m, dim, k))
         self.register_buffer("theta", torch.zeros(r, m, k))
         self.register_buffer("beta", _per_trial(beta, r, "beta", name))
+        # per-round scratch, not state: the last basis coordinates (see _coordinates) and
+        # the memory the next basis is written into
+        self._coordinates_cache: tuple | None = None
+        self._spare: Tensor | None = None
 
     def direction_scores(self, x: Tensor) -> Tensor:
         """``q^T W_m q`` for every model, ``[R, B, M]``."""
         q = x[:, None]  # [R, 1, B, d]
         beta = self.beta.to(x.dtype)[:, None]  # [R, 1]
-        return quadratic_form(self.basis.to(x.dtype), self.theta.to(x.dtype), beta, q).transpose(
-            1, 2
-        )
+        basis, theta = self.basis.to(x.dtype), self.theta.to(x.dtype)
+        proj = self._coordinates(x) if x.dtype == self.basis.dtype else None
+        return quadratic_form(basis, theta, beta, q, proj).transpose(1, 2)
+
+    def _coordinates(self, x: Tensor) -> Tensor:
+        """``q U_m`` for every query and model, ``[R, M, B, k]`` in the state's dtype.
+
+        One read of the basis per round: ``act``'s scores, ``update``'s scores and the mirror
+        step see the same ``x`` and basis, so the last result is reused while both tensors
+        are the same objects, unmodified (their version counters unchanged).
+        """
+        basis = self.basis
+        if x.is_inference() or basis.is_inference():  # no version counters to key on
+            return basis_coordinates(basis, x.to(basis.dtype)[:, None])
+        key = (x._version, basis._version)
+        cached = self._coordinates_cache
+        if cached is not None and cached[0] is x and cached[1] is basis and cached[2] == key:
+            return cached[3]
+        proj = basis_coordinates(basis, x.to(basis.dtype)[:, None])
+        self._coordinates_cache = (x, basis, key, proj)
+        return proj
+
+    def _spare_basis(self) -> Tensor:
+        """A tensor like ``basis`` (not sharing its memory) to write the next basis into:
+        a fresh one of that size would cost its page faults every round."""
+        spare, basis = self._spare, self.basis
+        if (
+            spare is None
+            or spare.shape != basis.shape
+            or spare.dtype != basis.dtype
+            or spare.device != basis.device
+        ):
+            spare = self._spare = torch.empty_like(basis)
+        return spare
 
     def _step(self, x: Tensor, coef: Tensor, tau: Tensor) -> dict[str, Tensor]:
         """Mirror step with ``Theta_m += sum_b coef[r, b, m] q_b q_b^T``, then projection."""
@@ -64,11 +99,22 @@ class _LowRankQuadPolicy(SoftmaxPolicy):
             tau.to(self.theta.dtype)[:, None],
             self.beta.to(self.theta.dtype)[:, None],
             self.capacity,
+            proj=self._coordinates(x),
+            out=self._spare_basis(),
         )
-        self.basis.copy_(basis)
+        _swap_storage(self.basis, basis)
         self.theta.copy_(theta)
         rank = mask.sum(-1).to(self.theta.dtype).mean(-1)  # [R]
         return {"rank": rank, "dropped": dropped.to(self.theta.dtype).sum(-1)}
+
+
+def _swap_storage(a: Tensor, b: Tensor) -> None:
+    """Exchange the memory of ``a`` and ``b`` (same shape, dtype and device): ``a`` takes
+    ``b``'s values without a copy while the tensor objects stay, so a registered buffer
+    remains the object its callers hold (``named_buffers()``, e.g. in replay)."""
+    held = torch.empty(0, dtype=a.dtype, device=a.device).set_(a)
+    a.set_(b)
+    b.set_(held)
 
 
 class HPG(_LowRankQuadPolicy):
