@@ -2,11 +2,13 @@
 
 Workload (docs/papers/hpg.md): ``M = 8`` models, ``R`` trials (``--trials``, default 1
 on the CPU), one query per round. One HPG round = the policy scores ``q^T W_m q`` of every
-model from the low-rank state (``O(d k)``) plus the mirror step of every model
+model from the low-rank state (``O(d k)``; their basis coordinates ``q U`` reused by the
+step) plus the mirror step of every model
 (:func:`torchroute.functional.hypentropy.mirror_step`: rank-one eigen-update in the span of
 ``[U, q_perp]`` by the batched secular-equation solver of
 :mod:`torchroute.functional.secular`, nuclear projection, compaction to the capacity
-``k = 32``), from a steady state where every slot is active and the projection binds. The
+``k = 32``, the new basis written into a buffer kept across rounds, as the learner
+does), from a steady state where every slot is active and the projection binds. The
 dense path does the same round from the dense mirror iterate: the scores from the dense
 ``W_m`` and a full ``d x d`` ``eigh`` per model per round (:func:`dense_mirror_step`) plus
 the reconstruction of ``W``. Both are timed in the same run for
@@ -37,6 +39,7 @@ import time
 import torch
 
 from torchroute.functional.hypentropy import (
+    basis_coordinates,
     dense_mirror_step,
     inverse_mirror_map,
     mirror_step,
@@ -99,9 +102,18 @@ def hpg_round_fn(d: int, r: int, device: torch.device, dtype: torch.dtype):
     qm = q.to(device)[:, None].expand(r, M, 1, d)
     c = (torch.randn(r, M, 1, generator=gen, dtype=dtype) * 0.1).to(device)
 
+    return _hpg_round(basis, theta, qm, c, tau, beta)
+
+
+def _hpg_round(basis, theta, qm, c, tau: float, beta: float):
+    """The HPG round as the learner plays it: the basis coordinates ``q U`` computed once
+    for the scores and the step, the new basis written into a buffer kept across rounds."""
+    out = torch.empty_like(basis)
+
     def hpg_round():
-        quadratic_form(basis, theta, beta, qm)
-        mirror_step(basis, theta, theta != 0, qm, c, tau, beta, CAPACITY)
+        proj = basis_coordinates(basis, qm)
+        quadratic_form(basis, theta, beta, qm, proj)
+        mirror_step(basis, theta, theta != 0, qm, c, tau, beta, CAPACITY, proj, out)
 
     return hpg_round
 
@@ -134,10 +146,7 @@ def bench(d: int, r: int, device: torch.device, dtype: torch.dtype, min_time: fl
     q = q.to(device)
     c = (torch.randn(r, M, 1, generator=gen, dtype=dtype) * 0.1).to(device)
     qm = q[:, None].expand(r, M, 1, d)
-
-    def hpg_round():
-        quadratic_form(basis, theta, beta, qm)
-        mirror_step(basis, theta, theta != 0, qm, c, tau, beta, CAPACITY)
+    hpg_round = _hpg_round(basis, theta, qm, c, tau, beta)
 
     dense_theta = (basis * theta[..., None, :]) @ basis.transpose(-1, -2)
     dense_w = (basis * inverse_mirror_map(theta, beta)[..., None, :]) @ basis.transpose(-1, -2)
