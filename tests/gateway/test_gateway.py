@@ -453,6 +453,30 @@ def test_a_client_leaving_mid_stream_is_logged_and_withdrawn(gateway, stub, rout
     assert router.request_status(rid) == "withdrawn"
 
 
+def test_a_client_leaving_while_the_backend_stalls_is_noticed_at_once(gateway, stub, router):
+    """The disconnect stops the relay waiting on the backend (its next event is 8 s off):
+    the try is logged within seconds, before any other event could come."""
+    for arm in ARMS:
+        _mode(stub, arm, "ok", delay=8.0, words=3)
+    payload = {"model": "router", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    with httpx.stream(
+        "POST",
+        f"{gateway.url}/v1/chat/completions",
+        json=payload,
+        headers={"authorization": f"Bearer {BOB}"},
+        timeout=30,
+    ) as response:
+        rid = response.headers["x-request-id"]
+        assert next(response.iter_lines()).startswith("data: ")
+        left = time.monotonic()
+    rows = []
+    while not rows and time.monotonic() < left + 6:
+        rows = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
+        time.sleep(0.05)
+    assert rows == [("client closed",)], time.monotonic() - left
+    assert router.request_status(rid) == "withdrawn"
+
+
 @pytest.mark.parametrize("docs", [False, True])
 def test_docs_and_schema_answer_only_when_asked_and_load_nothing_remote(stub, tmp_path, docs):
     router = build_router()

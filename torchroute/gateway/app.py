@@ -33,10 +33,11 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from torchroute.gateway.backends import Backend
+from torchroute.gateway.event_stream import EventStreamResponse
 from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
 from torchroute.gateway.http1 import Pool
 from torchroute.gateway.keys import BudgetError, Key, Keys
@@ -232,7 +233,7 @@ class Gateway:
                 response = await self._stream(
                     router, tries, body, info, key, estimate, include_usage
                 )
-                streaming = isinstance(response, StreamingResponse)
+                streaming = isinstance(response, EventStreamResponse)
                 return response
             return await self._complete(router, tries, body, info, key)
         finally:
@@ -359,9 +360,7 @@ class Gateway:
             relay = self._relay(
                 router, rid, candidate, i == 0, stream, first, events, key, estimate, include_usage
             )
-            return StreamingResponse(
-                relay, media_type="text/event-stream", headers=_headers(rid, candidate, errors)
-            )
+            return EventStreamResponse(relay, _headers(rid, candidate, errors))
         return await self._failed(router, info, errors)
 
     async def _relay(
