@@ -10,7 +10,6 @@ any leading dimensions (trials x models), keeps static shapes and never syncs wi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -60,66 +59,48 @@ def _expand(beta: Tensor | float, like: Tensor) -> Tensor | float:
     return beta[..., None] if isinstance(beta, Tensor) else beta
 
 
-class _Complement(NamedTuple):
-    """The orthonormal basis ``Q_perp = (perp - U corr) inv_r`` of the part of the queries
-    orthogonal to ``U``, kept factored so that building the new basis costs no extra pass
-    over ``U`` (``corr`` and ``inv_r`` are ``None`` when ``perp`` is ``Q_perp`` itself).
-
-    ``perp [..., d, b]``, ``corr [..., k, b]``, ``inv_r [..., b, b]``.
-    """
-
-    perp: Tensor
-    corr: Tensor | None
-    inv_r: Tensor | None
-
-
 def _complement(
     U: Tensor, active: Tensor, q: Tensor, proj: Tensor
-) -> tuple[Tensor, Tensor, _Complement]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """Classical Gram-Schmidt of ``q [..., b, d]`` against ``U [..., d, k]``, twice.
 
-    ``active [..., 1, k]`` (1 on the active columns), ``proj = q U [..., b, k]``. Reads ``U``
-    twice for ``b = 1`` (the second projection is subtracted in the rotation, the norm
-    taken by Pythagoras), three times otherwise (then ``Q_perp`` by QR).
+    ``active [..., 1, k]`` (1 on the active columns), ``proj = q U [..., b, k]``; reads
+    ``U`` twice more. (Taking the norm of the complement by Pythagoras would save one of
+    them, but its rounding then depends on the trial's place in the batch: a trial run
+    alone must give the bits it gives among others.)
 
     Returns:
-        ``(z [..., k, b], r [..., b, b], Q_perp)`` with ``q^T = U z + Q_perp r``.
+        ``(z [..., k, b], r [..., b, b], Q_perp [..., d, b])`` with ``q^T = U z + Q_perp r``.
     """
     z = proj * active  # [..., b, k]; row vectors (q @ U reads U faster than U^T @ q^T)
     perp = q - z @ U.transpose(-1, -2)
     z2 = (perp @ U) * active  # re-orthogonalise ("twice is enough")
-    z_all = (z + z2).transpose(-1, -2)  # [..., k, b]
-    if q.shape[-2] == 1:
-        # perp - U z2 is orthogonal to U, so its norm^2 is ||perp||^2 - ||z2||^2
-        r = (
-            (perp.square().sum(-1, keepdim=True) - z2.square().sum(-1, keepdim=True))
-            .clamp_min(0)
-            .sqrt()
-        )  # [..., 1, 1]
-        inv_r = torch.where(r > 0, torch.where(r > 0, r, torch.ones_like(r)).reciprocal(), 0.0)
-        return z_all, r, _Complement(perp.transpose(-1, -2), z2.transpose(-1, -2), inv_r)
     perp = (perp - z2 @ U.transpose(-1, -2)).transpose(-1, -2)  # [..., d, b]
+    z = (z + z2).transpose(-1, -2)  # [..., k, b]
+    if perp.shape[-1] == 1:  # one direction: its norm (QR's sign is a free choice)
+        r = perp.norm(dim=-2, keepdim=True)  # [..., 1, 1]
+        return z, r, perp / torch.where(r > 0, r, torch.ones_like(r))
     basis_perp, r = torch.linalg.qr(perp)  # [..., d, b], [..., b, b]
-    return z_all, r, _Complement(basis_perp, None, None)
+    return z, r, basis_perp
 
 
 def _small_eigenproblem(
     U: Tensor, theta: Tensor, mask: Tensor, q: Tensor, c: Tensor, proj: Tensor | None = None
-) -> tuple[Tensor, Tensor, _Complement, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The ``(k + b) x (k + b)`` eigenproblem of :func:`low_rank_eig_update`.
 
-    Reads ``U`` twice for ``b = 1`` (once more without ``proj = q U``; see
-    :func:`_complement`) and never writes a ``[..., d, k]`` tensor; the columns of ``U``
-    outside ``mask`` are never used (any value there is fine).
+    Reads ``U`` twice (three times without ``proj = q U``) and never writes a
+    ``[..., d, k]`` tensor; the columns of ``U`` outside ``mask`` are never used (any value
+    there is fine).
 
     Returns:
-        ``(vals [..., k + b], vecs [..., k + b, k + b], Q_perp, keep [..., k + b])``: the
-        eigenvalues (in no particular order), eigenvectors in the basis ``[U, Q_perp]``
-        (rows of inactive slots zeroed) and the eigenvalues above the round-off level of the
-        update.
+        ``(vals [..., k + b], vecs [..., k + b, k + b], Q_perp [..., d, b],
+        keep [..., k + b])``: the eigenvalues (in no particular order), eigenvectors in the
+        basis ``[U, Q_perp]`` (rows of inactive slots zeroed) and the eigenvalues above the
+        round-off level of the update.
     """
     active = mask.to(U.dtype)[..., None, :]  # [..., 1, k]
-    z, r, complement = _complement(U, active, q, basis_coordinates(U, q) if proj is None else proj)
+    z, r, basis_perp = _complement(U, active, q, basis_coordinates(U, q) if proj is None else proj)
     theta = torch.where(mask, theta, torch.zeros_like(theta))
     a = torch.cat([z, r], dim=-2)  # [..., k + b, b]
     # diag(theta, 0) + sum_j c_j a_j a_j^T, one rank-one update at a time (b is a shape)
@@ -136,25 +117,21 @@ def _small_eigenproblem(
         -1, keepdim=True
     )
     keep = vals.abs() > (4 * vals.shape[-1]) * eps * scale
-    return vals, vecs, complement, keep
+    return vals, vecs, basis_perp, keep
 
 
-def _rotate(U: Tensor, complement: _Complement, vecs: Tensor, out: Tensor | None = None) -> Tensor:
-    """``[U, Q_perp] @ vecs``, ``[..., d, n]`` for ``U [..., d, k]`` and ``vecs [..., k + b, n]``.
+def _rotate(U: Tensor, basis_perp: Tensor, vecs: Tensor, out: Tensor | None = None) -> Tensor:
+    """``[U, basis_perp] @ vecs`` without concatenating ``U``: ``[..., d, n]`` for
+    ``U [..., d, k]``, ``basis_perp [..., d, b]``, ``vecs [..., k + b, n]``.
 
-    One read of ``U`` and one write of the result (into ``out`` when given, which must not
-    overlap ``U``; a fresh tensor of that size costs its page faults every call): the
-    factors of ``Q_perp`` go into the small ``vecs`` and the rank-``b`` tail is added in
-    place.
+    One read of ``U`` and one write of the result, into ``out`` when given (it must not
+    overlap ``U``; a fresh tensor of that size costs its page faults every call); the
+    rank-``b`` tail is added in place.
     """
     k = U.shape[-1]
-    head, tail = vecs[..., :k, :], vecs[..., k:, :]  # [..., k, n], [..., b, n]
-    if complement.inv_r is not None:  # Q_perp = (perp - U corr) inv_r
-        tail = complement.inv_r @ tail
-        head = head - complement.corr @ tail
-    out = torch.matmul(U, head, out=out)
-    for j in range(tail.shape[-2]):  # b, a shape
-        out.addcmul_(complement.perp[..., :, j, None], tail[..., j, None, :])
+    out = torch.matmul(U, vecs[..., :k, :], out=out)
+    for j in range(basis_perp.shape[-1]):  # b, a shape
+        out.addcmul_(basis_perp[..., :, j, None], vecs[..., k + j, None, :])
     return out
 
 
@@ -183,12 +160,12 @@ def low_rank_eig_update(
         ``(U' [..., d, k + b], theta' [..., k + b], mask' [..., k + b])``, inactive entries
         zeroed; the ``k + b`` slots are in ascending eigenvalue order (not compacted).
     """
-    vals, vecs, complement, keep = _small_eigenproblem(U, theta, mask, q, c)
+    vals, vecs, basis_perp, keep = _small_eigenproblem(U, theta, mask, q, c)
     vals, perm = vals.sort(-1)
     keep = keep.gather(-1, perm)
     vecs = vecs.gather(-1, perm[..., None, :].expand_as(vecs)) * keep[..., None, :]
     new_theta = torch.where(keep, vals, torch.zeros_like(vals))
-    return _rotate(U, complement, vecs), new_theta, keep
+    return _rotate(U, basis_perp, vecs), new_theta, keep
 
 
 def projected_eig_step(
@@ -203,8 +180,8 @@ def projected_eig_step(
     out: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`low_rank_eig_update`, a projection of the eigenvalues, then :func:`compact`,
-    with the projection and the compaction done on the small eigenproblem: for ``b = 1``
-    ``U`` is read three times (twice with ``proj``) and the new basis written once
+    with the projection and the compaction done on the small eigenproblem: ``U`` is read
+    three times (twice with ``proj``) and the new basis written once
     (``[U, Q_perp] V_kept``).
 
     Args:
@@ -223,14 +200,14 @@ def projected_eig_step(
         ``(U [..., d, capacity], theta [..., capacity], mask [..., capacity], dropped [...])``
         as :func:`compact`; inactive slots are zero in ``U`` and ``theta``.
     """
-    vals, vecs, complement, keep = _small_eigenproblem(U, theta, mask, q, c, proj)
+    vals, vecs, basis_perp, keep = _small_eigenproblem(U, theta, mask, q, c, proj)
     new_theta = project(torch.where(keep, vals, torch.zeros_like(vals)))
     keep = keep & (new_theta != 0)
     idx, new_theta, new_mask, dropped = _top_slots(new_theta, keep, capacity)
     kept = vecs.gather(-1, idx[..., None, :].expand(*vecs.shape[:-1], capacity))
     kept = kept * new_mask[..., None, :].to(kept.dtype)
     new_theta = torch.where(new_mask, new_theta, torch.zeros_like(new_theta))
-    return _rotate(U, complement, kept, out), new_theta, new_mask, dropped
+    return _rotate(U, basis_perp, kept, out), new_theta, new_mask, dropped
 
 
 def rank_one_eig_update(
