@@ -20,11 +20,10 @@ alike) run on uvloop and httptools (the ``gateway`` extra) or on asyncio and h11
     .venv/bin/python benchmarks/gateway.py --requests 200
     .venv/bin/python benchmarks/gateway.py --requests 200 --clients 1
 
-Measured on 2 shared cores, eight alternating runs each, `--requests 300`, added p50 median
-(range) in ms, plain / stream: 6.1 (3.9-8.0) / 6.0 (4.6-9.6) with asyncio and h11, 4.5
-(3.3-5.3) / 6.1 (3.8-8.7) with uvloop and httptools; the same host's speed moved by half
-between runs. The breakdown is in docs/guides/gateway.md ("What the gateway costs per
-call").
+Measured on 2 cores, `--requests 300`, added p50 in ms, plain / stream: on an idle host
+with uvloop and httptools (four runs) median 4.3 (3.6-5.3) / 4.2 (3.3-5.4), with asyncio
+and h11 (two runs) 4.7-5.0 / 6.3-6.8; on a loaded host 1-2 ms more. The breakdown is in
+docs/guides/gateway.md ("What the gateway costs per call").
 """
 
 from __future__ import annotations
