@@ -429,35 +429,9 @@ def test_keys_and_bad_input(gateway, stub):
         assert httpx.post(feedback, json=body, headers=bob).status_code == 422
 
 
-def test_a_client_leaving_mid_stream_is_logged_and_withdrawn(gateway, stub, router):
-    for arm in ARMS:
-        _mode(stub, arm, "ok", delay=0.2, words=30)
-    payload = {"model": "router", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    with httpx.stream(
-        "POST",
-        f"{gateway.url}/v1/chat/completions",
-        json=payload,
-        headers={"authorization": f"Bearer {BOB}"},
-        timeout=30,
-    ) as response:
-        rid = response.headers["x-request-id"]
-        lines = response.iter_lines()
-        assert next(lines).startswith("data: ")
-    deadline = time.monotonic() + 20  # the gateway notices at its next write
-    while time.monotonic() < deadline:
-        rows = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
-        if rows:
-            break
-        time.sleep(0.1)
-    assert rows == [("client closed",)]
-    assert router.request_status(rid) == "withdrawn"
-
-
-def test_a_client_leaving_while_the_backend_stalls_is_noticed_at_once(gateway, stub, router):
-    """The disconnect stops the relay waiting on the backend (its next event is 8 s off):
-    the try is logged within seconds, before any other event could come."""
-    for arm in ARMS:
-        _mode(stub, arm, "ok", delay=8.0, words=3)
+def _leave_after_the_first_event(gateway, router, within: float) -> tuple[str, float, list]:
+    """Read a streamed answer's first event and close the connection; the request id,
+    the seconds until its try was logged, and the try's outcome rows."""
     payload = {"model": "router", "stream": True, "messages": [{"role": "user", "content": "go"}]}
     with httpx.stream(
         "POST",
@@ -470,10 +444,27 @@ def test_a_client_leaving_while_the_backend_stalls_is_noticed_at_once(gateway, s
         assert next(response.iter_lines()).startswith("data: ")
         left = time.monotonic()
     rows = []
-    while not rows and time.monotonic() < left + 6:
+    while not rows and time.monotonic() < left + within:
         rows = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
         time.sleep(0.05)
-    assert rows == [("client closed",)], time.monotonic() - left
+    return rid, time.monotonic() - left, rows
+
+
+def test_a_client_leaving_mid_stream_is_logged_and_withdrawn(gateway, stub, router):
+    for arm in ARMS:
+        _mode(stub, arm, "ok", delay=0.2, words=30)
+    rid, _, rows = _leave_after_the_first_event(gateway, router, within=20)
+    assert rows == [("client closed",)]
+    assert router.request_status(rid) == "withdrawn"
+
+
+def test_a_client_leaving_while_the_backend_stalls_is_noticed_at_once(gateway, stub, router):
+    """The disconnect stops the relay waiting on the backend (its next event is 8 s off):
+    the try is logged within seconds, before any other event could come."""
+    for arm in ARMS:
+        _mode(stub, arm, "ok", delay=8.0, words=3)
+    rid, seconds, rows = _leave_after_the_first_event(gateway, router, within=6)
+    assert rows == [("client closed",)], seconds
     assert router.request_status(rid) == "withdrawn"
 
 
