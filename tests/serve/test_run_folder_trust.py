@@ -162,7 +162,7 @@ ROUTES = [
 
 
 @pytest.mark.parametrize(("edit", "message"), ROUTES)
-def test_planted_targets_run_nothing_in_serve_evaluate_and_report(
+def test_planted_targets_run_nothing_in_serve_gateway_evaluate_and_report(
     run_dir, logs, tmp_path, capsys, edit, message
 ):
     folder = _planted(run_dir, tmp_path, edit)
@@ -173,6 +173,16 @@ def test_planted_targets_run_nothing_in_serve_evaluate_and_report(
     assert main(["serve", str(folder), "--port", "0", "--insecure-no-auth"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("torchroute serve: error: ") and "\n" not in err
+    assert message in err
+    backends = tmp_path / "backends.yaml"  # outside the folder: the folder stays as planted
+    backends.write_text(
+        "models:\n  a: {base_url: 'http://127.0.0.1:9/v1', model: a, input_per_mtok: 1.0, "
+        "output_per_mtok: 1.0}\n"
+    )
+    gateway = ["gateway", str(folder), "--backends", str(backends), "--port", "0"]
+    assert main([*gateway, "--insecure-no-auth"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("torchroute gateway: error: ") and "\n" not in err
     assert message in err
     evaluate = ["evaluate", f"logs={logs}", f"checkpoint={folder}", "targets=[linucb]"]
     assert main([*evaluate, "bootstrap=5", f"out_dir={tmp_path / 'ope'}"]) == 2
