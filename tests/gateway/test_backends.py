@@ -4,16 +4,17 @@ backend API keys read from the environment, sent upstream, never written to the 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
 from tests.gateway.helpers import BOB, build_router, keys, start_gateway, write_backends
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.cli import main
 from torchroute.gateway.backends import BackendsError, load_backends
 from torchroute.gateway.keys import KeysError, load_keys
-from torchroute.gateway.stub import ServerThread, stub_app
 
 GOOD = {
     "base_url": "http://127.0.0.1:8001/v1",
@@ -138,3 +139,13 @@ def test_a_non_http_backend_is_refused_at_start_up(tmp_path, capsys):
     backends = _write(tmp_path, {"big": {**GOOD, "base_url": "file:///etc/passwd"}})
     assert main(["gateway", str(tmp_path), "--backends", backends]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
+
+
+def test_the_stub_backend_is_not_part_of_the_package():
+    import importlib.util
+
+    import torchroute.gateway
+
+    assert importlib.util.find_spec("torchroute.gateway.stub") is None
+    package = Path(torchroute.gateway.__file__).parent
+    assert not any("stub" in p.name for p in package.iterdir())

@@ -24,9 +24,9 @@ from tests.gateway.helpers import (
     start_gateway,
     write_backends,
 )
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
-from torchroute.gateway.stub import ServerThread, stub_app
 from torchroute.serve.limits import Limits
 
 MAX_RESPONSE = 64 << 10

@@ -1,6 +1,6 @@
 """A stub OpenAI-compatible backend for trying the gateway without any model: fixed answers.
 
-``python -m torchroute.gateway.stub --port 8001`` answers ``POST /v1/chat/completions``
+``python tests/gateway/stub_backend.py --port 8001`` answers ``POST /v1/chat/completions``
 for any model name with ``"answer from <model>: ..."`` (``words`` words), its token usage
 (``prompt_tokens``: the words of the messages; ``completion_tokens``: the words of the
 answer) and, with ``stream: true``, one server-sent event per word, then the usage chunk
@@ -197,7 +197,7 @@ class ServerThread:
 
 
 def main() -> None:
-    """``python -m torchroute.gateway.stub --port PORT``."""
+    """``python tests/gateway/stub_backend.py --port PORT``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
