@@ -155,6 +155,12 @@ def test_a_backend_refusal_that_echoes_the_request_passes_no_secret(gateway, stu
             "logit_bias.50256",
             "NaN",
         ),
+        (
+            '{"model": "router", "messages": [{"role": "user", "content": "hi"}], '
+            '"temperature": -1e400}',
+            "temperature",
+            "-1e400 is too large for a double",
+        ),
     ],
 )
 def test_a_number_json_does_not_have_is_refused_before_anything_is_written(
@@ -162,7 +168,8 @@ def test_a_number_json_does_not_have_is_refused_before_anything_is_written(
 ):
     before, pending = _routes(router), router.status()["pending"]
     message = _error(_post(gateway, body.encode(), JSON), 400)
-    assert message == f"{field}: {literal} is not a JSON number (expected a finite number)"
+    what = literal if " " in literal else f"{literal} is not a JSON number"
+    assert message == f"{field}: {what} (expected a finite number)"
     assert _calls(stub) == 0 and _routes(router) == before
     assert router.status()["pending"] == pending
 
@@ -185,7 +192,8 @@ def test_a_nan_score_is_said_to_be_not_a_finite_number(gateway):
     response = _post(gateway, b'{"request_id": "x", "score": NaN}', JSON, "feedback")
     assert _error(response, 400) == "score: NaN is not a JSON number (expected a finite number)"
     response = _post(gateway, b'{"request_id": "x", "score": 1e999}', JSON, "feedback")
-    assert "finite number" in _error(response, 422)
+    message = _error(response, 400)
+    assert message == "score: 1e999 is too large for a double (expected a finite number)"
 
 
 def test_every_refusal_of_the_gateway_is_openai_shaped(gateway):

@@ -2,14 +2,16 @@
 
 Python's ``json`` (and the backends' parsers, some of them) accept what the JSON standard
 does not: the literals ``NaN``, ``Infinity`` and ``-Infinity``, and strings holding a lone
-UTF-16 surrogate (``"\\ud800"``), which no UTF-8 text can carry. The gateway passes the
-fields it does not read to a backend, so it refuses them here, before anything is routed or
-logged, naming the field (``temperature``, ``messages.0.content``).
+UTF-16 surrogate (``"\\ud800"``), which no UTF-8 text can carry; it reads a number too
+large for a double (``1e999``) as infinity, which no JSON text can carry on. The gateway
+passes the fields it does not read to a backend, so it refuses them here, before anything
+is routed or logged, naming the field (``temperature``, ``messages.0.content``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -22,18 +24,19 @@ class BodyError(ValueError):
 
 
 class _Constant:
-    """Where the parser met ``NaN``, ``Infinity`` or ``-Infinity`` (``name``)."""
+    """Where the parser met ``NaN``, ``Infinity`` or ``-Infinity`` (``name``), or a number
+    too large for a double (``overflow``)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, overflow: bool = False) -> None:
+        self.name, self.overflow = name, overflow
 
 
 def read_json(raw: bytes) -> Any:
     """The JSON value of ``raw``; :class:`BodyError` when it is not standard JSON text.
 
     Refused: bytes that are not UTF-8, malformed JSON (the parser's reason and position),
-    nesting deeper than Python's parser can follow, a non-standard number literal and a
-    string with a lone surrogate (each named by its field's path).
+    nesting deeper than Python's parser can follow, a non-standard number literal, a number
+    too large for a double and a string with a lone surrogate (each named by its path).
     """
     try:
         text = raw.decode("utf-8")
@@ -45,8 +48,15 @@ def read_json(raw: bytes) -> Any:
         constants.append(_Constant(name))
         return constants[-1]
 
+    def number(literal: str) -> float | _Constant:
+        parsed = float(literal)
+        if math.isfinite(parsed):
+            return parsed
+        constants.append(_Constant(literal[:40], overflow=True))  # 1e999: inf in Python
+        return constants[-1]
+
     try:
-        value = json.loads(text, parse_constant=constant)
+        value = json.loads(text, parse_constant=constant, parse_float=number)
     except json.JSONDecodeError as exc:
         raise BodyError(
             f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}"
@@ -66,7 +76,8 @@ def _refuse_nonstandard(value: Any) -> None:
         item, path = stack.pop()
         where = path or "body"
         if isinstance(item, _Constant):
-            raise BodyError(f"{where}: {item.name} is not a JSON number (expected a finite number)")
+            what = "is too large for a double" if item.overflow else "is not a JSON number"
+            raise BodyError(f"{where}: {item.name} {what} (expected a finite number)")
         if isinstance(item, str):
             try:
                 item.encode("utf-8")
