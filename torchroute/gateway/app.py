@@ -9,11 +9,15 @@ answered, the model routed, the tries) and the headers ``x-request-id`` and
 known from the token usage), ``GET /v1/models`` lists the router names, ``GET /v1/usage``
 the keys' spend, ``GET /health`` the routers' state.
 
-Errors answer ``{"error": {"message": "<one line>", "type": ..., "code": status}}``: 400
-malformed JSON, 401 no or a wrong key, 404 feedback for an unknown request, 409 feedback
-that cannot apply (already answered, withdrawn, no cost known), 413 a body over the limit,
-422 a field of the wrong type, an unknown router name, a prompt too long, 429 a key over
-its cap (no backend called), 502 every model tried failed, 503 the log cannot be written.
+Every error answers ``{"error": {"message": "<one line>", "type": ..., "code": status}}``:
+400 malformed JSON or JSON the standard does not have (``NaN``, a lone surrogate; the field
+named), a ``Host`` not allowed, 401 no or a wrong key, 403 a page whose ``Origin`` is not
+an allowed host, 404 feedback for an unknown request or an unknown path, 405 a wrong
+method, 409 feedback that cannot apply (already answered, withdrawn, no cost known), 413 a
+body over the limit, 415 a body not declared ``application/json``, 422 a field of the wrong
+type, an unknown router name, a prompt too long, 429 a key over its cap (no backend
+called), a backend's own 4xx (its short message only, secrets redacted), 502 every model
+tried failed, 503 the log cannot be written.
 
 (Over 400 lines: the :class:`Gateway` request path, routing, the tries with their fallbacks
 and the log rows of each, shares one lock and the routers' state; the pieces that do not are

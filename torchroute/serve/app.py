@@ -6,11 +6,12 @@ models of each query and takes the set's outcome as the score). Every request's
 ``Host`` header must be among ``allowed_hosts``; with a ``token``, every ``POST`` needs
 ``Authorization: Bearer <token>``. Bodies are strict JSON: a string is not a number and
 ``true`` is not a score. Errors answer ``{"detail": "<one line>"}`` with 400 (malformed
-JSON, a Host not allowed), 401 (no or a wrong token), 404 (feedback of which no id is
-pending), 409 (adding a model already served), 413 (a body or a batch over the limits),
-422 (a field missing, of the wrong type or out of range, an unknown model, a prompt too
-long or not valid Unicode, embeddings of the wrong size) or 503 (the decision log cannot
-be written; nothing changed).
+JSON, a Host not allowed), 401 (no or a wrong token), 403 (a ``POST`` from a page whose
+``Origin`` is not an allowed host), 404 (feedback of which no id is pending), 409 (adding
+a model already served), 413 (a body or a batch over the limits), 415 (a ``POST`` body not
+declared ``application/json``), 422 (a field missing, of the wrong type or out of range,
+an unknown model, a prompt too long or not valid Unicode, embeddings of the wrong size) or
+503 (the decision log cannot be written; nothing changed).
 """
 
 from __future__ import annotations
