@@ -151,6 +151,16 @@ def test_a_score_that_is_not_a_finite_number_is_said_so(client, literal):
     assert router.status()["pending"] == 1
 
 
+def test_json_nested_too_deeply_is_said_so(client):
+    router, http = client
+    body = b'{"embeddings": [[1, 2, 3]], "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    response = http.post("/route", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert _detail(response) == "body: JSON nested too deeply to be read"
+    assert router.status()["pending"] == 0
+    assert http.get("/nowhere").status_code == 404  # other errors as before
+
+
 @pytest.fixture
 def server(tmp_path):
     """A real uvicorn server on a free localhost port, in a thread."""

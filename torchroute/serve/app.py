@@ -26,6 +26,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
@@ -246,6 +247,13 @@ def create_app(
     @app.exception_handler(LimitError)
     async def _limit(request: Request, exc: LimitError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail
+        if isinstance(exc.__cause__, RecursionError):  # the body's JSON, parsed by FastAPI
+            detail = "body: JSON nested too deeply to be read"
+        return JSONResponse({"detail": detail}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:
