@@ -1,6 +1,6 @@
 """Latency the gateway adds over calling a backend directly, streamed and not, 8 clients.
 
-Workload: the stub backend (``python -m torchroute.gateway.stub``) in one process, and a
+Workload: the stub backend (``tests/gateway/stub_backend.py``) in one process, and a
 gateway in another (a fresh LinUCB router, ``K = 3`` models, ``d = 3`` features, float64,
 its state and decision log on disk under a temporary folder; no key; the text "encoder" a
 three-number summary of the text, so the figure is the gateway's own cost: routing,
@@ -44,6 +44,8 @@ import numpy as np
 import yaml
 
 ARMS = ["small", "medium", "big"]
+#: the stub backend (a test helper, run as a script)
+STUB = Path(__file__).resolve().parents[1] / "tests" / "gateway" / "stub_backend.py"
 
 
 def _free_port() -> int:
@@ -181,7 +183,7 @@ def main() -> None:
         try:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "torchroute.gateway.stub", "--port", str(stub_port)],
+                    [sys.executable, str(STUB), "--port", str(stub_port)],
                     env=env,
                 )
             )

@@ -1,6 +1,6 @@
 """CPU time of one call through the gateway's ASGI app, without an HTTP server in front.
 
-Workload: the stub backend (``python -m torchroute.gateway.stub``) in its own process, and in
+Workload: the stub backend (``tests/gateway/stub_backend.py``) in its own process, and in
 this one the gateway of ``benchmarks/gateway.py`` (a fresh LinUCB router, ``K = 3`` models,
 ``d = 3`` features, float64, state and decision log under a temporary folder, a
 three-number text summary as the encoder) called directly as an ASGI app, one call at a
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gateway import _free_port, _wait, gateway_app, write_backends  # the 8-client one
+from gateway import STUB, _free_port, _wait, gateway_app, write_backends  # the 8-client one
 
 
 def _caller(app, stream: bool):
@@ -114,7 +114,7 @@ def main() -> None:
     torch.set_num_threads(1)
     port = _free_port()
     stub = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "torchroute.gateway.stub", "--port", str(port)]
+    command = [sys.executable, str(STUB), "--port", str(port)]
     proc = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         _wait(f"{stub}/_control", proc)

@@ -65,6 +65,7 @@ def run_blocks(blocks: list[Block], timeout: float = 900) -> int:
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("TORCHROUTE_REPO", str(ROOT))  # the blocks that run a helper of the clone
     with tempfile.TemporaryDirectory(prefix="torchroute-docs-") as work:
         for block in blocks:
             name = block.path.relative_to(ROOT) if block.path.is_relative_to(ROOT) else block.path

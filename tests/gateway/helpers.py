@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 import yaml
 
+from tests.gateway.stub_backend import ServerThread
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
 from torchroute.gateway.keys import Key, Keys, digest
-from torchroute.gateway.stub import ServerThread
 from torchroute.learners import LinUCB
 from torchroute.serve import Router
 

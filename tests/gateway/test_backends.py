@@ -4,16 +4,17 @@ backend API keys read from the environment, sent upstream, never written to the 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
 from tests.gateway.helpers import BOB, build_router, keys, start_gateway, write_backends
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.cli import main
 from torchroute.gateway.backends import BackendsError, load_backends
 from torchroute.gateway.keys import KeysError, load_keys
-from torchroute.gateway.stub import ServerThread, stub_app
 
 GOOD = {
     "base_url": "http://127.0.0.1:8001/v1",
@@ -56,6 +57,52 @@ def test_bad_backend_entries_are_one_line_errors(tmp_path, entry, words):
     with pytest.raises(BackendsError, match=r"models\.big") as caught:
         load_backends(_write(tmp_path, {"big": entry}), env={})
     assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://127.0.0.1:8001/v1\r\nX-Injected: 1", "control character"),
+        ("http://127.0.0.1:8001/v1\n", "control character"),
+        ("http://127.0.0.1:8001/v 1", "a space"),
+        ("http://127.0.0.1:8001/v1#frag", "a #fragment"),
+        ("http://127.0.0.1:8001/v1?api-version=1", "a ?query"),
+        ("http://127.0.0.1:99999/v1", "bad port"),
+        ("http://user@127.0.0.1/v1", "no credentials"),
+        ("http://169.254.169.254/latest", "link-local"),
+        ("http://169.254.1.2:8000/v1", "link-local"),
+        ("http://[fe80::1]:8000/v1", "link-local"),
+        ("http://[fe80::1%25eth0]/v1", "link-local"),
+        ("http://[::ffff:169.254.169.254]/v1", "link-local"),
+        ("http://2852039166/v1", "link-local"),  # 169.254.169.254 as one number
+        ("http://0xa9fea9fe/v1", "link-local"),
+        ("http://metadata.google.internal/v1", "cloud metadata"),
+        ("http://[fd00:ec2::254]/v1", "cloud metadata"),
+        ("http://100.100.100.200/v1", "cloud metadata"),
+    ],
+)
+def test_base_urls_that_would_be_mangled_or_reach_metadata_are_refused(tmp_path, url, words):
+    path = _write(tmp_path, {"big": {**GOOD, "base_url": url}})
+    with pytest.raises(BackendsError) as caught:
+        load_backends(path, env={})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: models.big.base_url: ")
+    assert words in message and "\n" not in message and "\r" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1",
+        "http://localhost:8001/v1/",
+        "http://[::1]:8001/v1",
+        "http://10.0.0.5:8000/v1",
+        "http://169.255.0.1/v1",
+    ],
+)
+def test_base_urls_of_real_servers_are_accepted(tmp_path, url):
+    (backend,) = load_backends(_write(tmp_path, {"big": {**GOOD, "base_url": url}})).values()
+    assert backend.base_url == url.rstrip("/")
 
 
 def test_bad_backends_files(tmp_path):
@@ -138,3 +185,13 @@ def test_a_non_http_backend_is_refused_at_start_up(tmp_path, capsys):
     backends = _write(tmp_path, {"big": {**GOOD, "base_url": "file:///etc/passwd"}})
     assert main(["gateway", str(tmp_path), "--backends", backends]) == 2
     assert "not an http(s) URL" in capsys.readouterr().err
+
+
+def test_the_stub_backend_is_not_part_of_the_package():
+    import importlib.util
+
+    import torchroute.gateway
+
+    assert importlib.util.find_spec("torchroute.gateway.stub") is None
+    package = Path(torchroute.gateway.__file__).parent
+    assert not any("stub" in p.name for p in package.iterdir())

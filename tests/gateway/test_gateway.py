@@ -24,9 +24,9 @@ from tests.gateway.helpers import (
     start_gateway,
     write_backends,
 )
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
-from torchroute.gateway.stub import ServerThread, stub_app
 from torchroute.serve.limits import Limits
 
 MAX_RESPONSE = 64 << 10
@@ -417,9 +417,10 @@ def test_keys_and_bad_input(gateway, stub):
         response = httpx.post(url, json=body, headers=bob)
         assert response.status_code == status, (body, response.text)
         assert words in response.json()["error"]["message"]
-    malformed = httpx.post(url, content=b"{not json", headers=bob)
+    as_json = {**bob, "content-type": "application/json"}
+    malformed = httpx.post(url, content=b"{not json", headers=as_json)
     assert malformed.status_code == 400
-    big = httpx.post(url, content=b"x" * (40 << 10), headers=bob)
+    big = httpx.post(url, content=b"x" * (40 << 10), headers=as_json)
     assert big.status_code == 413
     assert _calls(stub) == {}
     bad_host = httpx.post(url, json=good, headers={**bob, "host": "evil.example"})

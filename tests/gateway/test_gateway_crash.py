@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.gateway.helpers import ARMS, BOB, write_backends
-from torchroute.gateway.stub import ServerThread, stub_app
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.serve.log import RouterLog, log_path
 
 ROOT = Path(__file__).resolve().parents[2]

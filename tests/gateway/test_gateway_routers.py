@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from tests.gateway.helpers import ARMS, build_router, write_backends
+from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
-from torchroute.gateway.stub import ServerThread, stub_app
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,54 @@ def test_errors_are_one_line_4xx_and_leave_the_state_alone(client):
     assert response.status_code == 404 and "already answered" in _detail(response)
 
 
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
+@pytest.mark.parametrize("path", ["/route", "/feedback", "/models"])
+def test_a_post_a_page_of_another_site_can_send_is_a_415(client, path, content_type):
+    router, http = client
+    body = b'{"embeddings": [[1, 2, 3]]}'
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = http.post(path, content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    assert "Content-Type" in _detail(response) and "application/json" in _detail(response)
+    assert router.status()["pending"] == 0 and router.arm_names == tuple(ARMS)
+
+
+def test_a_post_from_a_page_whose_origin_is_not_allowed_is_a_403(client):
+    router, http = client
+    body = {"embeddings": [[1, 2, 3]]}
+    response = http.post("/route", json=body, headers={"origin": "https://evil.example"})
+    assert response.status_code == 403 and "Origin" in _detail(response)
+    assert router.status()["pending"] == 0
+    response = http.post("/route", json=body, headers={"origin": "http://localhost:8080"})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity"])
+def test_a_score_that_is_not_a_finite_number_is_said_so(client, literal):
+    router, http = client
+    (decision,) = http.post("/route", json={"embeddings": [[1, 2, 3]]}).json()["decisions"]
+    body = b'{"request_ids": ["%s"], "scores": [%s], "costs": [0]}' % (
+        decision["request_id"].encode(),
+        literal,
+    )
+    response = http.post("/feedback", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert _detail(response).startswith("scores must be finite numbers in [0, 1]")
+    assert router.status()["pending"] == 1
+
+
+def test_json_nested_too_deeply_is_said_so(client):
+    router, http = client
+    body = b'{"embeddings": [[1, 2, 3]], "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    response = http.post("/route", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert _detail(response) == "body: JSON nested too deeply to be read"
+    assert router.status()["pending"] == 0
+    assert http.get("/nowhere").status_code == 404  # other errors as before
+
+
 @pytest.fixture
 def server(tmp_path):
     """A real uvicorn server on a free localhost port, in a thread."""

@@ -87,9 +87,9 @@ def test_unknown_and_duplicate_ids_are_reported_and_never_counted_twice():
 @pytest.mark.parametrize(
     ("scores", "costs", "models", "error", "match"),
     [
-        ([1.5], [0.0], None, ValueError, r"scores must be in \[0, 1\], got 1.5"),
-        ([-0.1], [0.0], None, ValueError, r"scores must be in \[0, 1\]"),
-        ([float("nan")], [0.0], None, ValueError, r"scores must be in \[0, 1\]"),
+        ([1.5], [0.0], None, ValueError, r"scores must be finite numbers in \[0, 1\], got 1.5"),
+        ([-0.1], [0.0], None, ValueError, r"scores must be finite numbers in \[0, 1\]"),
+        ([float("nan")], [0.0], None, ValueError, r"scores must be finite numbers in \[0, 1\]"),
         ([0.5], [-1.0], None, ValueError, r"costs must be finite and >= 0"),
         ([0.5, 0.5], [0.0], None, ValueError, r"scores has 2 entries for 1 request_ids"),
         ([0.5], [0.0], ["gpt-9"], UnknownModelError, r"unknown model 'gpt-9'"),

@@ -9,11 +9,15 @@ answered, the model routed, the tries) and the headers ``x-request-id`` and
 known from the token usage), ``GET /v1/models`` lists the router names, ``GET /v1/usage``
 the keys' spend, ``GET /health`` the routers' state.
 
-Errors answer ``{"error": {"message": "<one line>", "type": ..., "code": status}}``: 400
-malformed JSON, 401 no or a wrong key, 404 feedback for an unknown request, 409 feedback
-that cannot apply (already answered, withdrawn, no cost known), 413 a body over the limit,
-422 a field of the wrong type, an unknown router name, a prompt too long, 429 a key over
-its cap (no backend called), 502 every model tried failed, 503 the log cannot be written.
+Every error answers ``{"error": {"message": "<one line>", "type": ..., "code": status}}``:
+400 malformed JSON or JSON the standard does not have (``NaN``, a lone surrogate; the field
+named), a ``Host`` not allowed, 401 no or a wrong key, 403 a page whose ``Origin`` is not
+an allowed host, 404 feedback for an unknown request or an unknown path, 405 a wrong
+method, 409 feedback that cannot apply (already answered, withdrawn, no cost known), 413 a
+body over the limit, 415 a body not declared ``application/json``, 422 a field of the wrong
+type, an unknown router name, a prompt too long, 429 a key over its cap (no backend
+called), a backend's own 4xx (its short message only, secrets redacted), 502 every model
+tried failed, 503 the log cannot be written.
 
 (Over 400 lines: the :class:`Gateway` request path, routing, the tries with their fallbacks
 and the log rows of each, shares one lock and the routers' state; the pieces that do not are
@@ -35,12 +39,15 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from torchroute.gateway.backends import Backend
 from torchroute.gateway.event_stream import EventStreamResponse
 from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
 from torchroute.gateway.http1 import Pool
+from torchroute.gateway.json_body import BodyError, read_json
 from torchroute.gateway.keys import BudgetError, Key, Keys
+from torchroute.gateway.redact import backend_message
 from torchroute.gateway.sessions import Sessions
 from torchroute.gateway.shapes import (
     ChatRequest,
@@ -58,6 +65,10 @@ from torchroute.serve.subset_router import SubsetRouter
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-session-id"
+#: what the gateway answers (named by a 404 or 405)
+ENDPOINTS = (
+    "POST /v1/chat/completions, POST /v1/feedback, GET /v1/models, GET /v1/usage, GET /health"
+)
 
 
 class GatewayError(Exception):
@@ -74,12 +85,29 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     return JSONResponse(body, status_code=status)
 
 
+def error_body(status: int, message: str) -> bytes:
+    """The bytes of :func:`error_response`'s body (for the checks in front of the app)."""
+    kind = "authentication_error" if status == 401 else "invalid_request_error"
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+
+
 def _validation_line(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    if error.get("type") == "json_invalid":
-        raise GatewayError(400, "malformed JSON body")
+    if error.get("type") == "json_invalid":  # the body was read as JSON before: its depth
+        reason = error.get("ctx", {}).get("error", "cannot parse")
+        if "recursion limit" in reason:
+            raise GatewayError(400, f"body: JSON nested too deeply to be read ({reason})")
+        raise GatewayError(400, f"malformed JSON body: {reason}")
     where = ".".join(str(p) for p in error.get("loc", ())) or "body"
     return f"{where}: {error.get('msg', 'invalid value')}"
+
+
+def _read_body(raw_body: bytes) -> Any:
+    """The body's JSON value; :class:`GatewayError` 400 when it is not standard JSON."""
+    try:
+        return read_json(raw_body)
+    except BodyError as exc:
+        raise GatewayError(400, str(exc)) from None
 
 
 class Gateway:
@@ -201,11 +229,11 @@ class Gateway:
     async def chat(self, request: Request, raw_body: bytes) -> Response:
         """``POST /v1/chat/completions``."""
         key = self.identify(request)
+        raw = _read_body(raw_body)
         try:
             chat = ChatRequest.model_validate_json(raw_body)
         except ValidationError as exc:
             raise GatewayError(422, _validation_line(exc)) from None
-        raw = json.loads(raw_body)
         try:
             rho = router_rho(chat.model, self.default_rho, self.rhos)
             text = prompt_text(chat.messages, self.prompt)
@@ -300,10 +328,17 @@ class Gateway:
     async def _client_error(
         self, router: Router, rid: str, candidate: Candidate, exc: ClientError, key: Key | None
     ) -> Response:
+        """The backend's refusal of the request (a 4xx other than 429), logged: its status
+        and, of its body, only its short message with every secret redacted."""
         await self._record(router, attempt_row(rid, candidate, str(exc.status), None, key), True)
         self.sessions.end(rid)
-        headers = {"x-request-id": rid, "x-torchroute-model": candidate.backend.name}
-        return Response(exc.body, exc.status, headers=headers, media_type="application/json")
+        secrets = [b.api_key for b in self.backends.values() if b.api_key]
+        message = backend_message(exc.body, secrets)
+        text = f"the backend of {candidate.backend.name} refused the request ({exc.status})"
+        response = error_response(exc.status, f"{text}: {message}" if message else text)
+        response.headers["x-request-id"] = rid
+        response.headers["x-torchroute-model"] = candidate.backend.name
+        return response
 
     async def _complete(
         self, router: Router, tries: list[Candidate], body: dict, info: dict, key: Key | None
@@ -426,6 +461,7 @@ class Gateway:
     async def feedback(self, request: Request, raw_body: bytes) -> dict[str, Any]:
         """``POST /v1/feedback``: learn from the score of an answered request, once."""
         key = self.identify(request)
+        _read_body(raw_body)
         try:
             body = FeedbackBody.model_validate_json(raw_body)
         except ValidationError as exc:
@@ -553,6 +589,19 @@ def create_gateway_app(
         log.exception("internal error on %s", request.url.path)
         return error_response(500, f"internal error ({type(exc).__name__})", "server_error")
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        where = f"{request.method} {request.url.path[:80]!r}"
+        if exc.status_code == 404:
+            message = f"{where}: no such endpoint (the gateway answers {ENDPOINTS})"
+        elif exc.status_code == 405:
+            message = f"{where}: method not allowed (the gateway answers {ENDPOINTS})"
+        else:
+            message = f"{where}: {exc.detail}"
+        response = error_response(exc.status_code, message)
+        response.headers.update(exc.headers or {})
+        return response
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         return await gateway.chat(request, await request.body())
@@ -578,5 +627,6 @@ def create_gateway_app(
         token=None,
         allowed_hosts=allowed_hosts,
         max_body_bytes=gateway.limits.max_body_bytes,
+        error_body=error_body,
     )
     return app

@@ -15,8 +15,11 @@ input and 500 output tokens.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,17 +81,72 @@ def _number(where: str, key: str, value: Any, positive: bool = False) -> float:
     return float(value)
 
 
+#: cloud metadata services at addresses that are not link-local, and their names
+METADATA_HOSTS = frozenset(
+    {"100.100.100.200", "fd00:ec2::254", "metadata.google.internal", "metadata.goog"}
+)
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as the address a connection would reach, or ``None`` for a name (the
+    shorthand IPv4 forms a resolver accepts, ``2852039166``, ``0xa9fea9fe``, included)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9a-fA-FxX.]+", host) and re.match(r"[0-9]", host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def _refused_host(host: str) -> str | None:
+    """Why ``host`` may not be a backend (a link-local or cloud metadata address), or
+    ``None``."""
+    if host.lower().rstrip(".") in METADATA_HOSTS:
+        return "a cloud metadata service"
+    address = _address(host)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address is not None and str(address) in METADATA_HOSTS:
+        return "a cloud metadata service"
+    if address is not None and address.is_link_local:
+        return "link-local (169.254.0.0/16, fe80::/10: cloud metadata services live there)"
+    return None
+
+
 def _url(where: str, value: Any) -> str:
+    """A backend's ``base_url``: ``http(s)://host[:port][/path]``, printable ASCII, no
+    credentials, query or fragment (``/chat/completions`` is appended to it), not a
+    link-local or cloud metadata address."""
+    where = f"{where}.base_url"
+    expected = "expected http(s)://host[:port]/path, e.g. http://127.0.0.1:8001/v1"
     if not isinstance(value, str):
-        raise BackendsError(f"{where}.base_url: expected a URL string, got {value!r}")
+        raise BackendsError(f"{where}: {expected}, got {value!r}")
+    if any(not (0x20 < ord(c) < 0x7F) for c in value):
+        raise BackendsError(
+            f"{where}: {value[:80]!r} holds a space, a control character (CR, LF, ...) or a "
+            f"non-ASCII character; {expected} (percent-encoded)"
+        )
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BackendsError(f"{where}: {value!r} is not an http(s) URL; {expected}")
+    if parts.username is not None or parts.password is not None:
+        raise BackendsError(f"{where}: no credentials in the URL; use api_key_env")
+    if "#" in value or "?" in value:
+        part = "a #fragment" if "#" in value else "a ?query"
         raise BackendsError(
-            f"{where}.base_url: {value!r} is not an http(s) URL (expected e.g. "
-            "http://127.0.0.1:8001/v1)"
+            f"{where}: {value!r} has {part} (calls go to <base_url>/chat/completions); {expected}"
         )
-    if parts.username or parts.password:
-        raise BackendsError(f"{where}.base_url: no credentials in the URL; use api_key_env")
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number in 0-65535
+    except ValueError:
+        raise BackendsError(f"{where}: {value!r} has a bad port; {expected}") from None
+    refused = _refused_host(parts.hostname)
+    if refused is not None:
+        raise BackendsError(f"{where}: {parts.hostname!r} is {refused}; refused as a backend")
     return value.rstrip("/")
 
 

@@ -63,7 +63,7 @@ class FeedbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     request_id: str = Field(min_length=1, max_length=64)
-    score: float = Field(ge=0, le=1)
+    score: float = Field(ge=0, le=1, allow_inf_nan=False)
 
 
 def router_rho(model: str, default: float, served: Sequence[float]) -> float:

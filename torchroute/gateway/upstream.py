@@ -1,9 +1,10 @@
 """Calls to a backend's ``/chat/completions``, bounded in time and size.
 
 A call that fails before the backend's answer starts raises :class:`CallFailed` with the
-outcome logged for it (``connect``, ``timeout``, ``429``, ``500``..., ``malformed``,
-``too large``); the gateway then falls back. A 4xx other than 429 is the request's fault
-and raises :class:`ClientError` (passed to the client, no fallback). A stream is read
+outcome logged for it (``connect``, ``timeout``, ``429``, ``500``, a redirect's ``302``...,
+``empty``, ``malformed``, ``too large``); the gateway then falls back. A 4xx other than 429
+is the request's fault and raises :class:`ClientError` (its sanitized message passed to the
+client, no fallback). A stream is read
 event by event (server-sent events, ``data: {...}\\n\\n``) and handed on as it arrives;
 its ``usage`` chunk is kept, and it stops with an outcome (``truncated``, ``timeout``,
 ``too large``, ``malformed``) when the backend ends it early, stalls, or exceeds the
@@ -101,13 +102,15 @@ def _failure(exc: BaseException) -> CallFailed:
 
 
 async def _check_status(response: Response, max_bytes: int) -> None:
+    """Return for a 2xx (its body is read next); raise :class:`ClientError` for a 4xx other
+    than 429, :class:`CallFailed` for anything else (a redirect, 429, 5xx, ...)."""
     status = response.status
-    if status == 200:
+    if 200 <= status < 300:
         return
     body = await response.read(max_bytes)
-    if status == 429 or status >= 500:
-        raise CallFailed(str(status), f"the backend answered {status}")
-    raise ClientError(status, body)
+    if 400 <= status < 500 and status != 429:
+        raise ClientError(status, body)
+    raise CallFailed(str(status), f"the backend answered {status}")
 
 
 class Upstream:
@@ -162,6 +165,8 @@ class Upstream:
                     raise CallFailed("too large", f"the answer is over {self.max_bytes} bytes")
         finally:
             await response.aclose()
+        if not data.strip():
+            raise CallFailed("empty", f"the backend answered {response.status} with no body")
         try:
             payload = json.loads(data)
             if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):

@@ -6,11 +6,12 @@ models of each query and takes the set's outcome as the score). Every request's
 ``Host`` header must be among ``allowed_hosts``; with a ``token``, every ``POST`` needs
 ``Authorization: Bearer <token>``. Bodies are strict JSON: a string is not a number and
 ``true`` is not a score. Errors answer ``{"detail": "<one line>"}`` with 400 (malformed
-JSON, a Host not allowed), 401 (no or a wrong token), 404 (feedback of which no id is
-pending), 409 (adding a model already served), 413 (a body or a batch over the limits),
-422 (a field missing, of the wrong type or out of range, an unknown model, a prompt too
-long or not valid Unicode, embeddings of the wrong size) or 503 (the decision log cannot
-be written; nothing changed).
+JSON, a Host not allowed), 401 (no or a wrong token), 403 (a ``POST`` from a page whose
+``Origin`` is not an allowed host), 404 (feedback of which no id is pending), 409 (adding
+a model already served), 413 (a body or a batch over the limits), 415 (a ``POST`` body not
+declared ``application/json``), 422 (a field missing, of the wrong type or out of range,
+an unknown model, a prompt too long or not valid Unicode, embeddings of the wrong size) or
+503 (the decision log cannot be written; nothing changed).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
@@ -76,19 +79,40 @@ def _one_line(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{where}: {error.get('msg', 'invalid value')}"
 
 
+def detail_body(status: int, message: str) -> bytes:
+    """``{"detail": message}``: the shape of serve's errors."""
+    return json.dumps({"detail": message}).encode()
+
+
+def media_type(value: str | None) -> str:
+    """The media type of a ``Content-Type`` header, lower case, parameters dropped."""
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
 class Guard:
-    """ASGI middleware: the Host check, the bearer token of ``POST``s, the body size limit.
+    """ASGI middleware: the Host check, the bearer token of ``POST``s, cross-site requests,
+    the body size limit.
 
     Runs before FastAPI reads anything: a request from a Host not allowed (400), a
-    ``POST`` without the token (401) or a body over ``max_body_bytes`` (413, counted as it
-    arrives, whatever ``Content-Length`` says) never reaches a handler.
+    ``POST`` without the token (401), a ``POST`` whose body is not declared
+    ``application/json`` (415: what a web page of another site can send without asking,
+    a form or ``text/plain``) or sent by a page whose ``Origin`` is not an allowed host
+    (403), or a body over ``max_body_bytes`` (413, counted as it arrives, whatever
+    ``Content-Length`` says) never reaches a handler. ``error_body(status, message)``:
+    the bytes of an error answer (default :func:`detail_body`).
     """
 
     def __init__(
-        self, app: Any, token: str | None, allowed_hosts: Sequence[str], max_body_bytes: int
+        self,
+        app: Any,
+        token: str | None,
+        allowed_hosts: Sequence[str],
+        max_body_bytes: int,
+        error_body: Callable[[int, str], bytes] = detail_body,
     ) -> None:
         self.app, self.token = app, token
         self.allowed_hosts, self.max_body_bytes = tuple(allowed_hosts), max_body_bytes
+        self.error_body = error_body
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -97,20 +121,24 @@ class Guard:
         host = headers.get("host")
         if not host_allowed(host, self.allowed_hosts):
             shown = repr(host[:80]) if host else "missing"
-            return await _reply(send, 400, f"Host {shown} is not allowed (--allowed-hosts)")
+            return await self._reply(send, 400, f"Host {shown} is not allowed (--allowed-hosts)")
         guarded = scope["method"] not in ("GET", "HEAD") and self.token is not None
         if guarded and not token_matches(headers.get("authorization"), self.token):
-            return await _reply(
+            return await self._reply(
                 send,
                 401,
                 "missing or wrong token: send the header 'Authorization: Bearer <token>'",
                 [(b"www-authenticate", b"Bearer")],
             )
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            refusal = self._cross_site(headers)
+            if refusal is not None:
+                return await self._reply(send, *refusal)
         limit = self.max_body_bytes
         length = headers.get("content-length")
         too_big = f"request body over {limit} bytes (--max-body-bytes)"
         if length is not None and (not length.isdigit() or int(length) > limit):
-            return await _reply(send, 413, too_big)
+            return await self._reply(send, 413, too_big)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -119,7 +147,7 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                return await _reply(send, 413, too_big)
+                return await self._reply(send, 413, too_big)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -134,14 +162,36 @@ class Guard:
 
         return await self.app(scope, replay, send)
 
+    def _cross_site(self, headers: dict[str, str]) -> tuple[int, str] | None:
+        """``(status, message)`` refusing a body a page of another site could send, or
+        ``None``: the body must be declared JSON (a page needs the server's consent, which
+        is never given, to send that), and an ``Origin`` (sent by browsers) must be an
+        allowed host."""
+        declared = media_type(headers.get("content-type"))
+        if declared != "application/json":
+            shown = repr(declared[:80]) if declared else "missing"
+            return 415, f"Content-Type {shown}: expected application/json"
+        origin = headers.get("origin")
+        if origin is not None and not host_allowed(urlsplit(origin).netloc, self.allowed_hosts):
+            return 403, f"Origin {origin[:80]!r} is not allowed (a page of another site)"
+        return None
+
+    async def _reply(
+        self,
+        send: Callable[[dict], Awaitable[None]],
+        status: int,
+        message: str,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        await _reply(send, status, self.error_body(status, message), headers)
+
 
 async def _reply(
     send: Callable[[dict], Awaitable[None]],
     status: int,
-    detail: str,
+    body: bytes,
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -197,6 +247,13 @@ def create_app(
     @app.exception_handler(LimitError)
     async def _limit(request: Request, exc: LimitError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail
+        if isinstance(exc.__cause__, RecursionError):  # the body's JSON, parsed by FastAPI
+            detail = "body: JSON nested too deeply to be read"
+        return JSONResponse({"detail": detail}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, exc: StoreError) -> JSONResponse:

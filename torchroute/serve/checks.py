@@ -61,7 +61,9 @@ def check_feedback(
     bad = ~(torch.isfinite(score) & (score >= 0) & (score <= 1))
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ScoreRangeError(f"scores must be in [0, 1], got {score[i].item()} for {ids[i]!r}")
+        raise ScoreRangeError(
+            f"scores must be finite numbers in [0, 1], got {score[i].item()} for {ids[i]!r}"
+        )
     bad = ~(torch.isfinite(cost) & (cost >= 0))
     if bad.any():
         i = int(bad.nonzero()[0])

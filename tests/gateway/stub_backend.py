@@ -1,6 +1,6 @@
 """A stub OpenAI-compatible backend for trying the gateway without any model: fixed answers.
 
-``python -m torchroute.gateway.stub --port 8001`` answers ``POST /v1/chat/completions``
+``python tests/gateway/stub_backend.py --port 8001`` answers ``POST /v1/chat/completions``
 for any model name with ``"answer from <model>: ..."`` (``words`` words), its token usage
 (``prompt_tokens``: the words of the messages; ``completion_tokens``: the words of the
 answer) and, with ``stream: true``, one server-sent event per word, then the usage chunk
@@ -8,8 +8,10 @@ when ``stream_options.include_usage`` is set, then ``[DONE]``. ``POST /_control
 {"model": ..., "mode": ..., "delay": seconds between events, "words": n}`` sets how a
 model behaves: ``ok``, ``429``, ``500``, ``hang`` (never answers), ``truncate`` (the
 answer stops half way), ``malformed`` (not JSON), ``endless`` (a stream that never ends),
-``no_usage``. ``GET /_control`` gives the calls each model received and the ``Authorization`` header
-it last saw; ``POST /_reset`` forgets the modes and counts.
+``no_usage``, ``echo_400`` (a 400 whose message and body echo the request's headers, its
+``Authorization`` included, as careless servers do), ``204`` (no content), ``302`` (a
+redirect with a body). ``GET /_control`` gives the calls each model received and the
+``Authorization`` header it last saw; ``POST /_reset`` forgets the modes and counts.
 """
 
 from __future__ import annotations
@@ -28,7 +30,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 ENDLESS = 1_000_000  # events of an "endless" stream (a bound, so a stub never spins forever)
-MODES = ("ok", "429", "500", "hang", "truncate", "malformed", "endless", "no_usage")
+MODES = (
+    "ok",
+    "429",
+    "500",
+    "hang",
+    "truncate",
+    "malformed",
+    "endless",
+    "no_usage",
+    "echo_400",
+    "204",
+    "302",
+)
 
 
 def _words(messages: Any) -> int:
@@ -81,6 +95,14 @@ def stub_app() -> FastAPI:
         mode, delay, n = setting["mode"], setting["delay"], setting["words"]
         if mode in ("429", "500"):
             return JSONResponse({"error": {"message": f"stub {mode}"}}, int(mode))
+        if mode == "echo_400":
+            sent = dict(request.headers)
+            message = f"invalid request; authorization: {sent.get('authorization')}"
+            return JSONResponse({"error": {"message": message}, "headers": sent}, 400)
+        if mode == "204":
+            return Response(status_code=204)
+        if mode == "302":
+            return JSONResponse({"moved": "/v2"}, 302, headers={"location": "/v2"})
         if mode == "hang":
             await asyncio.sleep(3600)
         words = [f"answer from {model}:"] + [f"w{i}" for i in range(n - 1)]
@@ -197,7 +219,7 @@ class ServerThread:
 
 
 def main() -> None:
-    """``python -m torchroute.gateway.stub --port PORT``."""
+    """``python tests/gateway/stub_backend.py --port PORT``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
