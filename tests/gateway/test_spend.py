@@ -1,0 +1,184 @@
+"""A key's spend against its cap, through the real gateway on 127.0.0.1 and the stub backend:
+streamed calls read to the end, with and without the backend's usage; a client that leaves
+mid-stream; eight calls at once. The ledger (the ``attempts`` rows of each key) is checked
+against the tokens the client actually received, counted here from the relayed chunks."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.gateway.helpers import ALICE, ARMS, BOB, build_router, keys, start_gateway
+from tests.gateway.helpers import write_backends as write_backends_file
+from torchroute.gateway.stub import ServerThread, stub_app
+
+#: every model at one price (per million input / output tokens), so a call's most and its
+#: real cost do not depend on the model the router happens to pick
+PRICE_IN, PRICE_OUT = 10.0, 30.0
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with ServerThread(stub_app()) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset(stub):
+    httpx.post(f"{stub.url}/_reset")
+
+
+def _backends(tmp_path, stub):
+    price = {"input_per_mtok": PRICE_IN, "output_per_mtok": PRICE_OUT}
+    return write_backends_file(
+        tmp_path / "backends.yaml", stub.url, timeout_s=30, **{arm: price for arm in ARMS}
+    )
+
+
+def _every_model(stub, mode: str, **kw) -> None:
+    for arm in ARMS:
+        httpx.post(f"{stub.url}/_control", json={"model": f"{arm}-up", "mode": mode, **kw})
+
+
+def _body(text: str, max_tokens: int) -> bytes:
+    payload = {
+        "model": "router",
+        "stream": True,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": text}],
+    }
+    return json.dumps(payload).encode()
+
+
+def _hold(body: bytes, max_tokens: int) -> float:
+    """What a call may cost at most, by hand: its body's bytes as prompt tokens (a token is
+    at least a byte) and its max_tokens, at the (one) price."""
+    return (len(body) * PRICE_IN + max_tokens * PRICE_OUT) / 1e6
+
+
+def _relayed_cost(text: str, chunks: int) -> float:
+    """The cost of what the client received: the stub's tokens are the prompt's words and
+    one per content chunk."""
+    return (len(text.split()) * PRICE_IN + chunks * PRICE_OUT) / 1e6
+
+
+def _stream(url: str, body: bytes, key: str, leave_after: int | None = None) -> tuple:
+    """``(status, request id, content chunks received)``; with ``leave_after``, the client
+    closes the connection once it has that many chunks."""
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", content=body, headers=headers, timeout=30
+    ) as response:
+        if response.status_code != 200:
+            response.read()
+            return response.status_code, None, 0
+        rid, chunks = response.headers["x-request-id"], 0
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            for choice in json.loads(line[6:]).get("choices", []):
+                chunks += bool(choice.get("delta", {}).get("content"))
+            if leave_after is not None and chunks >= leave_after:
+                break
+    return 200, rid, chunks
+
+
+def _charges(router, rid: str, within: float = 10.0) -> list[tuple[str, float | None]]:
+    """``[(outcome, cost)]`` of a request's tries once none is still running."""
+    deadline = time.monotonic() + within
+    while True:
+        rows = router.log.db.execute(
+            "SELECT outcome, cost FROM attempts WHERE request_id = ? ORDER BY pos", (rid,)
+        ).fetchall()
+        if all(outcome != "running" for outcome, _ in rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
+def _spent(router, key: str) -> float:
+    (total,) = router.log.db.execute(
+        "SELECT coalesce(sum(cost), 0) FROM attempts WHERE key = ?", (key,)
+    ).fetchone()
+    return total
+
+
+def _usage(url: str, key: str) -> float:
+    answer = httpx.get(f"{url}/v1/usage", headers={"authorization": f"Bearer {key}"})
+    return answer.json()["keys"][0]["spend"]
+
+
+def test_a_stream_read_to_the_end_is_charged_its_usage_or_else_its_hold(stub, tmp_path):
+    """With the backend's usage: what was relayed, to the token. Without (a backend that
+    gives none): the call's hold, never less than what was relayed (it was charged 0)."""
+    router = build_router()
+    with start_gateway(router, _backends(tmp_path, stub), keys=keys()) as gateway:
+        text, max_tokens = "tell me a story please", 16
+        body = _body(text, max_tokens)
+        _every_model(stub, "ok", words=12)
+        status, rid, chunks = _stream(gateway.url, body, BOB)
+        assert (status, chunks) == (200, 12)
+        assert _charges(router, rid) == [("ok", pytest.approx(_relayed_cost(text, chunks)))]
+
+        _every_model(stub, "no_usage", words=12)
+        status, bare, chunks = _stream(gateway.url, body, BOB)
+        assert (status, chunks) == (200, 12)
+        ((outcome, cost),) = _charges(router, bare)
+        assert outcome == "ok" and cost == pytest.approx(_hold(body, max_tokens))
+        assert cost >= _relayed_cost(text, chunks)
+        assert _usage(gateway.url, BOB) == pytest.approx(_spent(router, "bob"))
+        assert _spent(router, "bob") == pytest.approx(
+            _relayed_cost(text, 12) + _hold(body, max_tokens)
+        )
+    router.close()
+
+
+@pytest.mark.parametrize("read", [1, 12])
+def test_a_client_leaving_mid_stream_is_charged_its_hold(stub, tmp_path, read):
+    """The client reads ``read`` of 20 chunks (12: most of the answer) and leaves before the
+    usage: the call is charged its hold, not 0, and at least what it received."""
+    router = build_router()
+    with start_gateway(router, _backends(tmp_path, stub), keys=keys()) as gateway:
+        _every_model(stub, "ok", words=20, delay=0.05)
+        text, max_tokens = "a long answer", 24
+        body = _body(text, max_tokens)
+        status, rid, chunks = _stream(gateway.url, body, BOB, leave_after=read)
+        assert (status, chunks) == (200, read)
+        ((outcome, cost),) = _charges(router, rid)
+        assert outcome == "client closed"
+        assert cost == pytest.approx(_hold(body, max_tokens))
+        assert cost >= _relayed_cost(text, chunks)
+        assert _usage(gateway.url, BOB) == pytest.approx(cost)
+    router.close()
+
+
+def test_eight_streams_at_once_cannot_pass_the_cap_together(stub, tmp_path):
+    """Eight streamed calls start together under a cap of 2.5 holds: those admitted hold
+    their most until they end, so the key never spends past its cap (each call costs ~0.7
+    of a hold: eight admitted together would spend 2.3 caps). Every admitted call is charged
+    what it relayed; the refused ones called no backend."""
+    router = build_router()
+    text, max_tokens = "count to a hundred", 100
+    body = _body(text, max_tokens)
+    cap = 2.5 * _hold(body, max_tokens)
+    backends = _backends(tmp_path, stub)
+    with start_gateway(router, backends, keys=keys(cap_alice=cap)) as gateway:
+        _every_model(stub, "ok", words=max_tokens, delay=0.01)  # ~1 s per stream
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: _stream(gateway.url, body, ALICE), range(8)))
+        admitted = [(rid, chunks) for status, rid, chunks in results if status == 200]
+        assert {status for status, _, _ in results} <= {200, 429}
+        assert 1 <= len(admitted) <= 2
+        for rid, chunks in admitted:
+            assert chunks == max_tokens
+            assert _charges(router, rid) == [("ok", pytest.approx(_relayed_cost(text, chunks)))]
+        calls = httpx.get(f"{stub.url}/_control").json()["calls"]
+        assert sum(calls.values()) == len(admitted)
+        spent = _spent(router, "alice")
+        assert spent == pytest.approx(sum(_relayed_cost(text, c) for _, c in admitted))
+        assert spent <= cap
+        assert _usage(gateway.url, ALICE) == pytest.approx(spent)
+    router.close()
