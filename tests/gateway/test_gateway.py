@@ -386,11 +386,12 @@ def test_budget_refused_before_any_backend_call(gateway, stub, router):
 
 def test_a_key_at_its_cap_is_refused(stub, tmp_path):
     """A call holds the most it can cost (its body's bytes as prompt tokens, its max_tokens,
-    at the dearest model's prices): a cap just over that admits one call, and what that
+    at the dearest prices): a cap just over that admits one call, and what that
     call spent leaves too little for the next."""
     payload = {"model": "router", "messages": [{"role": "user", "content": "one two three"}]}
     body = json.dumps({**payload, "max_tokens": 8}).encode()
-    price_in, price_out = max(PRICES.values())
+    price_in = max(p_in for p_in, _ in PRICES.values())  # the highest of each
+    price_out = max(p_out for _, p_out in PRICES.values())
     hold = (len(body) * price_in + 8 * price_out) / 1e6
     router = build_router()
     backends = write_backends(tmp_path / "b.yaml", stub.url)

@@ -56,6 +56,7 @@ from torchroute.gateway.spend import (
     ceiling,
     charge,
     check_output_tokens,
+    dearest_prices,
     reservation,
 )
 from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream, Usage
@@ -164,6 +165,7 @@ class Gateway:
         self.upstream: Upstream | None = None
         self.inline_route_s = float(inline_route_ms) / 1e3
         self.max_output_tokens = check_output_tokens(max_output_tokens)
+        self.dearest = dearest_prices(list(self.backends.values()))
         #: {rho: moving mean of a routing decision's CPU time in seconds} (none yet: the
         #: first decision of each router runs in a worker thread)
         self.route_cpu: dict[float, float] = {}
@@ -224,7 +226,7 @@ class Gateway:
         if session_id is not None and len(session_id) > self.limits.max_id_chars:
             raise GatewayError(422, f"session id over {self.limits.max_id_chars} characters")
         limit = ceiling(raw_body, raw, self.max_output_tokens)
-        estimate = reservation(limit, list(self.backends.values()))
+        estimate = reservation(limit, self.dearest)
         try:
             self.keys.reserve(key, estimate)
         except BudgetError as exc:
@@ -473,7 +475,7 @@ class Gateway:
             raise GatewayError(404, f"no request {rid!r} was routed here")
         ledger = self.ledgers[router.rho]
         tries = await anyio.to_thread.run_sync(ledger.attempts, rid)
-        owners = {t.key for t in tries if t.key is not None}  # none: no call ended yet
+        owners = {t.key for t in tries if t.key is not None}  # none: no call logged yet
         if key is not None and not key.admin and owners - {key.name}:
             raise GatewayError(404, f"no request {rid!r} was routed here")
         if status != "pending":

@@ -151,7 +151,7 @@ class Keys:
                         f"key {key.name!r} has spent {spent:.6g} of its cap {key.cap:g}"
                         + (f" ({held:.6g} held by calls running)" if held else "")
                         + f"; this request holds up to {estimate:.6g} (its prompt and "
-                        "max_tokens at the dearest model's prices)"
+                        "max_tokens at the dearest prices)"
                     )
             name = None if key is None else key.name
             self.running[name] = self.running.get(name, 0.0) + estimate

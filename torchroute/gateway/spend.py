@@ -4,16 +4,18 @@ A call's *ceiling* is the most tokens it can take: as prompt tokens, the size of
 body in bytes (a tokenizer's token is at least one byte, and the body holds the messages,
 tools and every other field the backend reads); as output tokens, the request's
 ``max_completion_tokens`` or ``max_tokens`` (else the gateway's ``max_output_tokens``),
-times its ``n`` answers. Before a call the key reserves the ceiling at the dearest backend's
-prices, so calls running together can never pass the cap; each try is logged as it starts
+times its ``n`` answers. Before a call the key reserves the ceiling at the dearest prices
+(the highest input and the highest output price of the backends), so calls running
+together can never pass the cap; each try is logged as it starts
 with the ceiling at its own backend's prices.
 
 A try ends charged (:func:`charge`):
 
 - the backend's usage, the output tokens never fewer than the content chunks relayed to the
   client (each carries at least one token);
-- no usage, but an answer was started or relayed (a client that left mid-stream, a stream
-  cut short, an answer without usage): the try's reservation in full;
+- no usage, but an answer was started or relayed, or the call was cut off while the
+  backend worked (a client that left mid-stream, a stream cut short, an answer without
+  usage, the gateway stopping): the try's reservation in full;
 - nothing, when no answer came (a refused connection, a 429 or 5xx, a timeout before the
   first byte): the gateway falls back and the next try is charged instead.
 """
@@ -51,9 +53,20 @@ def ceiling(raw_body: bytes, raw: dict[str, Any], max_output_tokens: int) -> Cei
     return Ceiling(len(raw_body), int(limit) * answers)
 
 
-def reservation(ceiling: Ceiling, backends: list[Backend]) -> float:
-    """What a call holds of its key's cap: the ceiling at the dearest of ``backends``."""
-    return max(ceiling.cost(backend) for backend in backends)
+def dearest_prices(backends: list[Backend]) -> tuple[float, float]:
+    """``(input, output)``: the highest input and the highest output price of ``backends``
+    (per million tokens; found once, at start-up)."""
+    return (
+        max(backend.input_per_mtok for backend in backends),
+        max(backend.output_per_mtok for backend in backends),
+    )
+
+
+def reservation(ceiling: Ceiling, dearest: tuple[float, float]) -> float:
+    """What a call holds of its key's cap: the ceiling at the ``dearest`` prices (at least
+    what it can cost at any backend it may try)."""
+    price_in, price_out = dearest
+    return (ceiling.prompt_tokens * price_in + ceiling.output_tokens * price_out) / 1e6
 
 
 def charge(
@@ -88,5 +101,6 @@ __all__ = [
     "ceiling",
     "charge",
     "check_output_tokens",
+    "dearest_prices",
     "reservation",
 ]
