@@ -101,6 +101,10 @@ def test_an_unknown_field_of_the_keys_file_is_named_with_what_is_allowed(tmp_pat
     assert str(caught.value) == (
         f"{path}: keys.alice: unknown field 'capp'; a key entry takes only sha256, cap, admin"
     )
+    path.write_text(yaml.safe_dump({"keys": {"alice": {"sha256": digest}}, "key": {}}))
+    with pytest.raises(KeysError) as caught:
+        load_keys(path)
+    assert str(caught.value) == f"{path}: unknown top-level field 'key'; the file holds only 'keys'"
 
 
 def test_backend_api_key_comes_from_the_environment_and_is_never_logged(tmp_path, monkeypatch):

@@ -69,7 +69,14 @@ def load_keys(path: str | Path) -> list[Key]:
         data = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise KeysError(f"{path}: not valid YAML ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or set(data) != {"keys"} or not isinstance(data["keys"], dict):
+    unknown = (
+        sorted(str(field) for field in data if field != "keys") if isinstance(data, dict) else []
+    )
+    if unknown:
+        raise KeysError(
+            f"{path}: unknown top-level field {unknown[0]!r}; the file holds only 'keys'"
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
         raise KeysError(f"{path}: expected one top-level mapping 'keys' of name -> entry")
     keys, seen = [], set()
     for name, entry in data["keys"].items():
