@@ -276,12 +276,6 @@ class RouterLog:
             )
             self._mark(ids, ANSWERED)
 
-    def withdraw(self, ids: Sequence[str]) -> None:
-        """Mark pending ids as withdrawn: their routed model gave no answer to learn from."""
-        if ids:
-            with self._transaction():
-                self._mark(ids, WITHDRAWN)
-
     def write(
         self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()
     ) -> Any:
