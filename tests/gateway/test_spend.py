@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from fastapi import FastAPI, Request
 
 from tests.gateway.helpers import ALICE, ARMS, BOB, build_router, keys, start_gateway
 from tests.gateway.helpers import write_backends as write_backends_file
@@ -182,3 +183,43 @@ def test_eight_streams_at_once_cannot_pass_the_cap_together(stub, tmp_path):
         assert spent <= cap
         assert _usage(gateway.url, ALICE) == pytest.approx(spent)
     router.close()
+
+
+def _recording_backend(seen: list) -> FastAPI:
+    """A backend that answers one word and keeps each request body it receives."""
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request) -> dict:
+        body = await request.json()
+        seen.append(body)
+        return {
+            "id": "r",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+        }
+
+    return app
+
+
+def test_a_capped_call_without_max_tokens_is_sent_the_max_tokens_it_holds(tmp_path):
+    """alice (capped) names no max_tokens: her call holds 4096 output tokens and the
+    backend is asked for at most that; bob (no cap) and a call naming its own go as sent."""
+    seen: list[dict] = []
+    router = build_router()
+    with ServerThread(_recording_backend(seen)) as backend:
+        backends = _backends(tmp_path, backend)
+        with start_gateway(router, backends, keys=keys()) as gateway:
+            for key, extra in [(ALICE, {}), (BOB, {}), (ALICE, {"max_tokens": 9})]:
+                payload = {"model": "router", "messages": [{"role": "user", "content": "hi"}]}
+                answer = httpx.post(
+                    f"{gateway.url}/v1/chat/completions",
+                    json={**payload, **extra},
+                    headers={"authorization": f"Bearer {key}"},
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text
+    router.close()
+    assert [body.get("max_tokens") for body in seen] == [4096, None, 9]
