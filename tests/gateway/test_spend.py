@@ -5,6 +5,7 @@ against the tokens the client actually received, counted here from the relayed c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from tests.gateway.helpers import ALICE, ARMS, BOB, build_router, keys, start_gateway
 from tests.gateway.helpers import write_backends as write_backends_file
@@ -156,32 +158,76 @@ def test_a_client_leaving_mid_stream_is_charged_its_hold(stub, tmp_path, read):
     router.close()
 
 
-def test_eight_streams_at_once_cannot_pass_the_cap_together(stub, tmp_path):
-    """Eight streamed calls start together under a cap of 2.5 holds: those admitted hold
-    their most until they end, so the key never spends past its cap (each call costs ~0.7
-    of a hold: eight admitted together would spend 2.3 caps). Every admitted call is charged
-    what it relayed; the refused ones called no backend."""
-    router = build_router()
-    text, max_tokens = "count to a hundred", 100
+class Honest:
+    """A backend that streams exactly ``max_tokens`` chunks of one token each (``delay``
+    seconds apart), then its usage; it counts the calls it runs at once (``peak``)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.running, self.peak = delay, 0, 0
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def complete(request: Request) -> StreamingResponse:
+            body = await request.json()
+            return StreamingResponse(
+                self._events(body["max_tokens"]), media_type="text/event-stream"
+            )
+
+        return app
+
+    async def _events(self, tokens: int):
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            for _ in range(tokens):
+                await asyncio.sleep(self.delay)
+                chunk = {"choices": [{"index": 0, "delta": {"content": "t "}}]}
+                yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+            usage = {"prompt_tokens": 4, "completion_tokens": tokens}
+            yield b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.running -= 1
+
+
+def test_eight_streams_at_once_cannot_pass_the_cap_together(tmp_path):
+    """Eight streamed calls start together under a cap of 2.5 holds, against a backend that
+    keeps to max_tokens: at most two run at once, each charged what it relayed, and the key
+    never spends past its cap (holding only their least cost, at the cheapest model's
+    prices, all eight ran at once and spent 2.4 times the cap)."""
+    prices = {"small": (1.0, 2.0), "medium": (10.0, 30.0), "big": (10.0, 30.0)}
+    text, max_tokens = "count to two hundred", 200
     body = _body(text, max_tokens)
-    cap = 2.5 * _hold(body, max_tokens)
-    backends = _backends(tmp_path, stub)
-    with start_gateway(router, backends, keys=keys(cap_alice=cap)) as gateway:
-        _every_model(stub, "ok", words=max_tokens, delay=0.01)  # ~1 s per stream
-        with ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(lambda _: _stream(gateway.url, body, ALICE), range(8)))
-        admitted = [(rid, chunks) for status, rid, chunks in results if status == 200]
-        assert {status for status, _, _ in results} <= {200, 429}
-        assert 1 <= len(admitted) <= 2
-        for rid, chunks in admitted:
-            assert chunks == max_tokens
-            assert _charges(router, rid) == [("ok", pytest.approx(_relayed_cost(text, chunks)))]
-        calls = httpx.get(f"{stub.url}/_control").json()["calls"]
-        assert sum(calls.values()) == len(admitted)
-        spent = _spent(router, "alice")
-        assert spent == pytest.approx(sum(_relayed_cost(text, c) for _, c in admitted))
-        assert spent <= cap
-        assert _usage(gateway.url, ALICE) == pytest.approx(spent)
+    cap = 2.5 * _hold(body, max_tokens)  # the dearest prices are 10 and 30
+    backend = Honest(delay=0.002)
+    router = build_router()
+    with ServerThread(backend.app()) as server:
+        backends = write_backends_file(
+            tmp_path / "backends.yaml",
+            server.url,
+            timeout_s=30,
+            **{arm: {"input_per_mtok": p[0], "output_per_mtok": p[1]} for arm, p in prices.items()},
+        )
+        with start_gateway(router, backends, keys=keys(cap_alice=cap)) as gateway:
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(lambda _: _stream(gateway.url, body, ALICE), range(8)))
+            spent_said = _usage(gateway.url, ALICE)
+    admitted = [(rid, chunks) for status, rid, chunks in results if status == 200]
+    assert {status for status, _, _ in results} <= {200, 429} and admitted
+    assert backend.peak <= 2
+    total = 0.0
+    for rid, chunks in admitted:
+        assert chunks == max_tokens
+        ((model, outcome, cost),) = router.log.db.execute(
+            "SELECT model, outcome, cost FROM attempts WHERE request_id = ?", (rid,)
+        ).fetchall()
+        price_in, price_out = prices[model]
+        assert (outcome, cost) == ("ok", pytest.approx((4 * price_in + chunks * price_out) / 1e6))
+        total += cost
+    assert _spent(router, "alice") == pytest.approx(total) == pytest.approx(spent_said)
+    assert total <= cap
     router.close()
 
 
