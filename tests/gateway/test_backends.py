@@ -130,11 +130,28 @@ def test_keys_file(tmp_path):
     for entry, words in [
         ({"sha256": "abc"}, "64 lowercase hex"),
         ({"sha256": digest, "cap": -1}, "cap: expected a number >= 0"),
-        ({"sha256": digest, "secret": "x"}, "expected {sha256"),
+        ({"sha256": digest, "secret": "x"}, "unknown field 'secret'"),
+        ("sha256", "expected {sha256"),
     ]:
         path.write_text(yaml.safe_dump({"keys": {"alice": entry}}))
         with pytest.raises(KeysError, match=words):
             load_keys(path)
+
+
+def test_an_unknown_field_of_the_keys_file_is_named_with_what_is_allowed(tmp_path):
+    path = tmp_path / "keys.yaml"
+    digest = hashlib.sha256(b"secret-one").hexdigest()
+    entry = {"sha256": digest, "capp": 2.5, "admin": False}  # a typo: the cap is not set
+    path.write_text(yaml.safe_dump({"keys": {"alice": entry}}))
+    with pytest.raises(KeysError) as caught:
+        load_keys(path)
+    assert str(caught.value) == (
+        f"{path}: keys.alice: unknown field 'capp'; a key entry takes only sha256, cap, admin"
+    )
+    path.write_text(yaml.safe_dump({"keys": {"alice": {"sha256": digest}}, "key": {}}))
+    with pytest.raises(KeysError) as caught:
+        load_keys(path)
+    assert str(caught.value) == f"{path}: unknown top-level field 'key'; the file holds only 'keys'"
 
 
 def test_backend_api_key_comes_from_the_environment_and_is_never_logged(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from tests.gateway.helpers import (
 from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
+from torchroute.gateway.ledger import Ledger
 from torchroute.serve.limits import Limits
 
 MAX_RESPONSE = 64 << 10
@@ -141,7 +142,7 @@ def test_cost_is_usage_times_price_and_enters_the_utility(gateway, router):
     assert body["torchroute"]["cost"] == pytest.approx(cost)
     ((logged,),) = _rows(router, "SELECT cost FROM attempts WHERE request_id = ?", rid)
     assert logged == pytest.approx(cost)
-    assert router.known_cost(rid) == pytest.approx(cost)
+    assert Ledger(router).known_cost(rid) == pytest.approx(cost)
     score = 0.9
     feedback = httpx.post(
         f"{gateway.url}/v1/feedback",
@@ -352,7 +353,7 @@ def test_a_session_keeps_its_model_and_is_logged_once(gateway, router):
     assert [r for (r,) in reasons] == ["routed", "session", "session"]
     arm = first.headers["x-torchroute-model"]
     total = sum(_cost(arm, r.json()["usage"]) for r in [first, *turns])
-    assert router.known_cost(rid) == pytest.approx(total)
+    assert Ledger(router).known_cost(rid) == pytest.approx(total)
     # the user field names a session too; another session routes on its own
     other = _chat(gateway, "hello", user="someone-else")
     assert other.headers["x-request-id"] != rid
@@ -384,13 +385,28 @@ def test_budget_refused_before_any_backend_call(gateway, stub, router):
 
 
 def test_a_key_at_its_cap_is_refused(stub, tmp_path):
+    """A call holds the most it can cost (its body's bytes as prompt tokens, its max_tokens,
+    at the dearest prices): a cap just over that admits one call, and what that
+    call spent leaves too little for the next."""
+    payload = {"model": "router", "messages": [{"role": "user", "content": "one two three"}]}
+    body = json.dumps({**payload, "max_tokens": 8}).encode()
+    price_in = max(p_in for p_in, _ in PRICES.values())  # the highest of each
+    price_out = max(p_out for _, p_out in PRICES.values())
+    hold = (len(body) * price_in + 8 * price_out) / 1e6
     router = build_router()
     backends = write_backends(tmp_path / "b.yaml", stub.url)
-    with start_gateway(router, backends, keys=keys(cap_alice=1e-5)) as gateway:
-        first = _chat(gateway, "one two three", key=ALICE)
-        assert first.status_code == 200  # the least it could cost was under the cap
+    with start_gateway(router, backends, keys=keys(cap_alice=hold * 1.01)) as gateway:
+        url, auth = (
+            f"{gateway.url}/v1/chat/completions",
+            {
+                "authorization": f"Bearer {ALICE}",
+                "content-type": "application/json",
+            },
+        )
+        first = httpx.post(url, content=body, headers=auth, timeout=30)
+        assert first.status_code == 200  # what it could cost at most was under the cap
         calls = sum(_calls(stub).values())
-        second = _chat(gateway, "one two three", key=ALICE)
+        second = httpx.post(url, content=body, headers=auth, timeout=30)
         assert second.status_code == 429
         assert sum(_calls(stub).values()) == calls
     router.close()
@@ -444,8 +460,8 @@ def _leave_after_the_first_event(gateway, router, within: float) -> tuple[str, f
         rid = response.headers["x-request-id"]
         assert next(response.iter_lines()).startswith("data: ")
         left = time.monotonic()
-    rows = []
-    while not rows and time.monotonic() < left + within:
+    rows = [("running",)]  # logged as it starts, its outcome set when it ends
+    while rows == [("running",)] and time.monotonic() < left + within:
         rows = _rows(router, "SELECT outcome FROM attempts WHERE request_id = ?", rid)
         time.sleep(0.05)
     return rid, time.monotonic() - left, rows

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -47,6 +47,7 @@ from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
 from torchroute.gateway.http1 import Pool
 from torchroute.gateway.json_body import BodyError, read_json
 from torchroute.gateway.keys import BudgetError, Key, Keys
+from torchroute.gateway.ledger import INTERRUPTED, Ledger
 from torchroute.gateway.redact import backend_message
 from torchroute.gateway.sessions import Sessions
 from torchroute.gateway.shapes import (
@@ -56,7 +57,16 @@ from torchroute.gateway.shapes import (
     prompt_text,
     router_rho,
 )
-from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream
+from torchroute.gateway.spend import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    Ceiling,
+    ceiling,
+    charge,
+    check_output_tokens,
+    dearest_prices,
+    reservation,
+)
+from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream, Usage
 from torchroute.serve.app import LOOPBACK_HOSTS, Guard
 from torchroute.serve.limits import LimitError, Limits, check_strings
 from torchroute.serve.router import Router, StoreError
@@ -114,9 +124,10 @@ class Gateway:
     """Routes OpenAI chat requests over backends; learns from feedback.
 
     Built, it adds each backend missing from a router to it (``Router.add_model``, at the
-    backend's ``prior_price``), counts the spend logged by each router against the keys and
-    withdraws the requests a stop of the gateway cut short (each with an ``interrupted``
-    attempt row).
+    backend's ``prior_price``), opens each router's :class:`~torchroute.gateway.ledger.Ledger`,
+    marks the tries a stop of the gateway cut short ``interrupted`` (charged their
+    reservation), counts the spend logged by each router against the keys and withdraws the
+    requests so cut short.
 
     Args:
         routers: one router per rho served (``router-<rho>``); each router's models must
@@ -132,6 +143,9 @@ class Gateway:
         max_response_bytes: the most bytes of one backend answer or stream.
         inline_route_ms: the mean CPU time (ms) of a routing decision under which it runs
             on the event loop rather than in a worker thread (0: always in a thread).
+        max_output_tokens: the output tokens reserved for a request without
+            ``max_tokens`` (:mod:`~torchroute.gateway.spend`); a capped key's request is
+            sent with this ``max_tokens``.
     """
 
     def __init__(
@@ -147,6 +161,7 @@ class Gateway:
         limits: Limits | None = None,
         max_response_bytes: int = 8 << 20,
         inline_route_ms: float = 2.0,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
     ) -> None:
         if not routers:
             raise ValueError("a gateway needs at least one router")
@@ -177,32 +192,33 @@ class Gateway:
         self.max_response_bytes = int(max_response_bytes)
         self.upstream: Upstream | None = None
         self.inline_route_s = float(inline_route_ms) / 1e3
+        self.max_output_tokens = check_output_tokens(max_output_tokens)
+        self.dearest = dearest_prices(list(self.backends.values()))
         #: {rho: moving mean of a routing decision's CPU time in seconds} (none yet: the
         #: first decision of each router runs in a worker thread)
         self.route_cpu: dict[float, float] = {}
-        for router in self.routers.values():
+        #: {rho: the ledger of the router's backend calls and their charges}
+        self.ledgers: dict[float, Ledger] = {}
+        for rho, router in self.routers.items():
             for name, backend in self.backends.items():  # as POST /models of serve
                 if name not in router.arm_names:
                     router.add_model(name, backend.prior_price)
-            self.keys.add_spent(router.log.spend())
-            self._withdraw_interrupted(router)
+            ledger = self.ledgers[rho] = Ledger(router)
+            cut, unanswered = ledger.recover()
+            self.keys.add_spent(ledger.spend())
+            ledger.withdraw(cut)
+            self._withdraw_unanswered(router, ledger, unanswered)
 
-    def _withdraw_interrupted(self, router: Router) -> None:
-        """Withdraw the requests whose routed model never finished answering (the gateway
-        stopped mid-call), each with an ``interrupted`` attempt row."""
-        for rid in router.log.unsettled():
+    def _withdraw_unanswered(self, router: Router, ledger: Ledger, ids: list[str]) -> None:
+        """Withdraw routed requests the gateway stopped before calling a backend, each with
+        an ``interrupted`` row (nothing called: nothing charged)."""
+        for rid in ids:
             model = router.routed_model(rid)
             if model is None or model not in self.backends:
                 continue
             propensity = dict(router.ranked(rid))[model]
-            row = attempt_row(
-                rid,
-                Candidate(self.backends[model], propensity, "routed"),
-                "interrupted",
-                None,
-                None,
-            )
-            router.record_attempt(row, withdraw=True)
+            candidate = Candidate(self.backends[model], propensity, "routed")
+            ledger.add(attempt_row(rid, candidate, None, None, INTERRUPTED), withdraw=True)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -218,13 +234,6 @@ class Gateway:
                 "authentication_error",
             )
         return key
-
-    def estimate(self, text: str, request: ChatRequest) -> float:
-        """The least a request can cost: its text as ``chars / 4`` input tokens and its
-        ``max_tokens`` (if given) as output tokens, at the cheapest backend's prices."""
-        tokens_in = math.ceil(len(text) / 4)
-        tokens_out = request.max_completion_tokens or request.max_tokens or 0
-        return min(b.cost(tokens_in, tokens_out) for b in self.backends.values())
 
     async def chat(self, request: Request, raw_body: bytes) -> Response:
         """``POST /v1/chat/completions``."""
@@ -244,7 +253,8 @@ class Gateway:
         session_id = request.headers.get(SESSION_HEADER) or chat.user
         if session_id is not None and len(session_id) > self.limits.max_id_chars:
             raise GatewayError(422, f"session id over {self.limits.max_id_chars} characters")
-        estimate = self.estimate(text, chat)
+        limit = ceiling(raw_body, raw, self.max_output_tokens)
+        estimate = reservation(limit, self.dearest)
         try:
             self.keys.reserve(key, estimate)
         except BudgetError as exc:
@@ -255,15 +265,19 @@ class Gateway:
             request_id, routed, reason, ranked = await self._decide(router, text, scope)
             tries = candidates(routed, ranked, self.backends, self.max_fallbacks, reason)
             body = {k: v for k, v in raw.items() if k not in ("model", "stream", "stream_options")}
+            capped = key is not None and key.cap is not None
+            if capped and not (chat.max_completion_tokens or chat.max_tokens):
+                body["max_tokens"] = self.max_output_tokens  # the call stays within its hold
             info = {"request_id": request_id, "routed": routed, "rho": rho}
+            call = _Call(self.ledgers[rho], key, limit)
             if chat.stream:
                 include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-                response = await self._stream(
-                    router, tries, body, info, key, estimate, include_usage
-                )
+                response = await self._stream(router, tries, body, info, call, include_usage)
                 streaming = isinstance(response, EventStreamResponse)
+                if streaming:
+                    call.release = partial(self.keys.settle, key, estimate)
                 return response
-            return await self._complete(router, tries, body, info, key)
+            return await self._complete(router, tries, body, info, call)
         finally:
             if not streaming:
                 self.keys.settle(key, estimate)
@@ -301,20 +315,18 @@ class Gateway:
             self.sessions.put(scope, rid, model)
         return rid, model, reason, ranked
 
-    async def _record(self, router: Router, row: Any, withdraw: bool = False) -> None:
-        router.record_attempt(row, withdraw)  # one SQLite row: cheaper than a thread hop
+    def _begin(self, call: _Call, rid: str, candidate: Candidate) -> int:
+        """Log a try as it starts (charged its reservation until it ends); its ``pos``.
+        One SQLite row on the event loop: cheaper than a thread hop."""
+        reserved = call.limit.cost(candidate.backend)
+        return call.ledger.begin(attempt_row(rid, candidate, call.key, reserved))
 
     async def _fall_back(
-        self,
-        router: Router,
-        rid: str,
-        candidate: Candidate,
-        outcome: str,
-        key: Key | None,
-        errors: list[str],
+        self, call: _Call, rid: str, pos: int, candidate: Candidate, outcome: str, errors: list
     ) -> None:
-        """Log a failed try of ``candidate`` and note it in ``errors`` (the next one follows)."""
-        await self._record(router, attempt_row(rid, candidate, outcome, None, key))
+        """Log a try of ``candidate`` that failed before any answer (charged nothing) and
+        note it in ``errors`` (the next one follows)."""
+        call.ledger.end(rid, pos, outcome, None, None)
         errors.append(f"{candidate.backend.name}: {outcome}")
 
     async def _failed(self, router: Router, info: dict, errors: list[str]) -> Response:
@@ -326,11 +338,11 @@ class Gateway:
         return response
 
     async def _client_error(
-        self, router: Router, rid: str, candidate: Candidate, exc: ClientError, key: Key | None
+        self, call: _Call, rid: str, pos: int, candidate: Candidate, exc: ClientError
     ) -> Response:
         """The backend's refusal of the request (a 4xx other than 429), logged: its status
         and, of its body, only its short message with every secret redacted."""
-        await self._record(router, attempt_row(rid, candidate, str(exc.status), None, key), True)
+        call.ledger.end(rid, pos, str(exc.status), None, None, withdraw=True)
         self.sessions.end(rid)
         secrets = [b.api_key for b in self.backends.values() if b.api_key]
         message = backend_message(exc.body, secrets)
@@ -341,25 +353,24 @@ class Gateway:
         return response
 
     async def _complete(
-        self, router: Router, tries: list[Candidate], body: dict, info: dict, key: Key | None
+        self, router: Router, tries: list[Candidate], body: dict, info: dict, call: _Call
     ) -> Response:
         rid, errors, upstream = info["request_id"], [], self._client()
         for i, candidate in enumerate(tries):
+            pos = self._begin(call, rid, candidate)
             try:
                 payload, usage, data = await upstream.complete(candidate.backend, body)
             except CallFailed as exc:
-                await self._fall_back(router, rid, candidate, exc.outcome, key, errors)
+                await self._fall_back(call, rid, pos, candidate, exc.outcome, errors)
                 continue
             except ClientError as exc:
-                return await self._client_error(router, rid, candidate, exc, key)
-            row = attempt_row(rid, candidate, "ok", usage, key)
-            learnable = i == 0 and row.cost is not None
-            await self._record(router, row, withdraw=not learnable)
-            if not learnable:
-                self.sessions.end(rid)
-            if row.cost is not None:
-                self.keys.add(key, row.cost)
-            extra = self._info(info, candidate, errors, row.cost)
+                return await self._client_error(call, rid, pos, candidate, exc)
+            except BaseException:  # cancelled: the answer may have been billed
+                self._end(call, rid, pos, candidate, "client closed", None, 0, True, False)
+                raise
+            learnable = i == 0 and usage is not None
+            cost = self._end(call, rid, pos, candidate, "ok", usage, 0, True, learnable)
+            extra = self._info(info, candidate, errors, cost)
             return Response(
                 _with_info(data, payload, extra),
                 headers=_headers(rid, candidate, errors),
@@ -373,46 +384,76 @@ class Gateway:
         tries: list[Candidate],
         body: dict,
         info: dict,
-        key: Key | None,
-        estimate: float,
+        call: _Call,
         include_usage: bool,
     ) -> Response:
         rid, errors, upstream = info["request_id"], [], self._client()
         for i, candidate in enumerate(tries):
+            pos = self._begin(call, rid, candidate)
             try:
                 stream = await upstream.stream(candidate.backend, body)
             except CallFailed as exc:
-                await self._fall_back(router, rid, candidate, exc.outcome, key, errors)
+                await self._fall_back(call, rid, pos, candidate, exc.outcome, errors)
                 continue
             except ClientError as exc:
-                return await self._client_error(router, rid, candidate, exc, key)
+                return await self._client_error(call, rid, pos, candidate, exc)
+            except BaseException:  # cancelled: the backend may have started answering
+                self._end(call, rid, pos, candidate, "client closed", None, 0, True, False)
+                raise
             stream.forward_usage = include_usage
             events = stream.events()
-            first = await anext(events, None)  # a stream failing before its first event
+            try:
+                first = await anext(events, None)  # a stream failing before its first event
+            except BaseException:
+                self._end(call, rid, pos, candidate, "client closed", None, 0, True, False)
+                raise
             if first is None and stream.outcome != "ok":  # falls back like any other call
-                await self._fall_back(router, rid, candidate, stream.outcome, key, errors)
+                await self._fall_back(call, rid, pos, candidate, stream.outcome, errors)
                 continue
-            relay = self._relay(
-                router, rid, candidate, i == 0, stream, first, events, key, estimate, include_usage
-            )
+            relay = self._relay(call, rid, pos, candidate, i == 0, stream, first, events)
             return EventStreamResponse(relay, _headers(rid, candidate, errors))
         return await self._failed(router, info, errors)
 
+    def _end(
+        self,
+        call: _Call,
+        rid: str,
+        pos: int,
+        candidate: Candidate,
+        outcome: str,
+        usage: Usage | None,
+        relayed: int,
+        answered: bool,
+        learnable: bool,
+    ) -> float | None:
+        """Log how a try that got an answer ended, charge its key, end the session when
+        there is nothing to learn; the cost charged. A log that cannot be written is
+        logged, the charge still counted (the caller may be a cancelled relay)."""
+        cost = charge(candidate.backend, call.limit, usage, relayed, answered)
+        tokens = None if usage is None else (usage.input_tokens, usage.output_tokens)
+        try:
+            call.ledger.end(rid, pos, outcome, tokens, cost, withdraw=not learnable)
+        except StoreError as exc:
+            log.error("%s", exc)
+        if not learnable:
+            self.sessions.end(rid)
+        if cost is not None:
+            self.keys.add(call.key, cost)
+        return cost
+
     async def _relay(
         self,
-        router: Router,
+        call: _Call,
         rid: str,
+        pos: int,
         candidate: Candidate,
         routed: bool,
         stream: Stream,
         first: bytes | None,
         events: AsyncIterator[bytes],
-        key: Key | None,
-        estimate: float,
-        include_usage: bool,
     ) -> AsyncIterator[bytes]:
         """The backend's events as they come (``first`` already read from ``events``);
-        the try is logged when the stream ends."""
+        the try is logged and charged when the stream ends, however it ends."""
         outcome = "client closed"
         try:
             if first is not None:
@@ -424,18 +465,13 @@ class Gateway:
                 message = f"the answer of {candidate.backend.name} stopped early ({outcome})"
                 error = {"error": {"message": message, "type": "upstream_error", "code": 502}}
                 yield b"data: " + json.dumps(error).encode() + b"\n\n"
-        finally:
-            row = attempt_row(rid, candidate, outcome, stream.usage, key)
-            learnable = routed and outcome == "ok" and row.cost is not None
-            try:  # synchronous: this also runs when the client went away (cancelled)
-                router.record_attempt(row, withdraw=not learnable)
-            except StoreError as exc:
-                log.error("%s", exc)
-            if not learnable:
-                self.sessions.end(rid)
-            if row.cost is not None:
-                self.keys.add(key, row.cost)
-            self.keys.settle(key, estimate)
+        finally:  # synchronous: this also runs when the client went away (cancelled)
+            learnable = routed and outcome == "ok" and stream.usage is not None
+            self._end(
+                call, rid, pos, candidate, outcome, stream.usage, stream.relayed, True, learnable
+            )
+            if call.release is not None:
+                call.release()
 
     def _info(self, info: dict, candidate: Candidate, errors: list[str], cost: float | None):
         return {
@@ -473,8 +509,9 @@ class Gateway:
                 break
         else:
             raise GatewayError(404, f"no request {rid!r} was routed here")
-        tries = await anyio.to_thread.run_sync(router.attempts, rid)
-        owners = {t.key for t in tries if t.key is not None}  # none: no call ended yet
+        ledger = self.ledgers[router.rho]
+        tries = await anyio.to_thread.run_sync(ledger.attempts, rid)
+        owners = {t.key for t in tries if t.key is not None}  # none: no call logged yet
         if key is not None and not key.admin and owners - {key.name}:
             raise GatewayError(404, f"no request {rid!r} was routed here")
         if status != "pending":
@@ -486,7 +523,7 @@ class Gateway:
                 "dropped": "it was dropped over --max-pending",
             }[status]
             raise GatewayError(409, f"request {rid!r} takes no feedback: {why}")
-        cost = await anyio.to_thread.run_sync(router.known_cost, rid)
+        cost = await anyio.to_thread.run_sync(ledger.known_cost, rid)
         model = await anyio.to_thread.run_sync(router.routed_model, rid)
         if cost is None or model is None:
             raise GatewayError(409, f"request {rid!r} has no answer yet (its cost is unknown)")
@@ -519,6 +556,17 @@ class Gateway:
             "status": "ok",
             "routers": {f"{rho:g}": r.status() for rho, r in self.routers.items()},
         }
+
+
+@dataclass
+class _Call:
+    """One chat call's spend: its router's ledger, the caller's key, the call's ceiling and
+    (for a stream that outlives :meth:`Gateway.chat`) how to release its reservation."""
+
+    ledger: Ledger
+    key: Key | None
+    limit: Ceiling
+    release: Callable[[], None] | None = None
 
 
 def _with_info(data: bytes, payload: dict[str, Any], info: dict[str, Any]) -> bytes:

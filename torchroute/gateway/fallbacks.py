@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from torchroute.gateway.backends import Backend
 from torchroute.gateway.keys import Key
-from torchroute.gateway.upstream import Usage
-from torchroute.serve.log import Attempt
+from torchroute.gateway.ledger import RUNNING, Attempt
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,19 @@ def candidates(
 def attempt_row(
     request_id: str,
     candidate: Candidate,
-    outcome: str,
-    usage: Usage | None,
     key: Key | None,
+    reserved: float | None,
+    outcome: str = RUNNING,
 ) -> Attempt:
-    """The log row of one try; the cost is ``usage x prices`` when the backend gave usage."""
-    backend = candidate.backend
+    """The log row of one try as it starts: ``running``, charged its reservation (its end
+    sets the outcome, the usage and the charge: :meth:`~torchroute.gateway.ledger.Ledger.end`)."""
     return Attempt(
         request_id=request_id,
-        model=backend.name,
+        model=candidate.backend.name,
         propensity=candidate.propensity,
         reason=candidate.reason,
         outcome=outcome,
-        input_tokens=None if usage is None else usage.input_tokens,
-        output_tokens=None if usage is None else usage.output_tokens,
-        cost=None if usage is None else backend.cost(usage.input_tokens, usage.output_tokens),
+        cost=reserved,
         key=None if key is None else key.name,
         timestamp=time.time(),
     )

@@ -11,8 +11,9 @@ keys:
 ``cap`` (optional) is the most the key may spend, in the backends' cost units; ``admin``
 keys see every key's spend in ``GET /v1/usage``. One ``--token`` is a single key named
 ``token`` without a cap. A request is refused (429) before any backend call when the key's
-spend, plus the calls of the key still running, plus the request's least possible cost
-would exceed the cap.
+spend, plus what the key's calls still running hold, plus what the request must hold (the
+most it can cost: :mod:`torchroute.gateway.spend`) would exceed the cap; calls running
+together can so never spend past it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from torchroute.errors import UserError
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: the fields of a key entry
+_FIELDS = ("sha256", "cap", "admin")
 
 
 class KeysError(UserError, ValueError):
@@ -66,15 +69,28 @@ def load_keys(path: str | Path) -> list[Key]:
         data = yaml.safe_load(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise KeysError(f"{path}: not valid YAML ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or set(data) != {"keys"} or not isinstance(data["keys"], dict):
+    unknown = (
+        sorted(str(field) for field in data if field != "keys") if isinstance(data, dict) else []
+    )
+    if unknown:
+        raise KeysError(
+            f"{path}: unknown top-level field {unknown[0]!r}; the file holds only 'keys'"
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
         raise KeysError(f"{path}: expected one top-level mapping 'keys' of name -> entry")
     keys, seen = [], set()
     for name, entry in data["keys"].items():
         where = f"{path}: keys.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise KeysError(f"{where}: a key name is 1 to 64 letters, digits and . _ -")
-        if not isinstance(entry, dict) or not set(entry) <= {"sha256", "cap", "admin"}:
+        if not isinstance(entry, dict):
             raise KeysError(f"{where}: expected {{sha256: <64 hex digits>, cap: ..., admin: ...}}")
+        unknown = sorted(str(field) for field in entry if field not in _FIELDS)
+        if unknown:
+            raise KeysError(
+                f"{where}: unknown field {unknown[0]!r}; a key entry takes only "
+                + ", ".join(_FIELDS)
+            )
         hexdigest = entry.get("sha256")
         if not isinstance(hexdigest, str) or not _HEX.fullmatch(hexdigest):
             raise KeysError(f"{where}.sha256: expected 64 lowercase hex digits (the key's sha256)")
@@ -131,7 +147,8 @@ class Keys:
         return found
 
     def reserve(self, key: Key | None, estimate: float) -> None:
-        """Hold ``estimate`` of ``key``'s cap for a call; :class:`BudgetError` if over it."""
+        """Hold ``estimate`` (the most the call can cost) of ``key``'s cap until
+        :meth:`settle`; :class:`BudgetError` when spend, holds and ``estimate`` pass the cap."""
         with self._lock:
             if key is not None and key.cap is not None:
                 spent = self.spend.get(key.name, 0.0)
@@ -140,7 +157,8 @@ class Keys:
                     raise BudgetError(
                         f"key {key.name!r} has spent {spent:.6g} of its cap {key.cap:g}"
                         + (f" ({held:.6g} held by calls running)" if held else "")
-                        + f"; this request needs at least {estimate:.6g}"
+                        + f"; this request holds up to {estimate:.6g} (its prompt and "
+                        "max_tokens at the dearest prices)"
                     )
             name = None if key is None else key.name
             self.running[name] = self.running.get(name, 0.0) + estimate

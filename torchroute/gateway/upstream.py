@@ -88,6 +88,16 @@ def parse_event(data: bytes) -> Any:
     return value
 
 
+def _has_content(payload: Any) -> bool:
+    """Whether a chunk carries answer text (a choice's ``delta.content`` not empty)."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    for choice in choices if isinstance(choices, list) else ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and delta.get("content"):
+            return True
+    return False
+
+
 def _encode(body: dict[str, Any]) -> bytes:
     """A request body as JSON (UTF-8, compact; NaN refused, as httpx encodes ``json=``)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
@@ -208,7 +218,8 @@ class Stream:
 
     Each item is the complete events (``data: ...`` followed by a blank line) of what came
     in one read, so a burst goes on in one write; a chunk carrying only the usage (no
-    choices) is dropped unless ``forward_usage``. After iteration, ``usage`` holds the
+    choices) is dropped unless ``forward_usage``. ``relayed`` counts the chunks that carried
+    answer text (each at least one token). After iteration, ``usage`` holds the
     usage chunk's counts (``None``: none came) and ``outcome`` is ``ok`` (``[DONE]``
     came) or why it stopped early: ``truncated`` (the backend closed it), ``timeout`` (no
     byte for ``timeout_s``, or past the call's deadline), ``too large``, ``malformed``.
@@ -222,6 +233,7 @@ class Stream:
         self.usage: Usage | None = None
         self.outcome = "truncated"
         self.forward_usage = False
+        self.relayed = 0
 
     async def events(self) -> AsyncIterator[bytes]:
         """The stream's events, a read's worth at a time (the ``[DONE]`` event included)."""
@@ -289,6 +301,8 @@ class Stream:
             except ValueError:
                 self.outcome = "malformed"
                 return False, False
+            if _has_content(payload):
+                self.relayed += 1
             if usage is not None:
                 self.usage = usage
                 return False, not payload.get("choices")

@@ -1,17 +1,19 @@
 """Pending requests of a :class:`~torchroute.serve.router.Router`: their admission (with expiry
-after ``pending_ttl`` and the ``max_pending`` bound), withdrawal, and what is asked about one
-(its routed model, ranked models, backend calls, known cost, status)."""
+after ``pending_ttl`` and the ``max_pending`` bound), withdrawal, what is asked about one
+(its routed model, ranked models, status), and the transaction a layer above writes its own
+rows of the decision log in."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from torchroute.serve.arms import pad_arms
-from torchroute.serve.log import STATUS_NAMES, Attempt, RouteRow
+from torchroute.serve.log import STATUS_NAMES, RouteRow
 
 #: the router's logger (its warnings keep one name whichever file they come from)
 log = logging.getLogger("torchroute.serve.router")
@@ -43,43 +45,6 @@ class Admission:
             item = self.pending.get(request_id)
             return None if item is None else self.arm_names[item["arm"]]
 
-    def record_attempt(self, attempt: Attempt, withdraw: bool = False) -> None:
-        """Log a backend call made for a routed request (the ``attempts`` table).
-
-        An ``ok`` answer of the routed model adds its cost to the request's known cost
-        (:meth:`known_cost`); ``withdraw`` takes the request out of the pending ones in the
-        same transaction (its routed model gave no answer to learn from).
-
-        Raises:
-            StoreError: the log cannot be written; nothing changed.
-        """
-        with self._lock:
-            self._write(self.log.add_attempt, attempt, withdraw)
-            item = self.pending.get(attempt.request_id)
-            if item is None:
-                return
-            if withdraw:
-                self.pending.pop(attempt.request_id)
-                self.withdrawn_count += 1
-            elif (
-                attempt.outcome == "ok"
-                and attempt.cost is not None
-                and self.arm_names[item["arm"]] == attempt.model
-            ):
-                item["cost"] = item.get("cost", 0.0) + attempt.cost
-
-    def known_cost(self, request_id: str) -> float | None:
-        """The summed cost of the routed model's answers to a pending request (``None``:
-        none recorded, or not pending)."""
-        with self._lock:
-            item = self.pending.get(request_id)
-            return None if item is None else item.get("cost")
-
-    def attempts(self, request_id: str) -> list[Attempt]:
-        """The backend calls logged for a request, in call order."""
-        with self._lock:
-            return self.log.attempts(request_id)
-
     def request_status(self, request_id: str) -> str | None:
         """``pending``, ``answered``, ``expired``, ``dropped`` or ``withdrawn`` (``None``:
         never routed here)."""
@@ -89,12 +54,31 @@ class Admission:
 
     def withdraw(self, request_ids: Sequence[str]) -> None:
         """Take pending requests out without learning (their routed model never answered)."""
+        self.store(lambda db: None, request_ids)
+
+    def store(
+        self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()
+    ) -> Any:
+        """Run ``statements(db)`` on the decision log and withdraw the pending ids among
+        ``withdraw``, in one transaction under the router's lock (a layer above writes its
+        own tables so: the gateway's ledger). Returns what ``statements`` returns.
+
+        Raises:
+            StoreError: the log cannot be written; nothing changed.
+        """
         with self._lock:
-            ids = [rid for rid in request_ids if rid in self.pending]
-            self._write(self.log.withdraw, ids)
+            ids = [rid for rid in withdraw if rid in self.pending]
+            out = self._write(self.log.write, statements, ids)
             for rid in ids:
                 self.pending.pop(rid)
             self.withdrawn_count += len(ids)
+            return out
+
+    def query(self, query: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``query(db)`` on the decision log under the router's lock (a layer above reads
+        its own tables so)."""
+        with self._lock:
+            return self.log.select(query)
 
     def _admit(self, rows: list[RouteRow], now: float) -> None:
         """Log ``rows`` as pending (expiring and dropping older requests as needed)."""

@@ -14,7 +14,7 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
 - ``routes``: one row per routed request: ``request_id``, ``timestamp``, ``arm`` (index),
   ``model``, ``propensity``, ``num_arms`` (models served at decision time),
   ``probabilities`` / ``x`` / ``embedding`` (float64 bytes), ``text_sha256``, ``status``
-  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``).
+  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``, 4 withdrawn).
 - ``events``: ``seq``, ``kind`` (``feedback``: one learner update; ``model``: a model
   added, with ``name`` and ``price``), ``timestamp``.
 - ``feedback``: ``request_id``, ``event``, ``pos`` (place in the update's batch),
@@ -23,15 +23,11 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   subset router's decision. Its route row has ``arm = -1``, ``model`` the JSON list of the
   models called (distinct draws, in draw order) and ``propensity`` the probability of that
   set; ``probabilities`` is the learner's per-draw distribution.
-- ``attempts``: the backend calls made for a routed request (the gateway's):
-  ``request_id``, ``pos`` (0, 1, ... in call order), ``model``, ``propensity`` (the
-  router's probability of that model for the request), ``reason`` (``routed``,
-  ``fallback`` after a failure, ``session`` for a later turn of a conversation),
-  ``outcome`` (``ok``, ``429``, ``500``, ``timeout``, ``connect``, ``malformed``,
-  ``truncated``, ...), ``input_tokens`` / ``output_tokens`` / ``cost`` (``NULL`` when the
-  backend gave no usage), ``key`` (the gateway key's name), ``timestamp``. A request whose
-  routed model did not answer is ``withdrawn`` (status 4): there is no outcome of the
-  router's decision to learn from.
+
+Status 4 (``withdrawn``): a request taken out without learning (set by the layer above,
+the gateway, when the routed model gave no answer to learn from). That layer keeps its own
+tables in the same database (:meth:`RouterLog.write`, :meth:`RouterLog.select`), so that
+its rows and a status change are one transaction.
 
 (Over 400 lines: one store class, :class:`RouterLog`, whose methods are each one transaction
 over the schema above; the schema and the queries are kept together.)
@@ -41,7 +37,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,11 +72,6 @@ CREATE TABLE IF NOT EXISTS feedback (
     utility REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS subsets (
     request_id TEXT PRIMARY KEY REFERENCES routes(request_id), draws TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS attempts (
-    request_id TEXT NOT NULL REFERENCES routes(request_id), pos INTEGER NOT NULL,
-    model TEXT NOT NULL, propensity REAL NOT NULL, reason TEXT NOT NULL, outcome TEXT NOT NULL,
-    input_tokens INTEGER, output_tokens INTEGER, cost REAL, key TEXT, timestamp REAL NOT NULL,
-    PRIMARY KEY (request_id, pos));
 CREATE INDEX IF NOT EXISTS feedback_event ON feedback(event, pos);
 CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
@@ -123,22 +114,6 @@ class RouteRow:
     embedding: np.ndarray
     text_sha256: str | None = None
     draws: list[int] | None = None
-
-
-@dataclass
-class Attempt:
-    """One backend call of a routed request (a row of the ``attempts`` table)."""
-
-    request_id: str
-    model: str
-    propensity: float
-    reason: str
-    outcome: str
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost: float | None = None
-    key: str | None = None
-    timestamp: float = 0.0
 
 
 @dataclass
@@ -301,41 +276,16 @@ class RouterLog:
             )
             self._mark(ids, ANSWERED)
 
-    def withdraw(self, ids: Sequence[str]) -> None:
-        """Mark pending ids as withdrawn: their routed model gave no answer to learn from."""
-        if ids:
-            with self._transaction():
-                self._mark(ids, WITHDRAWN)
-
-    def add_attempt(self, attempt: Attempt, withdraw: bool = False) -> int:
-        """Log one backend call of a routed request (its ``pos`` is the next free one);
-        with ``withdraw``, mark the request withdrawn in the same transaction. Returns ``pos``.
-        """
-        a = attempt
+    def write(
+        self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()
+    ) -> Any:
+        """Run ``statements(db)`` and mark the pending ids ``withdraw`` withdrawn, in one
+        transaction (the tables of the layer above: the gateway's ledger). Returns what
+        ``statements`` returns; nothing is written when it raises."""
         with self._transaction():
-            (pos,) = self.db.execute(
-                "SELECT coalesce(max(pos), -1) + 1 FROM attempts WHERE request_id = ?",
-                (a.request_id,),
-            ).fetchone()
-            self.db.execute(
-                "INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    a.request_id,
-                    pos,
-                    a.model,
-                    a.propensity,
-                    a.reason,
-                    a.outcome,
-                    a.input_tokens,
-                    a.output_tokens,
-                    a.cost,
-                    a.key,
-                    a.timestamp,
-                ),
-            )
-            if withdraw:
-                self._mark([a.request_id], WITHDRAWN)
-        return int(pos)
+            out = statements(self.db)
+            self._mark(withdraw, WITHDRAWN)
+        return out
 
     def add_model(self, seq: int, name: str, price: float | None, timestamp: float) -> None:
         """Log event ``seq``: a model added to the router."""
@@ -390,46 +340,9 @@ class RouterLog:
         """The ``seq`` of the last event (0 when none)."""
         return int(self.db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
-    def attempts(self, request_id: str) -> list[Attempt]:
-        """The backend calls logged for ``request_id``, in call order."""
-        cursor = self.db.execute(
-            "SELECT request_id, model, propensity, reason, outcome, input_tokens, "
-            "output_tokens, cost, key, timestamp FROM attempts WHERE request_id = ? ORDER BY pos",
-            (request_id,),
-        )
-        return [Attempt(*row) for row in cursor]
-
-    def known_costs(self) -> dict[str, float]:
-        """``{id: cost}`` of pending requests answered by their routed model: the summed
-        cost of those answers (every turn of a conversation)."""
-        return dict(
-            self.db.execute(
-                "SELECT a.request_id, sum(a.cost) FROM attempts a JOIN routes r ON "
-                "r.request_id = a.request_id WHERE r.status = 0 AND a.outcome = 'ok' AND "
-                "a.model = r.model AND a.cost IS NOT NULL GROUP BY a.request_id"
-            )
-        )
-
-    def unsettled(self) -> list[str]:
-        """Pending ids without an answer from their routed model (a call cut short)."""
-        return [
-            rid
-            for (rid,) in self.db.execute(
-                "SELECT r.request_id FROM routes r WHERE r.status = 0 AND NOT EXISTS (SELECT 1 "
-                "FROM attempts a WHERE a.request_id = r.request_id AND a.outcome = 'ok' AND "
-                "a.model = r.model) ORDER BY r.rowid"
-            )
-        ]
-
-    def spend(self) -> dict[str, float]:
-        """``{key: cost}``: the summed cost of the backend calls made under each key."""
-        return {
-            key: float(cost)
-            for key, cost in self.db.execute(
-                "SELECT key, sum(cost) FROM attempts WHERE key IS NOT NULL AND cost IS NOT NULL "
-                "GROUP BY key"
-            )
-        }
+    def select(self, query: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``query(db)``: a read of the layer above's tables (no transaction)."""
+        return query(self.db)
 
     def num_subsets(self) -> int:
         """The number of logged subset decisions."""

@@ -106,8 +106,6 @@ class RouterState:
         self._checkpointed = start
         for row in self.log.pending():
             self.pending[row.request_id] = self._item(row)
-        for rid, cost in self.log.known_costs().items():
-            self.pending[rid]["cost"] = float(cost)
         counts = self.log.counts()
         self.withdrawn_count = counts["withdrawn"]
         self.feedback_count = counts["answered"]
