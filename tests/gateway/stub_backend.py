@@ -6,12 +6,13 @@ for any model name with ``"answer from <model>: ..."`` (``words`` words), its to
 answer) and, with ``stream: true``, one server-sent event per word, then the usage chunk
 when ``stream_options.include_usage`` is set, then ``[DONE]``. ``POST /_control
 {"model": ..., "mode": ..., "delay": seconds between events, "words": n}`` sets how a
-model behaves: ``ok``, ``429``, ``500``, ``hang`` (never answers), ``truncate`` (the
-answer stops half way), ``malformed`` (not JSON), ``endless`` (a stream that never ends),
-``no_usage``, ``echo_400`` (a 400 whose message and body echo the request's headers, its
-``Authorization`` included, as careless servers do), ``204`` (no content), ``302`` (a
-redirect with a body). ``GET /_control`` gives the calls each model received and the
-``Authorization`` header it last saw; ``POST /_reset`` forgets the modes and counts.
+model behaves: ``ok``, ``429``, ``500``, ``401``, ``404``, ``hang`` (never answers),
+``truncate`` (the answer stops half way), ``malformed`` (not JSON), ``endless`` (a stream
+that never ends), ``no_usage``, ``echo_400`` (a 400 whose message and body echo the
+request's headers, its ``Authorization`` included, as careless servers do), ``204`` (no
+content), ``302`` (a redirect with a body). ``GET /_control`` gives the calls each model
+received and the ``Authorization`` header it last saw; ``POST /_reset`` forgets the modes
+and counts.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ MODES = (
     "ok",
     "429",
     "500",
+    "401",
+    "404",
     "hang",
     "truncate",
     "malformed",
@@ -93,7 +96,7 @@ def stub_app() -> FastAPI:
         keys[model] = request.headers.get("authorization")
         setting = modes.get(model, {"mode": "ok", "delay": 0.0, "words": 8})
         mode, delay, n = setting["mode"], setting["delay"], setting["words"]
-        if mode in ("429", "500"):
+        if mode in ("429", "500", "401", "404"):
             return JSONResponse({"error": {"message": f"stub {mode}"}}, int(mode))
         if mode == "echo_400":
             sent = dict(request.headers)

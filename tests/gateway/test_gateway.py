@@ -230,7 +230,7 @@ def test_official_client_stream_with_usage(gateway, router):
     assert text.startswith("answer from ")
 
 
-@pytest.mark.parametrize("mode", ["429", "500", "hang", "malformed", "truncate"])
+@pytest.mark.parametrize("mode", ["429", "500", "401", "404", "hang", "malformed", "truncate"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_fallback_on_each_failure_mode(fresh, stub, mode, stream):
     gateway, router = fresh, fresh.router

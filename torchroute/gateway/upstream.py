@@ -2,13 +2,14 @@
 
 A call that fails before the backend's answer starts raises :class:`CallFailed` with the
 outcome logged for it (``connect``, ``timeout``, ``429``, ``500``, a redirect's ``302``...,
-``empty``, ``malformed``, ``too large``); the gateway then falls back. A 4xx other than 429
-is the request's fault and raises :class:`ClientError` (its sanitized message passed to the
-client, no fallback). A stream is read
-event by event (server-sent events, ``data: {...}\\n\\n``) and handed on as it arrives;
-its ``usage`` chunk is kept, and it stops with an outcome (``truncated``, ``timeout``,
-``too large``, ``malformed``) when the backend ends it early, stalls, or exceeds the
-bounds. The calls go over the keep-alive connections of :mod:`torchroute.gateway.http1`.
+``empty``, ``malformed``, ``too large``, ``401``...); the gateway then falls back. A 4xx
+that is the request's fault (not a refused backend key, an unknown model or a rate limit:
+``BACKEND_FAULTS``) raises :class:`ClientError` (its sanitized message passed to the
+client, no fallback). A stream is read event by event (server-sent events,
+``data: {...}\\n\\n``) and handed on as it arrives; its ``usage`` chunk is kept, and it
+stops with an outcome (``truncated``, ``timeout``, ``too large``, ``malformed``) when the
+backend ends it early, stalls, or exceeds the bounds. The calls go over the keep-alive
+connections of :mod:`torchroute.gateway.http1`.
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ class CallFailed(Exception):
         self.outcome = outcome
 
 
+# 4xx answers that are the backend's or the gateway's configuration's fault, not the
+# request's: its key refused (401, 403, 407), the model or path unknown there (404), its
+# rate limit (429). The gateway falls back on them as on a 5xx.
+BACKEND_FAULTS = frozenset({401, 403, 404, 407, 429})
+
+
 class ClientError(Exception):
-    """The backend refused the request itself (a 4xx other than 429): no fallback."""
+    """The backend refused the request itself (a 4xx not in ``BACKEND_FAULTS``): no
+    fallback."""
 
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"the backend answered {status}")
@@ -112,13 +120,14 @@ def _failure(exc: BaseException) -> CallFailed:
 
 
 async def _check_status(response: Response, max_bytes: int) -> None:
-    """Return for a 2xx (its body is read next); raise :class:`ClientError` for a 4xx other
-    than 429, :class:`CallFailed` for anything else (a redirect, 429, 5xx, ...)."""
+    """Return for a 2xx (its body is read next); raise :class:`ClientError` for a 4xx that
+    is the request's fault, :class:`CallFailed` for anything else (a redirect, a refused
+    backend key, 429, 5xx, ...)."""
     status = response.status
     if 200 <= status < 300:
         return
     body = await response.read(max_bytes)
-    if 400 <= status < 500 and status != 429:
+    if 400 <= status < 500 and status not in BACKEND_FAULTS:
         raise ClientError(status, body)
     raise CallFailed(str(status), f"the backend answered {status}")
 
