@@ -76,7 +76,7 @@ def _rows(result, trials: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _assert_same(result, trials, reference, rtol: float = 0.0):
     """The rows of ``trials`` in ``result`` are ``reference``'s: bit for bit (``rtol=0``),
-    else every float column to relative ``rtol`` (integer columns always exactly)."""
+    else every float column to relative ``rtol`` (absolute ``rtol / 100`` near zero)."""
     summary, curve = _rows(result, trials)
     close = {"check_exact": True} if rtol == 0 else {"rtol": rtol, "atol": rtol * 1e-2}
     pd.testing.assert_frame_equal(summary, reference.summary, **close)
