@@ -10,16 +10,12 @@ low-rank simulator's item (multinomial) and reward noise (normal).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT
 from tests.test_loop import _InterruptAt
 from torchroute.checkpoint import load_checkpoint
 from torchroute.envs import LowRankExperts, SingleChoiceEnv
@@ -78,10 +74,13 @@ def _rows(result, trials: list[int]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return summary, curve.reset_index(drop=True)
 
 
-def _assert_same(result, trials, reference):
+def _assert_same(result, trials, reference, rtol: float = 0.0):
+    """The rows of ``trials`` in ``result`` are ``reference``'s: bit for bit (``rtol=0``),
+    else every float column to relative ``rtol`` (absolute ``rtol / 100`` near zero)."""
     summary, curve = _rows(result, trials)
-    pd.testing.assert_frame_equal(summary, reference.summary, check_exact=True)
-    pd.testing.assert_frame_equal(curve, reference.curve, check_exact=True)
+    close = {"check_exact": True} if rtol == 0 else {"rtol": rtol, "atol": rtol * 1e-2}
+    pd.testing.assert_frame_equal(summary, reference.summary, **close)
+    pd.testing.assert_frame_equal(curve, reference.curve, **close)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_LEARNERS))
@@ -125,38 +124,43 @@ def test_subset_trials_with_beta_noise_alone_and_moved(make):
     _assert_same(full, [3, 1], _run(_subset_env([3, 1]), make))
 
 
-def check_low_rank_experts(make) -> None:
+def hpg_rtol(rounds: int, slots: int, dtype: torch.dtype = torch.float32) -> float:
+    """HPG's guarantee across batch shapes: every reported number to relative
+    ``rounds * slots * eps`` of its state's dtype (float32 by default, whatever the env's).
+
+    Its mirror step runs batched matrix products and reductions (the secular solver and the
+    eigen-update) whose kernels and summation order may depend on the batch's size and on
+    the CPU (AVX-512 on Intel, AVX2 on most AMD EPYC, MKL's per-vendor paths), so a trial
+    alone may differ from the same trial in a batch in its last bits. Each round's step is
+    backward stable, ``O(n eps)`` relative for ``n = k + 1`` slots, and the projection does
+    not amplify it, so the errors of the rounds add up. A decision that flips moves a
+    trial's average reward by one round's reward over ``T`` (about 1e-2 here), far above it.
+    """
+    return rounds * slots * torch.finfo(dtype).eps
+
+
+def check_low_rank_experts(make, rtol: float = 0.0) -> None:
     """Trials of the low-rank experts simulator (multinomial items, normal noise) alone and
-    moved give the numbers they have among the others."""
+    moved give the numbers they have among the others (to relative ``rtol``; 0: exactly)."""
     small = {"num_experts": 3, "rank": 2, "latent_dim": 4, "item_dim": 4, "num_items": 6}
 
     def env_of(seeds, dims):
         return LowRankExperts(seeds=seeds, dims=dims, horizon=12, noise=0.3, dtype=F64, **small)
 
     full = _run(env_of([0, 1], [6, 10]), make)  # trials (6, 0), (6, 1), (10, 0), (10, 1)
-    _assert_same(full, [3], _run(env_of([1], [10]), make))
-    _assert_same(full, [3, 2], _run(env_of([1, 0], [10]), make))
-
-
-def check_hpg() -> None:
-    check_low_rank_experts(lambda problem: HPG.from_problem(problem, rank=2))
+    _assert_same(full, [3], _run(env_of([1], [10]), make), rtol)
+    _assert_same(full, [3, 2], _run(env_of([1, 0], [10]), make), rtol)
 
 
 def test_low_rank_experts_trials_alone_and_moved():
     check_low_rank_experts(LogLinearPG.from_problem)
 
 
-def test_hpg_trials_alone_and_moved_with_reproducible_mkl():
-    """HPG's batched ``eigh`` goes to MKL's LAPACK, which rounds a matrix differently by its
-    place in the batch unless MKL's conditional numerical reproducibility is on; it must be
-    set before MKL's first call, hence a fresh process. ``COMPATIBLE``: on an Intel CPU
-    ``AUTO,STRICT`` keeps code paths that still round by place."""
-    code = "from tests.test_trial_streams import check_hpg; check_hpg()"
-    env = {**os.environ, "MKL_CBWR": "COMPATIBLE"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_hpg_trials_alone_and_moved_to_a_documented_tolerance():
+    """HPG's trials alone, among others and moved: the same decisions, and every number
+    equal to :func:`hpg_rtol` (not bit for bit: see there): 12 rounds, capacity 10."""
+    rtol = hpg_rtol(rounds=12, slots=10 + 1)  # 1.6e-5
+    check_low_rank_experts(lambda problem: HPG.from_problem(problem, rank=2), rtol)
 
 
 def test_identical_labels_give_identical_trials(tiny_table):

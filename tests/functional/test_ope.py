@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -216,3 +217,45 @@ def test_forward_reward_model_fits_each_block_on_the_blocks_before_it():
         _t(x), torch.as_tensor(a), _t(r2), k, lam=0.5, fold=blocks, forward=True
     ).numpy()
     np.testing.assert_array_equal(moved[:40], got[:40])
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.32])
+def test_normal_interval_is_the_two_sided_normal_quantile_times_the_std_error(alpha):
+    mu, a, pi, r, _ = _log(n=40, p=2, seed=4)
+    n = len(a)
+    prop = mu[np.arange(n), a]
+    got = estimate(
+        _t(pi),
+        torch.as_tensor(a),
+        _t(prop),
+        _t(r),
+        estimators=("ips",),
+        num_bootstrap=0,
+        interval="normal",
+        alpha=alpha,
+    )
+    std_error = np.sqrt((pi[:, np.arange(n), a] / prop * r).var(1, ddof=1) / n)
+    half = NormalDist().inv_cdf(1 - alpha / 2) * std_error
+    np.testing.assert_allclose(got.upper[0].numpy() - got.value[0].numpy(), half, atol=1e-12)
+    np.testing.assert_allclose(got.value[0].numpy() - got.lower[0].numpy(), half, atol=1e-12)
+
+
+def test_targets_in_several_chunks_match_each_target_alone():
+    """3000 decisions and 20 targets with their own rewards and reward models: the terms
+    are computed 7 targets at a time (about 2 MB), so rows 7.. come from later chunks."""
+    mu, a, pi, r, _ = _log(n=3000, k=4, p=20, seed=5)
+    q = np.random.default_rng(6).uniform(size=(20, 3000, 4))  # a reward model per target
+    prop = _t(mu[np.arange(len(a)), a])
+    counts = bootstrap_counts(len(a), 20, torch.Generator().manual_seed(7))[1]
+    options = {"counts": counts, "bootstrap_dtype": torch.float64, "switch_tau": 1.5}
+    whole = estimate(_t(pi), torch.as_tensor(a), prop, _t(r), _t(q), **options)
+    for j in (0, 8, 19):
+        alone = estimate(_t(pi[j : j + 1]), torch.as_tensor(a), prop, _t(r[j]), _t(q[j]), **options)
+        for field in ("value", "std_error", "lower", "upper", "ess", "replicates"):
+            target_dim = 0 if field == "ess" else 1  # ess [P]; the others [E, P, ...]
+            torch.testing.assert_close(
+                getattr(whole, field).narrow(target_dim, j, 1),
+                getattr(alone, field),
+                rtol=1e-12,
+                atol=1e-12,
+            )

@@ -180,6 +180,23 @@ def test_best_arm_classifier_learns_each_trials_best_arm():
     assert (action[1] != 2).all()  # rho = 400: utility of arm 2 is 0 everywhere
 
 
+def test_best_arm_classifier_never_plays_a_hidden_model_it_would_pick():
+    """Arm 0 is the best arm where x_0 is the largest feature (a third of the probes); hidden
+    in trial 0 only, that trial plays the best of the other two there, trial 1 keeps it."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(800, D, generator=g)
+    scores = torch.nn.functional.one_hot(x[:, :K].argmax(1), K).float()
+    split = TrainSplit(x, scores, torch.zeros(800, K))
+    router = BestArmClassifier(2, K, D, torch.zeros(2), split, l2=1e-5, steps=400)
+    router.hide(torch.tensor([[True, False, False], [False, False, False]]))
+    probe = torch.randn(300, D, generator=g)
+    action = router.act(Context(probe[None].expand(2, -1, -1).clone())).action
+    assert (action[0] != 0).all()
+    best_known = 1 + probe[:, 1:K].argmax(1)  # the better of arms 1 and 2
+    assert (action[0] == best_known).float().mean() > 0.9
+    assert (action[1] == 0).float().mean() > 0.25  # unhidden, arm 0 is played where it wins
+
+
 def test_a_hidden_model_is_never_routed_to():
     """A model absent when the router was fitted (Problem.hidden_arms): its score is unknown."""
     import dataclasses

@@ -67,10 +67,7 @@ def _tried(node, name: str, env: SingleChoiceEnv | None = None, learner=None) ->
 
 
 #: defaults known to stall on this table, each with why (the test fails when they stop failing)
-KNOWN_STALLS = {
-    "euclidean_quad_pg": "the nuclear-ball step tau sqrt(M / 2T) concentrates the softmax on "
-    "the good arm before every arm is tried (HPG's own step is 2s/d smaller near W = 0)",
-}
+KNOWN_STALLS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -102,6 +99,21 @@ def test_paper_values_stall_linucb_control():
     node.lam, node.alpha = 10.0, 1.0
     tried = _tried(node, "linucb")
     assert (~tried.all(dim=1)).sum() >= len(SEEDS) // 2  # most trials leave arms untried
+
+
+def test_euclidean_ogd_step_alone_stalls_control():
+    """``query_norm: null`` (the block-OGD step ``tau sqrt(M / 2T)`` = 1.39 here, 14x the
+    default's cap 0.1) settles on the good arm before trying every arm in some trial."""
+    node = OmegaConf.load(config_dir() / "learner" / "euclidean_quad_pg.yaml")
+    node.query_norm = None
+    assert not _tried(node, "euclidean_quad_pg").all()
+
+
+def test_euclidean_default_step_is_the_stable_softmax_step():
+    """``2 / (5 ||q||^4)`` for ``||q||^2 = 2`` (unit-norm features plus a bias)."""
+    node = OmegaConf.load(config_dir() / "learner" / "euclidean_quad_pg.yaml")
+    learner = build_learner(node, _env().problem(), "euclidean_quad_pg")
+    assert learner.eta == pytest.approx(2 / (5 * 2.0**2), rel=1e-3)
 
 
 def test_default_untried_score_exceeds_the_reward_range():

@@ -107,6 +107,11 @@ def test_default_steps_and_eta_scale_apply_everywhere():
     quad = EuclideanQuadPG.from_problem(p, rank=4)
     assert quad.tau == 8.0 and quad.ball == "nuclear"
     assert quad.eta == pytest.approx(8.0 * math.sqrt(8 / (2 * 2000)))  # tau sqrt(M / 2T)
+    # query_norm caps it at the stable softmax step 2 / (5 ||q||^4) (0.1 at ||q||^2 = 2,
+    # 0.4 at ||q|| = 1, above the OGD step 0.358 here)
+    capped = EuclideanQuadPG.from_problem(p, rank=4, query_norm=math.sqrt(2.0))
+    assert capped.eta == pytest.approx(0.1)
+    assert EuclideanQuadPG.from_problem(p, rank=4, query_norm=1.0).eta == pytest.approx(quad.eta)
     npg = FlattenedNPG.from_problem(p, rank=4)
     assert npg.eta == pytest.approx(math.sqrt(2 * math.log(8) / (8 * 2000)))
     # eta_scale multiplies a given eta as well as the default, for every learner

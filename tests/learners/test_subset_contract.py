@@ -258,26 +258,51 @@ def test_one_omd_step_matches_the_cvxpy_proximal_qp():
         np.testing.assert_allclose(learner.q[r].numpy(), q.value, atol=1e-7)
 
 
+class _PolicyAt:
+    """A tracker that keeps the learner's policy ``q [R, K]`` at every logged round."""
+
+    def __init__(self, learner: OMDApproachability) -> None:
+        self.learner = learner
+        self.q: dict[int, torch.Tensor] = {}
+
+    def log(self, metrics, step):
+        self.q[step] = self.learner.q.clone()
+
+    def log_table(self, name, frame):
+        pass
+
+    def finish(self):
+        pass
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("upper", [10.0, 1.0])
 def test_omd_learns_and_meets_a_tight_budget(upper):
-    """Known behaviour (small instance, T = 3000): R1 against the cvxpy OPT shrinks towards
-    zero; unconstrained it beats the uniform policy's closed-form value; under a budget that
-    the uniform policy breaks, the average cost ends inside the box."""
+    """Known behaviour (small instance, T = 3000), on the expected value of the policy
+    itself (the closed form of its expected reward, no sampling noise), not on running means
+    of realised rewards (their noise, about 0.01, is the size of the effect): its gap to the
+    cvxpy OPT halves from round 500 to 3000 (up to 0.01: near OPT the policy itself moves by
+    about 0.005 between rounds) and ends below 0.03 (the largest gap seen over 10 seeds and
+    both budgets is 0.02; one that does not learn keeps 0.06 to 0.2); its expected cost ends
+    inside the safe box (to 0.01) and the realised average cost too; unconstrained it beats
+    the uniform policy."""
     from torchroute.functional.subset import expected_sum_max
 
     env = make_env(horizon=3000, upper=upper)
-    res = simulate(
-        OMDApproachability.from_problem(env.problem()), env, seed=0, progress=False, log_every=500
-    )
-    curve = res.curve.assign(r1=res.curve["cum_r1_opt"] / res.curve["round"])
-    early = curve[curve["round"] == 500]["r1"].to_numpy()
-    late = curve[curve["round"] == 3000]["r1"].to_numpy()
-    assert (late <= early + 0.005).all() and (late < 0.05).all()
+    learner = OMDApproachability.from_problem(env.problem())
+    policy = _PolicyAt(learner)
+    res = simulate(learner, env, seed=0, progress=False, log_every=500, tracker=policy)
+    means = env.means[:, 0]
+    opt = expected_sum_max(env.q_opt, means, M)
+    early = opt - expected_sum_max(policy.q[500], means, M)
+    late = opt - expected_sum_max(policy.q[3000], means, M)
+    assert (late <= 0.5 * early + 0.01).all() and (late < 0.03).all()
+    spend = torch.einsum("rdk,rk->rd", env.costs, policy.q[3000])
+    assert (spend <= env.safe_set()[1] + 0.01).all()
     assert (res.summary["r2"] < 0.02).all()
     if upper > 5:
-        uniform = expected_sum_max(torch.full((R, K), 1.0 / K, dtype=F64), env.means[:, 0], M)
-        assert (torch.tensor(res.summary["avg_reward"].to_numpy()) > uniform).all()
+        uniform = expected_sum_max(torch.full((R, K), 1.0 / K, dtype=F64), means, M)
+        assert (expected_sum_max(policy.q[3000], means, M) > uniform).all()
 
 
 @pytest.mark.parametrize("config", SUBSET_CONFIGS)
