@@ -165,6 +165,27 @@ def test_bad_scenario_names_the_key(tiny_table, scenario, key):
         _env(tiny_table, scenario)
 
 
+@pytest.mark.parametrize(
+    ("second", "arm"),
+    [("arm1", "arm1"), ("best", None)],  # the same name; 'best' resolving to it in a trial
+)
+def test_two_new_model_events_of_one_arm_are_refused(second, arm):
+    table = make_table()
+    best = naive_best_arms(table, [0.0, 500.0])  # [R] the best arm of each trial
+    first = arm or f"arm{int(best[0])}"
+    scenario = [
+        {"kind": "new_model", "arm": first, "at": 0.3},
+        {"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.1},
+        {"kind": "new_model", "arm": second, "at": 0.6},
+    ]
+    expected = (
+        rf"^scenario\[0\] and scenario\[2\] are both new_model events of '{first}'"
+        r".*a model arrives once"
+    )
+    with pytest.raises(ScenarioError, match=expected):
+        _env(table, scenario)
+
+
 def test_select_trials_keeps_each_trials_scenario():
     table = make_table()
     env = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}], rho=[0.0, 500.0])

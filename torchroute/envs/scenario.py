@@ -104,6 +104,15 @@ def parse_scenario(spec: Any) -> list[Event]:
             if not value >= 0.0:
                 raise ScenarioError(f"{where}.factor must be >= 0, got {value}")
         events.append(Event(kind, arm, at, value))
+    arrivals: dict[str, int] = {}
+    for i, event in enumerate(events):
+        if event.kind == "new_model" and event.arm in arrivals:
+            raise ScenarioError(
+                f"scenario[{arrivals[event.arm]}] and scenario[{i}] are both new_model events "
+                f"of {event.arm!r}: a model arrives once; keep one new_model event per arm"
+            )
+        if event.kind == "new_model":
+            arrivals[event.arm] = i
     return events
 
 
@@ -158,9 +167,14 @@ class Scenario:
         self.change = min(self.starts) if self.starts else self.horizon
         self._onehot = [torch.nn.functional.one_hot(a, self.num_arms).bool() for a in self.arms]
         hidden = torch.zeros(best.shape[0], self.num_arms, dtype=torch.bool, device=best.device)
-        for event, onehot in zip(self.events, self._onehot):
-            if event.kind == "new_model":
-                hidden |= onehot
+        added: list[int] = []  # the new_model events so far
+        for i, (event, onehot) in enumerate(zip(self.events, self._onehot)):
+            if event.kind != "new_model":
+                continue
+            for j in added:
+                _check_one_arrival(j, i, self._onehot[j] & onehot, names)
+            added.append(i)
+            hidden |= onehot
         if bool(hidden.all(-1).any()):
             raise ScenarioError("scenario: new_model events hide every arm of a trial")
         #: ``[R, K]`` the new models of each trial (hidden from anything trained offline)
@@ -213,6 +227,18 @@ class Scenario:
     def fingerprint(self) -> list[dict[str, Any]]:
         """The events as plain values (resume compares them)."""
         return [{"kind": e.kind, "arm": e.arm, "at": e.at, "value": e.value} for e in self.events]
+
+
+def _check_one_arrival(first: int, second: int, both: Tensor, names: Sequence[str]) -> None:
+    """Refuse two ``new_model`` events (``scenario[first]``, ``scenario[second]``) that add
+    the same arm in some trial (``both [R, K]``): a model arrives once."""
+    if not bool(both.any()):
+        return
+    arm = names[int(both.any(0).nonzero()[0])]
+    raise ScenarioError(
+        f"scenario[{first}] and scenario[{second}] are both new_model events of {arm!r} "
+        "(in at least one trial): a model arrives once; keep one new_model event per arm"
+    )
 
 
 def best_arms(table: Any, rho: Tensor) -> Tensor:
