@@ -308,6 +308,9 @@ def build_learner(
         warm_start, node = WarmStart.split_node(node, f"learners.{name}")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    cls = _learner_class(node.get("_target_"))
+    if cls is not None and node.get("_partial_") is not True:
+        raise ConfigError(_factory_hint(name, cls, str(node["_target_"])))
     factory = instantiate_node(node, f"learners.{name}", **kwargs)
     if not callable(factory) or isinstance(factory, Learner):
         raise ConfigError(
@@ -321,6 +324,12 @@ def build_learner(
             torch.manual_seed(init_seed)
             learner = factory(problem)
     except (TypeError, ValueError) as exc:
+        if (
+            isinstance(exc, TypeError)
+            and cls is not None
+            and str(node["_target_"]).endswith("." + cls.__name__)
+        ):  # the class itself, called with the Problem alone
+            raise ConfigError(_factory_hint(name, cls, node["_target_"])) from exc
         raise ConfigError(f"learners.{name}: {exc}") from exc
     if not isinstance(learner, Learner):
         raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
@@ -331,6 +340,17 @@ def build_learner(
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     return learner
+
+
+def _factory_hint(name: str, cls: type[Learner], target: str) -> str:
+    """How a learner node is built, for a node of learner ``cls`` that is not its factory
+    (the class itself, or no ``_partial_: true``)."""
+    factory = target if not target.endswith("." + cls.__name__) else f"{target}.from_problem"
+    return (
+        f"learners.{name}: _target_={target!r} does not build a learner that way: a learner "
+        "node names a factory the run calls with its Problem, with _partial_: true "
+        f"({{_target_: {factory}, _partial_: true, <hyper-parameters>}}, as configs/learner/)"
+    )
 
 
 def _learner_class(target: Any) -> type[Learner] | None:
