@@ -30,7 +30,6 @@ from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_start import WARM_KEYS, WarmStart, apply_warm_start
-from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
@@ -115,7 +114,7 @@ def fit_feature_map(
                 "torchroute.trainers.load_or_pretrain, see configs/experiment/cabs_table2.yaml)"
             )
         oracle = instantiate_node(
-            hide_from_oracles(f.oracle, scenario_new_models(opts, table)),
+            _hide_new_models(f.oracle, opts, table),
             "features.oracle",
             arm_names=list(table.arm_names),
             embed_dim=int(table.embeddings.shape[1]),
@@ -392,8 +391,20 @@ def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Lear
     if opts.rng == "per_trial":
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
-    node = hide_from_oracles(node, scenario_new_models(opts, getattr(env, "table", None)))
+    node = _hide_new_models(node, opts, getattr(env, "table", None))
     return build_learner(node, env.problem(), name, opts.loop_seed, keys, warm=True)
+
+
+def _hide_new_models(node: Any, opts: RunOptions, table: Any) -> Any:
+    """``node`` with the scenario's new models handed to its oracle factories
+    (:mod:`torchroute.run.hidden`); ``node`` itself for an env without a scenario, whose
+    run imports no scenario code."""
+    env = opts.env
+    if env is None or not hasattr(env, "get") or env.get("scenario") is None:
+        return node
+    from torchroute.run.hidden import hide_from_oracles, scenario_new_models
+
+    return hide_from_oracles(node, scenario_new_models(opts, table))
 
 
 __all__ = [
