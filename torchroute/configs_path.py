@@ -90,7 +90,7 @@ def compose_config(
     """
     from hydra import compose, initialize_config_dir
 
-    from torchroute.data.root import register_resolver
+    from torchroute.data_root import register_resolver
 
     register_resolver()  # the presets' ${data_root:...} paths
     first, *rest = config_dirs(extra, directory)

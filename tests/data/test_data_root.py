@@ -15,8 +15,8 @@ import pytest
 
 from torchroute.configs_path import compose_config, group_configs
 from torchroute.data import TableError, load_openllm_leaderboard
-from torchroute.data.root import DATA_ROOT_ENV
 from torchroute.data.safe_pickle import load_data_pickle
+from torchroute.data_root import DATA_ROOT_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 PICKLE = "openllm_lb_v2/new_leaderboard_processed_20241205.pickle"

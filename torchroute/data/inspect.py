@@ -202,12 +202,12 @@ def check_convert_output(path: str | Path, out: str | Path, *, overwrite: bool =
 
 def shipped_data_roots() -> dict[Path, str]:
     """The folders the packaged data presets (``configs/data/*.yaml``) read from, resolved
-    as runs resolve them (``${data_root:...}`` under :func:`~torchroute.data.root.data_root`),
+    as runs resolve them (``${data_root:...}`` under :func:`~torchroute.data_root.data_root`),
     with the preset reading each: the folder holding each file or folder a preset names."""
     from omegaconf import OmegaConf
 
     from torchroute.configs_path import config_dir
-    from torchroute.data.root import data_root
+    from torchroute.data_root import data_root
 
     roots: dict[Path, str] = {}
     for preset in sorted((config_dir() / "data").glob("*.yaml")):
