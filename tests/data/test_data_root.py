@@ -117,3 +117,14 @@ def test_the_real_pickle_loads_without_trust_as_the_full_unpickler_reads_it(shar
     rows = [names.index(arm) for arm in table.arm_names]
     want = np.asarray(bench["correctness"], dtype=np.float64)[rows].T  # [n_questions, K]
     assert np.array_equal(np.asarray(table.scores, dtype=np.float64), want)
+
+
+def test_the_trec_env_reads_its_default_folder_under_the_data_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from torchroute.envs.subset.trec import trec_subset_env
+
+    monkeypatch.setenv(DATA_ROOT_ENV, str(tmp_path / "root"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "root" / "trec_crowd"))):
+        trec_subset_env(seeds=[0])
