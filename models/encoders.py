@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from torchroute.buildable import buildable
 from torchroute.errors import UserError
+from torchroute.heartbeat import Heartbeat, show_bar
 
 Pooling = Literal["mean", "cls"]
 TruncationSide = Literal["left", "right"]
@@ -150,7 +151,9 @@ class TextEncoder(nn.Module):
         Args:
             texts: the ``n`` strings.
             batch_size: texts per forward pass.
-            progress: show a tqdm progress bar.
+            progress: show a tqdm progress bar when stderr is a terminal. Otherwise (or
+                without ``progress``) an encoding longer than a few seconds prints a line
+                now and then on stderr (:class:`~torchroute.heartbeat.Heartbeat`).
             device: where to run; the module is moved there (default: where it already is).
 
         Returns:
@@ -171,11 +174,17 @@ class TextEncoder(nn.Module):
         try:
             with torch.inference_mode():
                 starts = range(0, len(texts), batch_size)
-                for s in tqdm(starts, desc="encode", disable=not progress):
+                bar = show_bar(progress)
+                beat = None if bar else Heartbeat("encode", len(texts), "texts")
+                for s in tqdm(starts, desc="encode", disable=not bar):
                     idx = order[s : s + batch_size]
                     batch = self.tokenize([texts[i] for i in idx])
                     emb = self(**{k: v.to(run_on) for k, v in batch.items()})
                     out[torch.tensor(idx)] = emb.float().cpu()
+                    if beat is not None:
+                        beat.update(s + len(idx))
+                if beat is not None:
+                    beat.close()
         finally:
             self.train(was_training)
         return out

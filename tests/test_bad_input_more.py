@@ -252,3 +252,10 @@ def test_torch_errors_are_said_in_one_line_for_a_truncated_file(tmp_path):
     with pytest.raises(CheckpointError) as caught:
         load_checkpoint(path)
     assert "\n" not in str(caught.value) and "cannot be read" in str(caught.value)
+
+
+def test_simulate_with_a_config_group_set_to_null_names_it_and_the_way_out(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, err, printed = _run(capsys, ["simulate", "logger=null", f"out_dir={out}"])
+    _one_line(code, err, "logger=null: the config group 'logger' cannot be null", "~logger")
+    assert "Traceback" not in err and printed == "" and not out.exists()

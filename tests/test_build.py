@@ -61,3 +61,30 @@ def test_an_env_and_data_that_do_not_fit_are_one_line(tmp_path, capsys, override
     err = capsys.readouterr().err.strip()
     assert expected in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"_target_": "torchroute.learners.LinUCB"},
+        {"_target_": "torchroute.learners.LinUCB", "_partial_": True, "alpha": 2.0},
+        {"_target_": "torchroute.learners.LinUCB.from_problem"},
+    ],
+)
+def test_a_learner_node_that_is_not_its_factory_says_how_learners_are_built(tmp_path, node):
+    from tests.conftest import tiny_run_config
+    from torchroute.run import RunOptions, run
+    from torchroute.run.options import ConfigError
+
+    out = tmp_path / "out"
+    opts = RunOptions.from_config(tiny_run_config(out, {"lin": node}))
+    expected = (
+        f"learners.lin: _target_='{node['_target_']}' does not build a learner that way: "
+        "a learner node names a factory the run calls with its Problem, with _partial_: true "
+        "({_target_: torchroute.learners.LinUCB.from_problem, _partial_: true, "
+        "<hyper-parameters>}, as configs/learner/)"
+    )
+    with pytest.raises(ConfigError) as caught:
+        run(opts)
+    assert str(caught.value) == expected
+    assert not out.exists()

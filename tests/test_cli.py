@@ -214,6 +214,29 @@ def test_a_failed_run_leaves_the_previous_results_untouched(tmp_path, cache_dir)
     assert main(_small(out, cache_dir, "rhos=[0]", f"resume={ckpt}")) == 0
 
 
+def test_a_refused_run_prints_no_report_and_keeps_the_companion_section(
+    tmp_path, cache_dir, capsys
+):
+    """Repro: the default preset with its companion subset run, then the same with
+    ``gamma=-1``: refused before it starts, so no partial report is printed or written."""
+    out = tmp_path / "x"
+    argv = ["simulate", "experiment=default", f"out_dir={out}", f"cache_dir={cache_dir}"]
+    argv += ["data.num_queries=120", "rounds=20", "seeds=[0]", "rhos=[0]", "~logger"]
+    argv += ["~learners.cabs_d", "~learners.hpg"]  # the rest as `make run`, companion included
+    assert main(argv) == 0
+    assert "## Companion run default_subset" in (out / "report.md").read_text()
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert main([*argv, "learners.squarecb.gamma=-1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        f"torchroute simulate: error: out_dir='{out}' holds the results of another "
+        "configuration; choose another out_dir, or pass overwrite=true to replace them"
+    ]
+    assert _snapshot(out) == before
+
+
 def test_results_of_another_configuration_are_never_mixed_in(tmp_path, cache_dir, capsys):
     """Repro: `rhos=[0]`; `rhos=[500]` with three learners; resume -> no row at rho=0."""
     out = tmp_path / "x"

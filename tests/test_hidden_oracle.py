@@ -12,7 +12,7 @@ from tests.conftest import naive_best_arms
 from tests.trainers.test_pretrain import _cfg, tiny_table
 from torchroute.cli import compose_config, main
 from torchroute.envs.scenario import new_model_names
-from torchroute.run.hidden import PRETRAIN_TARGET, hide_from_oracles, scenario_new_models
+from torchroute.run.hidden import hide_from_oracles, scenario_new_models, takes_hidden_arms
 from torchroute.run.options import RunOptions
 from torchroute.trainers.pretrain import PretrainConfigError, hide_arms, run_pretrain
 
@@ -29,9 +29,10 @@ def test_new_model_names_are_the_named_and_each_rhos_best_model():
     assert new_model_names(drift, table, rho) == [] and new_model_names(None, table, rho) == []
 
 
-def test_every_pretraining_oracle_node_of_a_run_gets_hide_arms(tmp_path):
+def test_every_oracle_factory_of_a_run_gets_the_new_models_as_its_argument(tmp_path):
     """The CABS preset's oracle nodes (the feature source and every learner's), with a
-    named new model: the nodes that pre-train get it, a node with a checkpoint does not."""
+    named new model: each factory that takes ``hide_arms`` gets it as an argument; the
+    learner factories, which take none, do not."""
     cfg = compose_config(
         "simulate",
         [
@@ -45,14 +46,28 @@ def test_every_pretraining_oracle_node_of_a_run_gets_hide_arms(tmp_path):
     names = scenario_new_models(opts, table)
     assert names == ["gpt-4"]
     node = hide_from_oracles(opts.learners["cabs_d"], names)
-    assert node["oracle"]["_target_"] == PRETRAIN_TARGET
-    assert node["oracle"]["config"]["hide_arms"] == ["gpt-4"]
-    assert "hide_arms" not in opts.learners["cabs_d"]["oracle"]["config"]  # a copy
+    assert node["oracle"]["_target_"] == "torchroute.trainers.load_or_pretrain"
+    assert node["oracle"]["hide_arms"] == ["gpt-4"] and "hide_arms" not in node
+    assert "hide_arms" not in opts.learners["cabs_d"]["oracle"]  # a copy
+    assert "hide_arms" not in node["oracle"]["config"]  # an argument, not a config rewrite
     features = hide_from_oracles(opts.features.oracle, names)
-    assert features["config"]["hide_arms"] == ["gpt-4"]
-    given = {**features, "checkpoint": "some/oracle.pt", "config": {}}
-    assert "hide_arms" not in hide_from_oracles(given, names)["config"]
+    assert features["hide_arms"] == ["gpt-4"]
     assert hide_from_oracles(node, []) is node
+
+
+def test_a_plug_in_oracle_factory_is_judged_by_its_signature():
+    assert takes_hidden_arms("torchroute.trainers.load_or_pretrain")
+    assert not takes_hidden_arms("torchroute.learners.LinUCB.from_problem")
+    assert not takes_hidden_arms("os.system") and not takes_hidden_arms("no.such.thing")
+
+
+def test_an_oracle_given_as_a_checkpoint_is_used_as_is_with_a_warning(tmp_path, caplog):
+    from torchroute.models.oracles import OracleArtifactError
+    from torchroute.trainers.pretrain import load_or_pretrain
+
+    with pytest.raises(OracleArtifactError):  # the warning comes before the (missing) file
+        load_or_pretrain(tmp_path / "oracle.pt", hide_arms=["gpt-4"])
+    assert "new models (gpt-4) are not hidden from the oracle loaded from" in caplog.text
 
 
 def test_pretrain_with_hide_arms_is_pretraining_on_the_scores_zeroed(tmp_path):

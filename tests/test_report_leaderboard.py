@@ -82,6 +82,20 @@ def test_a_scenario_adds_the_after_phase_verdict(tmp_path):
     assert "Phase: after" in text
 
 
+def test_the_after_phase_verdict_counts_the_trials_that_recovered(tmp_path):
+    _config(tmp_path)
+    results = _results()
+    results["avg_utility_after"] = results["avg_utility"]
+    cold = results["learner"] == "cold"
+    results.loc[cold, "avg_utility_after"] = 0.95  # the best online learner after the change
+    nan = float("nan")
+    recover = {"stat": [5.0, 5.0, 5.0, 5.0], "cold": [12.0, nan, 40.0, 8.0], "warm": [nan] * 4}
+    results["rounds_to_recover"] = [r for name in ("stat", "cold", "warm") for r in recover[name]]
+    text = "\n".join(leaderboard_section(results, pd.DataFrame(), tmp_path))
+    # cold: 3 of its 4 trials have a rounds_to_recover, (12 + 40 + 8) / 3 = 20 on average
+    assert "cold recovered (rounds_to_recover defined) in 3 of 4 trials, after 20 rounds" in text
+
+
 def test_the_baseline_is_the_best_static_router_on_validation_not_on_test(tmp_path):
     """Two static routers: "val_best" has the higher val_utility, "test_best" the higher
     test utility. warm - val_best per trial: +0.3, +0.3 (low), +0.2, +0.2 (high): above in

@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from torchroute.checkpoint import save_checkpoint
 from torchroute.report import load_results, write_report
+from torchroute.report.cabs import PAPER_MODELS
 from torchroute.report.paired import paired_differences
 from torchroute.report.verdicts import relation_verdicts, verdict, verdict_lines
 
@@ -113,6 +115,8 @@ def test_report_over_several_runs(tmp_path):
         d.mkdir()
         results = _run(offsets, k, shuffle=False).assign(accuracy=0.5, avg_cost=0.1)
         results.to_csv(d / "results.csv", index=False)
+        # a run on the paper's table: RouterBench's models in its problem.pt
+        save_checkpoint(d / "problem.pt", {"problem": {"arm_names": sorted(PAPER_MODELS)}})
         dirs.append(d)
     results, _ = load_results(dirs)
     assert sorted(results["run"].unique()) == ["oracle0", "oracle1", "oracle2"]

@@ -90,6 +90,9 @@ def compose_config(
     """
     from hydra import compose, initialize_config_dir
 
+    from torchroute.data_root import register_resolver
+
+    register_resolver()  # the presets' ${data_root:...} paths
     first, *rest = config_dirs(extra, directory)
     overrides = list(overrides)
     if rest:  # Hydra's own search path: the primary folder, then these in order

@@ -16,6 +16,7 @@ from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpo
 from torchroute.envs.base import Env
 from torchroute.errors import UserError
 from torchroute.functional.random import TrialRNG, trial_keys
+from torchroute.heartbeat import Heartbeat, show_bar
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
 from torchroute.tracking import NullTracker, Tracker
@@ -99,7 +100,9 @@ def simulate(
         resume_from: checkpoint to continue from.
         tracker: receives metrics (means over trials) at each logging interval.
         config: stored in checkpoints and compared when resuming.
-        progress: show a progress bar.
+        progress: show a progress bar when stderr is a terminal; otherwise (or without it)
+            a run longer than a few seconds prints a line now and then on stderr
+            (:class:`~torchroute.heartbeat.Heartbeat`).
         desc: progress-bar label (also names the learner in errors).
         on_round: called with ``(t, context, decision, feedback)`` every round, after
             ``env.step`` and before ``learner.update`` (e.g. to log the decisions).
@@ -140,7 +143,9 @@ def simulate(
                 },
             )
 
-    bar = tqdm(total=env.horizon, initial=start, desc=desc, disable=not progress, leave=False)
+    shown = show_bar(progress)
+    bar = tqdm(total=env.horizon, initial=start, desc=desc, disable=not shown, leave=False)
+    beat = None if shown else Heartbeat(desc or type(learner).__name__, env.horizon, "rounds")
     for t in range(start, env.horizon):
         context = env.context(t)
         decision = learner.act(context, generator)
@@ -162,9 +167,13 @@ def simulate(
                 key = "avg_regret" if "avg_regret" in means else next(iter(means))
                 bar.set_postfix({key: f"{means[key]:.4f}"}, refresh=False)
             bar.update(done - bar.n)
+            if beat is not None:
+                beat.update(done)
         if ckpt_every is not None and done % ckpt_every == 0 and done < env.horizon:
             checkpoint(done)
     bar.close()
+    if beat is not None:
+        beat.close()
     checkpoint(env.horizon)
     return _result(env, metrics, learner)
 

@@ -547,6 +547,7 @@ def load_or_pretrain(
     config: Mapping[str, Any] | None = None,
     arm_names: Sequence[str] | None = None,
     embed_dim: int | None = None,
+    hide_arms: Sequence[str] = (),
 ) -> MultiHeadOracle:
     """The oracle saved at ``checkpoint``, or one pre-trained on ``config`` first.
 
@@ -561,6 +562,10 @@ def load_or_pretrain(
             enough.
         arm_names: the caller's arms; an oracle trained for others is refused.
         embed_dim: the caller's embedding size; an oracle reading another is refused.
+        hide_arms: models the oracle must not know (a scenario's new models, which the run
+            passes here): pre-training reads their scores as 0 (``config.hide_arms``,
+            :func:`hide_arms`). An oracle loaded from ``checkpoint`` is used as it is, with
+            a warning.
 
     A config names the same oracle in several places (the ``oracle`` feature source and
     each learner that reads it): a pretrain config is trained at most once per process,
@@ -572,9 +577,18 @@ def load_or_pretrain(
     Raises:
         OracleArtifactError: no artifact, not an artifact, or other arms / embedding size.
     """
+    if hide_arms and checkpoint is not None:
+        log.warning(
+            "the scenario's new models (%s) are not hidden from the oracle loaded from %s: it "
+            "was pre-trained outside this run",
+            ", ".join(hide_arms),
+            checkpoint,
+        )
     if checkpoint is None:
         if config is None or config.get("out_dir") is None:
             raise ValueError("load_or_pretrain needs a checkpoint or a config with out_dir")
+        if hide_arms:
+            config = {**_plain(config), "hide_arms": list(hide_arms)}
         key = _pretrain_key(config)
         if key not in _PRETRAINED:
             out_dir = Path(str(config["out_dir"])).expanduser()

@@ -18,7 +18,7 @@ from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from tests.conftest import make_priced_table, make_table
-from torchroute.configs_path import group_configs
+from torchroute.configs_path import config_dir, group_configs
 from torchroute.envs import Env, SingleChoiceEnv
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
 from torchroute.run.build import env_takes_table
@@ -69,7 +69,7 @@ def _random_arm(env: Env, context: Context, gen: torch.Generator) -> Decision:
     return Decision(probs, picks.reshape(env.num_trials, batch, draws))
 
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "env"
+CONFIGS = config_dir() / "env"  # (importing the configs makes their ${data_root:...} resolvable)
 #: optional smaller sizes for a self-contained env's defaults (keys of its config)
 SIZES: dict[str, dict] = {
     "low_rank_experts": {"dims": [4], "num_experts": 3, "rank": 1, "latent_dim": 3,

@@ -165,6 +165,27 @@ def test_bad_scenario_names_the_key(tiny_table, scenario, key):
         _env(tiny_table, scenario)
 
 
+@pytest.mark.parametrize(
+    ("second", "arm"),
+    [("arm1", "arm1"), ("best", None)],  # the same name; 'best' resolving to it in a trial
+)
+def test_two_new_model_events_of_one_arm_are_refused(second, arm):
+    table = make_table()
+    best = naive_best_arms(table, [0.0, 500.0])  # [R] the best arm of each trial
+    first = arm or f"arm{int(best[0])}"
+    scenario = [
+        {"kind": "new_model", "arm": first, "at": 0.3},
+        {"kind": "drift", "arm": "arm0", "at": 0.5, "score_shift": -0.1},
+        {"kind": "new_model", "arm": second, "at": 0.6},
+    ]
+    expected = (
+        rf"^scenario\[0\] and scenario\[2\] are both new_model events of '{first}'"
+        r".*a model arrives once"
+    )
+    with pytest.raises(ScenarioError, match=expected):
+        _env(table, scenario)
+
+
 def test_select_trials_keeps_each_trials_scenario():
     table = make_table()
     env = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}], rho=[0.0, 500.0])
@@ -319,3 +340,56 @@ def _run_in_turn(runs: dict) -> dict:
         recover = rounds_to_recover(env._trace[:, env.scenario.change :], window=3)
         out[name] = torch.cat([env._trace, recover[:, None]], 1)
     return out
+
+
+_COLD_RUN = """
+import sys, tempfile
+from pathlib import Path
+from omegaconf import OmegaConf
+from tests.conftest import LINUCB_NODE, tiny_run_config
+from torchroute.run import RunOptions, run
+cfg = tiny_run_config(Path(tempfile.mkdtemp()) / "out", {"linucb": LINUCB_NODE})
+if sys.argv[1] == "scenario":
+    cfg.env.scenario = OmegaConf.create([{"kind": "drift", "arm": "best", "at": 0.5,
+                                          "score_shift": -0.2}])
+run(RunOptions.from_config(cfg))
+print(sorted(m for m in sys.modules if m.startswith(
+    ("torchroute.envs.scenario", "torchroute.envs.events", "torchroute.run.hidden"))))
+"""
+
+
+@pytest.mark.parametrize("scenario", [False, True])
+def test_a_run_imports_the_scenario_code_only_when_it_has_a_scenario(scenario):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "-c", _COLD_RUN, "scenario" if scenario else "cold"]
+    done = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.strip().splitlines()[-1]
+    if scenario:
+        assert "'torchroute.envs.events.drift'" in loaded and "'torchroute.envs.scenario'" in loaded
+        assert "'torchroute.envs.events.price'" not in loaded  # only the kinds configured
+    else:
+        assert loaded == "[]"
+
+
+def test_each_file_of_the_events_package_is_the_kind_it_is_named_after():
+    """A kind is a file: the kinds are the package's files, each binding its class."""
+    from pathlib import Path
+
+    from torchroute.envs import events
+
+    files = sorted(
+        p.stem
+        for p in Path(events.__file__).parent.glob("*.py")
+        if p.stem not in ("__init__", "base")
+    )
+    assert events.kinds() == files == ["drift", "new_model", "price"]
+    for kind in files:
+        cls = events.event_class(kind, "scenario[0]")
+        assert cls.kind == kind and issubclass(cls, events.Event)
+    with pytest.raises(ScenarioError, match=r"scenario\[3\]\.kind must be one of \['drift', "):
+        events.event_class("base", "scenario[3]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,33 @@ def cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # ----------------------------------------------------------------------------- MiniLM
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_long_encoding_reports_progress_lines_not_a_bar_on_a_log(
+    minilm: TextEncoder, capsys, monkeypatch, progress: bool
+) -> None:
+    """stderr is not a terminal here (captured): every encoding past the delay (0 s here,
+    a few seconds by default) gets a line per interval, never a bar's carriage returns."""
+    import torchroute.heartbeat as heartbeat
+
+    monkeypatch.setattr(heartbeat, "DELAY_S", 0.0)
+    monkeypatch.setattr(heartbeat, "EVERY_S", 0.0)
+    capsys.readouterr()
+    minilm.encode(SENTENCES, batch_size=2, progress=progress)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) == 3, err
+    assert re.fullmatch(r"encode: 2/4 texts \(50%\), \d+ s, about \d+ s left", lines[0])
+    assert re.fullmatch(r"encode: 4/4 texts \(100%\), \d+ s", lines[1])
+    assert re.fullmatch(r"encode: 4 texts in \d+ s", lines[2])
+
+
+def test_a_short_encoding_prints_nothing(minilm: TextEncoder, capsys) -> None:
+    capsys.readouterr()
+    minilm.encode(SENTENCES, batch_size=2, progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_minilm_shapes_norms_and_semantics(minilm: TextEncoder) -> None:
     emb = minilm.encode(SENTENCES, batch_size=3, progress=False)
     assert emb.shape == (4, 384) and emb.dtype == torch.float32 and emb.device.type == "cpu"

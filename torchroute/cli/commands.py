@@ -86,10 +86,12 @@ def simulate(args: argparse.Namespace) -> None:
             companions.append(RunOptions.from_config(companion))
     for companion in companions:
         check_out_dir(companion.out_dir, companion.digest(), companion.overwrite)
+    started: list[bool] = []  # set once the run has passed its checks and written its inputs
     try:
-        results = run(opts)
+        results = run(opts, on_start=lambda: started.append(True))
     except (Exception, KeyboardInterrupt):
-        _report_what_finished(opts)
+        if started:  # a refused run writes nothing: the folder still holds the earlier run
+            _report_what_finished(opts)
         raise
     for companion in companions:
         run(companion)

@@ -289,7 +289,14 @@ def diagnose(
             key_overrides.append((key, override))
     try:
         base = compose(primary_config(command), group_overrides)
-    except Exception:  # the groups alone fail: nothing more to say about keys
+    except Exception:  # the groups alone fail: a group set to null, or nothing to say
+        for override in group_overrides:
+            key, value = override.split("=", 1)
+            if value in ("null", ""):
+                return (
+                    f"{override}: the config group '{key.removeprefix('override ')}' cannot be "
+                    f"null in this command; leave it out with ~{key.removeprefix('override ')}"
+                )
         return None
     for key, _ in key_overrides:
         node = base

@@ -202,11 +202,12 @@ def check_convert_output(path: str | Path, out: str | Path, *, overwrite: bool =
 
 def shipped_data_roots() -> dict[Path, str]:
     """The folders the packaged data presets (``configs/data/*.yaml``) read from, resolved
-    from the working folder as runs resolve them, with the preset reading each: the folder
-    holding each file or folder a preset names."""
+    as runs resolve them (``${data_root:...}`` under :func:`~torchroute.data_root.data_root`),
+    with the preset reading each: the folder holding each file or folder a preset names."""
     from omegaconf import OmegaConf
 
     from torchroute.configs_path import config_dir
+    from torchroute.data_root import data_root
 
     roots: dict[Path, str] = {}
     for preset in sorted((config_dir() / "data").glob("*.yaml")):
@@ -217,6 +218,8 @@ def shipped_data_roots() -> dict[Path, str]:
         for key, value in (node or {}).items():
             if not isinstance(value, str) or not str(key).endswith(("path", "csv", "root")):
                 continue
+            if value.startswith("${data_root:") and value.endswith("}"):
+                value = str(data_root()[0] / value[len("${data_root:") : -1])
             if value in ("???", "") or "${" in value:
                 continue
             roots.setdefault(Path(value).expanduser().resolve().parent, preset.stem)

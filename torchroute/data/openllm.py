@@ -2,7 +2,9 @@
 
 The pickle maps each sub-benchmark (``leaderboard_bbh_navigate``, ``leaderboard_mmlu_pro``,
 ...) to ``{"correctness": ndarray [n_models, n_questions] of 0/1, "models": [name, ...]}``.
-Model names such as ``open-llm-leaderboard/01-ai__Yi-34B-Chat-details`` become
+The file is read with a restricted unpickler (:mod:`torchroute.data.safe_pickle`) that
+builds nothing but dicts, lists, strings and numpy arrays, so no code of the file runs and
+no trust is needed. Model names such as ``open-llm-leaderboard/01-ai__Yi-34B-Chat-details`` become
 ``Yi-34B-Chat``. ``leaderboard_ifeval`` stores a dict of instruction/prompt-level arrays
 instead of one matrix and is skipped (with a warning).
 
@@ -12,7 +14,6 @@ There is no question text: each query's context is its sub-benchmark, stored bot
 
 from __future__ import annotations
 
-import pickle
 import re
 import warnings
 from collections.abc import Sequence
@@ -22,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from torchroute.buildable import buildable
-from torchroute.data.generic import check_pickle_trust, model_costs, read_costs
+from torchroute.data.generic import model_costs, read_costs
 from torchroute.data.options import checked_options
+from torchroute.data.safe_pickle import load_data_pickle
 from torchroute.data.splits import missing_rows, random_split
 from torchroute.data.table import RoutingTable, TableError
 
@@ -50,8 +52,8 @@ def load_openllm_leaderboard(
 ) -> RoutingTable:
     """Load the leaderboard correctness as a routing table with a seeded random split.
 
-    The file is a pickle, and unpickling runs arbitrary code from it: it is read only with
-    ``trust_pickle=True``, which you should pass only for a file from a trusted source.
+    The file is a pickle of plain data: it is read by an unpickler that builds only dicts,
+    lists, strings and numpy arrays and refuses anything else, so nothing in it runs.
 
     Args:
         pickle_path: the ``new_leaderboard_processed_*.pickle`` file.
@@ -65,22 +67,15 @@ def load_openllm_leaderboard(
         fractions: shares of (train, val, test) for the random split.
         seed: the split seed.
         drop_missing: drop questions with NaN correctness (warning) instead of raising.
-        trust_pickle: allow unpickling ``pickle_path`` (see above); without it the loader
-            raises :class:`TableError` before reading the file.
+        trust_pickle: allow a pickled ``costs_csv`` (unpickling runs code: a file you trust
+            only). ``pickle_path`` itself needs no trust (see above).
 
     Returns:
         ``scores`` ``[n, K]`` 0/1, ``costs`` ``[n, K]``, ``groups`` = ``text`` = benchmark,
         ``query_ids`` ``"<benchmark>:<index>"``.
     """
     pickle_path = Path(pickle_path)
-    if not pickle_path.is_file():
-        raise TableError(f"{pickle_path}: no such file")
-    check_pickle_trust(pickle_path, trust_pickle, convertible=False)
-    try:
-        with pickle_path.open("rb") as fh:
-            data = pickle.load(fh)  # trusted files only (see docstring)
-    except (OSError, pickle.UnpicklingError, EOFError) as err:
-        raise TableError(f"{pickle_path}: could not be read as a pickle ({err})") from err
+    data = load_data_pickle(pickle_path)
     if not isinstance(data, dict):
         raise TableError(f"{pickle_path}: expected a dict benchmark -> entry, got {type(data)}")
     matrices = _matrices(data, pickle_path, benchmarks)

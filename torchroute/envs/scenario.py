@@ -14,52 +14,31 @@ regime changes its own best arm). ``at`` is a fraction of the rounds in ``(0, 1)
 event starts at round ``floor(at T)`` (0-based). The change round of the results
 (``avg_utility_before`` / ``avg_utility_after``, ``rounds_to_recover``) is the earliest
 event's.
+
+Each kind is a small class in a file of :mod:`torchroute.envs.events` named after it (what
+the event hides, how it changes scores and costs): a new kind is a file added there. A run
+imports this module only when its env has a scenario.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.envs.events import Event, ScenarioError, event_class
 from torchroute.functional.utility import utility
-
-#: the keys each kind of event takes (besides ``kind``)
-KINDS: dict[str, tuple[str, ...]] = {
-    "new_model": ("arm", "at"),
-    "drift": ("arm", "at", "score_shift"),
-    "price": ("arm", "at", "factor"),
-}
 
 #: how close (in utility) to its post-change best a learner's moving average must stay
 RECOVER_TOLERANCE = 0.01
 
 
-class ScenarioError(UserError, ValueError):
-    """A scenario event with a missing, unknown or out-of-range key; names the key."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """One change: ``kind``, the arm name (or ``best``), the start fraction and its size.
-
-    ``value`` is ``score_shift`` for ``drift``, ``factor`` for ``price`` and unused (0) for
-    ``new_model``.
-    """
-
-    kind: str
-    arm: str
-    at: float
-    value: float = 0.0
-
-
 def parse_scenario(spec: Any) -> list[Event]:
-    """The events of a ``scenario:`` config value (``None``: no events).
+    """The events of a ``scenario:`` config value (``None``: no events), each of the class
+    its ``kind`` names (:mod:`torchroute.envs.events`).
 
     Raises:
         ScenarioError: one line naming ``scenario[i].<key>`` and what was expected.
@@ -76,41 +55,17 @@ def parse_scenario(spec: Any) -> list[Event]:
         where = f"scenario[{i}]"
         if not isinstance(item, Mapping):
             raise ScenarioError(f"{where} must be a mapping with a kind, got {item!r}")
-        kind = item.get("kind")
-        if kind not in KINDS:
-            raise ScenarioError(f"{where}.kind must be one of {sorted(KINDS)}, got {kind!r}")
-        unknown = sorted(set(item) - {"kind", *KINDS[kind]})
-        if unknown:
+        events.append(event_class(item.get("kind"), where).from_config(where, item))
+    arrivals: dict[str, int] = {}
+    for i, event in enumerate(events):
+        if event.hides and event.arm in arrivals:
             raise ScenarioError(
-                f"{where}.{unknown[0]} is not a key of a {kind} event (keys: "
-                f"{', '.join(KINDS[kind])})"
+                f"scenario[{arrivals[event.arm]}] and scenario[{i}] are both {event.kind} events "
+                f"of {event.arm!r}: a model arrives once; keep one {event.kind} event per arm"
             )
-        missing = [key for key in KINDS[kind] if key not in item]
-        if missing:
-            raise ScenarioError(f"{where}.{missing[0]} is missing (a {kind} event needs it)")
-        arm = item["arm"]
-        if not isinstance(arm, str) or not arm:
-            raise ScenarioError(f"{where}.arm must be a model name or 'best', got {arm!r}")
-        at = _number(where, "at", item["at"])
-        if not 0.0 < at < 1.0:
-            raise ScenarioError(f"{where}.at must be a fraction of the rounds in (0, 1), got {at}")
-        value = 0.0
-        if kind == "drift":
-            value = _number(where, "score_shift", item["score_shift"])
-            if not -1.0 <= value <= 1.0:
-                raise ScenarioError(f"{where}.score_shift must be in [-1, 1], got {value}")
-        if kind == "price":
-            value = _number(where, "factor", item["factor"])
-            if not value >= 0.0:
-                raise ScenarioError(f"{where}.factor must be >= 0, got {value}")
-        events.append(Event(kind, arm, at, value))
+        if event.hides:
+            arrivals[event.arm] = i
     return events
-
-
-def _number(where: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ScenarioError(f"{where}.{key} must be a finite number, got {value!r}")
-    return float(value)
 
 
 class Scenario:
@@ -158,9 +113,14 @@ class Scenario:
         self.change = min(self.starts) if self.starts else self.horizon
         self._onehot = [torch.nn.functional.one_hot(a, self.num_arms).bool() for a in self.arms]
         hidden = torch.zeros(best.shape[0], self.num_arms, dtype=torch.bool, device=best.device)
-        for event, onehot in zip(self.events, self._onehot):
-            if event.kind == "new_model":
-                hidden |= onehot
+        added: list[int] = []  # the events so far that hide their arm (new models)
+        for i, (event, onehot) in enumerate(zip(self.events, self._onehot)):
+            if not event.hides:
+                continue
+            for j in added:
+                _check_one_arrival(j, i, self._onehot[j] & onehot, names)
+            added.append(i)
+            hidden |= onehot
         if bool(hidden.all(-1).any()):
             raise ScenarioError("scenario: new_model events hide every arm of a trial")
         #: ``[R, K]`` the new models of each trial (hidden from anything trained offline)
@@ -188,31 +148,40 @@ class Scenario:
         """``[R, K]`` the arms that exist at round ``t``, or ``None`` when all do."""
         mask = None
         for event, onehot, start in zip(self.events, self._onehot, self.starts):
-            if event.kind == "new_model" and t < start:
+            if event.hides and t < start:
                 mask = onehot if mask is None else mask | onehot
         return None if mask is None else ~mask
 
     def apply(self, t: int, scores: Tensor, costs: Tensor) -> tuple[Tensor, Tensor]:
         """Scores and costs ``[R, B, K]`` as they are at round ``t``.
 
-        Every active ``drift`` adds its shift to its arm's scores (clipped to ``[0, 1]``
-        once, after all shifts); every active ``price`` multiplies its arm's costs.
+        Every active event changes its arm (:meth:`Event.apply`, in the scenario's order:
+        a ``drift`` adds its shift to the scores, a ``price`` multiplies the costs); scores
+        are clipped to ``[0, 1]`` once, after all shifts.
         """
         shifted = False
         for event, onehot, start in zip(self.events, self._onehot, self.starts):
             if t < start:
                 continue
-            on = onehot[:, None, :]  # [R, 1, K]
-            if event.kind == "drift":
-                scores = scores + on.to(scores.dtype) * event.value
-                shifted = True
-            elif event.kind == "price":
-                costs = torch.where(on, costs * event.value, costs)
+            scores, costs = event.apply(onehot[:, None, :], scores, costs)  # on: [R, 1, K]
+            shifted = shifted or event.moves_scores
         return (scores.clamp(0.0, 1.0) if shifted else scores), costs
 
     def fingerprint(self) -> list[dict[str, Any]]:
         """The events as plain values (resume compares them)."""
-        return [{"kind": e.kind, "arm": e.arm, "at": e.at, "value": e.value} for e in self.events]
+        return [event.fingerprint() for event in self.events]
+
+
+def _check_one_arrival(first: int, second: int, both: Tensor, names: Sequence[str]) -> None:
+    """Refuse two ``new_model`` events (``scenario[first]``, ``scenario[second]``) that add
+    the same arm in some trial (``both [R, K]``): a model arrives once."""
+    if not bool(both.any()):
+        return
+    arm = names[int(both.any(0).nonzero()[0])]
+    raise ScenarioError(
+        f"scenario[{first}] and scenario[{second}] are both new_model events of {arm!r} "
+        "(in at least one trial): a model arrives once; keep one new_model event per arm"
+    )
 
 
 def best_arms(table: Any, rho: Tensor) -> Tensor:
@@ -237,7 +206,7 @@ def best_arms(table: Any, rho: Tensor) -> Tensor:
 def new_model_names(spec: Any, table: Any, rho: Sequence[float]) -> list[str]:
     """The models a ``scenario:`` config adds mid-stream in any trial of the ``rho`` grid
     (a named arm, or each rho's ``best``), in table order; ``[]`` without such an event."""
-    events = [e for e in parse_scenario(spec) if e.kind == "new_model"]
+    events = [e for e in parse_scenario(spec) if e.hides]
     names = list(table.arm_names)
     new: set[str] = {e.arm for e in events if e.arm != "best"}
     if any(e.arm == "best" for e in events):

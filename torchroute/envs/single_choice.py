@@ -10,7 +10,7 @@ import copy
 import itertools
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 import torch
@@ -18,16 +18,12 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
-from torchroute.envs.scenario import (
-    RECOVER_TOLERANCE,
-    Scenario,
-    best_arms,
-    parse_scenario,
-    rounds_to_recover,
-)
 from torchroute.functional.random import Source
 from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
+
+if TYPE_CHECKING:
+    from torchroute.envs.scenario import Scenario
 
 
 class SingleChoiceEnv(Env):
@@ -55,7 +51,11 @@ class SingleChoiceEnv(Env):
         recover_window: the moving-average window of ``rounds_to_recover`` (default: 10%
             of the rounds after the change, at least 1; at most half of them).
         recover_tolerance: how close to its settled level the moving average must stay
-            for ``rounds_to_recover``, besides its noise (default 0.01).
+            for ``rounds_to_recover``, besides its noise (default ``None``: 0.01,
+            :data:`~torchroute.envs.scenario.RECOVER_TOLERANCE`).
+
+    The scenario code (:mod:`torchroute.envs.scenario`) is imported only for an env that
+    has a scenario.
 
     With a scenario the contexts carry ``available [R, 1, K]`` while a new model is not
     there yet, the problem names the new models (``Problem.hidden_arms``; the train split
@@ -93,9 +93,13 @@ class SingleChoiceEnv(Env):
         dtype: torch.dtype = torch.float32,
         scenario: Any = None,
         recover_window: int | None = None,
-        recover_tolerance: float = RECOVER_TOLERANCE,
+        recover_tolerance: float | None = None,
     ) -> None:
-        events = parse_scenario(scenario)
+        events = []
+        if scenario is not None:  # the scenario code only for an env that has one
+            from torchroute.envs.scenario import parse_scenario
+
+            events = parse_scenario(scenario)
         rho_t = torch.as_tensor(rho, dtype=torch.float64).reshape(-1)
         seeds_t = torch.as_tensor(seeds, dtype=torch.long).reshape(-1)
         if rho_t.numel() != seeds_t.numel():
@@ -156,6 +160,10 @@ class SingleChoiceEnv(Env):
         self._round = 0  # the round of the last context() call
         self.scenario: Scenario | None = None
         if events:
+            from torchroute.envs.scenario import RECOVER_TOLERANCE, Scenario
+
+            if recover_tolerance is None:
+                recover_tolerance = RECOVER_TOLERANCE
             self.scenario = Scenario(events, table.arm_names, self._best_arms(), horizon)
             self.scenario = self.scenario.to(device)
             after = horizon - self.scenario.change
@@ -173,6 +181,8 @@ class SingleChoiceEnv(Env):
 
     def _best_arms(self) -> Tensor:
         """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
+        from torchroute.envs.scenario import best_arms
+
         return best_arms(self.table, self.rho)
 
     @property
@@ -361,6 +371,8 @@ class SingleChoiceEnv(Env):
         from the change), ``rounds_to_recover`` of the trials' ``rho`` group and
         ``recover_trials`` (the group's size), each ``[R]`` (NaN before there are rounds to
         average)."""
+        from torchroute.envs.scenario import rounds_to_recover
+
         change = self.scenario.change
         before, after = min(rounds, change), max(rounds - change, 0)
         nan = torch.full_like(sums["utility_before"], float("nan"))

@@ -30,7 +30,6 @@ from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_start import WARM_KEYS, WarmStart, apply_warm_start
-from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import ConfigError, RunOptions
 from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
@@ -115,7 +114,7 @@ def fit_feature_map(
                 "torchroute.trainers.load_or_pretrain, see configs/experiment/cabs_table2.yaml)"
             )
         oracle = instantiate_node(
-            hide_from_oracles(f.oracle, scenario_new_models(opts, table)),
+            _hide_new_models(f.oracle, opts, table),
             "features.oracle",
             arm_names=list(table.arm_names),
             embed_dim=int(table.embeddings.shape[1]),
@@ -308,6 +307,9 @@ def build_learner(
         warm_start, node = WarmStart.split_node(node, f"learners.{name}")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    cls = _learner_class(node.get("_target_"))
+    if cls is not None and node.get("_partial_") is not True:
+        raise ConfigError(_factory_hint(name, cls, str(node["_target_"])))
     factory = instantiate_node(node, f"learners.{name}", **kwargs)
     if not callable(factory) or isinstance(factory, Learner):
         raise ConfigError(
@@ -321,6 +323,12 @@ def build_learner(
             torch.manual_seed(init_seed)
             learner = factory(problem)
     except (TypeError, ValueError) as exc:
+        if (
+            isinstance(exc, TypeError)
+            and cls is not None
+            and str(node["_target_"]).endswith("." + cls.__name__)
+        ):  # the class itself, called with the Problem alone
+            raise ConfigError(_factory_hint(name, cls, node["_target_"])) from exc
         raise ConfigError(f"learners.{name}: {exc}") from exc
     if not isinstance(learner, Learner):
         raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
@@ -331,6 +339,17 @@ def build_learner(
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     return learner
+
+
+def _factory_hint(name: str, cls: type[Learner], target: str) -> str:
+    """How a learner node is built, for a node of learner ``cls`` that is not its factory
+    (the class itself, or no ``_partial_: true``)."""
+    factory = target if not target.endswith("." + cls.__name__) else f"{target}.from_problem"
+    return (
+        f"learners.{name}: _target_={target!r} does not build a learner that way: a learner "
+        "node names a factory the run calls with its Problem, with _partial_: true "
+        f"({{_target_: {factory}, _partial_: true, <hyper-parameters>}}, as configs/learner/)"
+    )
 
 
 def _learner_class(target: Any) -> type[Learner] | None:
@@ -372,8 +391,20 @@ def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Lear
     if opts.rng == "per_trial":
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
-    node = hide_from_oracles(node, scenario_new_models(opts, getattr(env, "table", None)))
+    node = _hide_new_models(node, opts, getattr(env, "table", None))
     return build_learner(node, env.problem(), name, opts.loop_seed, keys, warm=True)
+
+
+def _hide_new_models(node: Any, opts: RunOptions, table: Any) -> Any:
+    """``node`` with the scenario's new models handed to its oracle factories
+    (:mod:`torchroute.run.hidden`); ``node`` itself for an env without a scenario, whose
+    run imports no scenario code."""
+    env = opts.env
+    if env is None or not hasattr(env, "get") or env.get("scenario") is None:
+        return node
+    from torchroute.run.hidden import hide_from_oracles, scenario_new_models
+
+    return hide_from_oracles(node, scenario_new_models(opts, table))
 
 
 __all__ = [

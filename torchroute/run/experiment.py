@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,15 +89,21 @@ class Job:
         return factory(name=name, group=opts.name, config={**opts.fingerprint, "learner": name})
 
 
-def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
+def run(
+    opts: RunOptions, built: Built | None = None, on_start: Callable[[], None] | None = None
+) -> pd.DataFrame:
     """Run every learner of ``opts.run_learners``; write the run folder; the results frame.
 
     ``built``: the env already built for these options (``sweep`` builds it once per
-    split); by default it is built here. Under ``torchrun`` (``WORLD_SIZE > 1``; needs
-    ``rng=per_trial``) the process group is set up (gloo on the CPU, nccl on CUDA, one GPU
-    per local rank), each rank runs a contiguous slice of the trials, and rank 0 gathers
-    the results and alone writes files and logs; other ranks return the rows of their own
-    trials. Chunks and ranks give the numbers of a single process.
+    split); by default it is built here. ``on_start``: called once every check has passed
+    and the run has written its inputs into ``out_dir`` (a run refused before never calls
+    it, so a caller knows whether the folder now holds this run).
+
+    Under ``torchrun`` (``WORLD_SIZE > 1``; needs ``rng=per_trial``) the process group is
+    set up (gloo on the CPU, nccl on CUDA, one GPU per local rank), each rank runs a
+    contiguous slice of the trials, and rank 0 gathers the results and alone writes files
+    and logs; other ranks return the rows of their own trials. Chunks and ranks give the
+    numbers of a single process.
     """
     ranks = Distributed.from_env()
     if ranks.world_size > 1 and opts.rng != "per_trial":
@@ -116,10 +123,16 @@ def run(opts: RunOptions, built: Built | None = None) -> pd.DataFrame:
             "they run one after the other with the trials batched on the device: set jobs=1"
         )
     with ranks.group(device):
-        return _run(opts, ranks, device, built)
+        return _run(opts, ranks, device, built, on_start)
 
 
-def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None) -> pd.DataFrame:
+def _run(
+    opts: RunOptions,
+    ranks: Distributed,
+    device: Any,
+    built: Built | None,
+    on_start: Callable[[], None] | None,
+) -> pd.DataFrame:
     check_learner_options(opts)  # before an oracle is pre-trained into out_dir
 
     def guard():
@@ -169,6 +182,8 @@ def _run(opts: RunOptions, ranks: Distributed, device: Any, built: Built | None)
             problem.dim,
             env.num_arms,
         )
+    if on_start is not None:
+        on_start()
     # learners that resume finds done in out_dir by this configuration, then those run here
     finished: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
     for name in opts.run_learners if opts.resume else ():

@@ -85,7 +85,7 @@ def trec_instance(pool: dict, seed: int, num_workers: int, num_experts: int = 10
 @buildable
 def trec_subset_env(
     seeds: list[int],
-    path: str = "../shared/data/trec_crowd",
+    path: str | None = None,
     num_groups: int = 3,
     num_workers: int = 50,
     draws: int = 5,
@@ -107,7 +107,9 @@ def trec_subset_env(
     a fresh random ``slow_share`` of the workers has its mean multiplied by ``slow_factor``
     (drawn at set-up from the trial's seed, held as the env's restorable state). Targets:
     workload <= ``M * mean workload + margin``, experts per round <= cap (Table 1).
-    ``rounds`` (the run's ``rounds=`` key), when set, replaces ``horizon``.
+    ``rounds`` (the run's ``rounds=`` key), when set, replaces ``horizon``. ``path``: the
+    data folder; ``None`` is ``trec_crowd`` under the data root (:mod:`torchroute.data_root`),
+    never a folder relative to the current one.
     """
     if rounds is not None:
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -119,6 +121,10 @@ def trec_subset_env(
     bad = sorted(set(constraints) - set(LEVELS))
     if bad:
         raise ValueError(f"constraints must be among {list(LEVELS)}, got {bad}")
+    if path is None:
+        from torchroute.data_root import under_data_root
+
+        path = under_data_root("trec_crowd")
     pool = load_trec_pool(path, num_groups)
     if not 1 <= num_workers <= len(pool["count"]):
         raise ValueError(f"num_workers must be in 1..{len(pool['count'])}, got {num_workers}")
