@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 
 __all__ = [
+    "ConfigError",
     "InputError",
     "OptionError",
     "ScoreRangeError",
@@ -29,6 +30,10 @@ class UserError(Exception):
     Subclasses name what was checked (``ConfigError``, ``TableError``, ...); the message is
     one line that names the key, flag, file or field and what was expected.
     """
+
+
+class ConfigError(UserError, ValueError):
+    """The experiment configuration asks for something impossible; names the key."""
 
 
 class OptionError(UserError, ValueError):

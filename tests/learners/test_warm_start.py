@@ -14,10 +14,10 @@ import torch
 
 from tests.conftest import make_table
 from torchroute.envs.single_choice import SingleChoiceEnv
+from torchroute.errors import ConfigError
 from torchroute.learners import EXP3, LinUCB, NeuralUCB
 from torchroute.learners.warm_start import WarmStart, apply_warm_start, ridge_absorb
 from torchroute.run.build import build_learner
-from torchroute.run.options import ConfigError
 from torchroute.types import Context, Feedback
 
 F64 = torch.float64

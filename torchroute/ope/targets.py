@@ -11,12 +11,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from torchroute.configs_path import config_dirs
-from torchroute.errors import OptionError
+from torchroute.errors import ConfigError, OptionError
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_start import WARM_KEYS
 from torchroute.run.build import build_learner
 from torchroute.run.folder import RunFolder
-from torchroute.run.options import ConfigError
 from torchroute.run.trained import load_trained
 from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem

@@ -26,12 +26,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.errors import ConfigError
 from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_start import WARM_KEYS, WarmStart, apply_warm_start
 from torchroute.run.hidden import hide_from_oracles, scenario_new_models
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
 

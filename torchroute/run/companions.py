@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from torchroute.configs_path import config_dirs
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.errors import ConfigError
+from torchroute.run.options import RunOptions
 
 log = logging.getLogger("torchroute")
 

@@ -19,16 +19,12 @@ from typing import Any
 
 import torch
 
-from torchroute.errors import UserError
+from torchroute.errors import ConfigError
 
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
 #: the values ``features.source`` accepts
 FEATURE_SOURCES = ("pca", "raw", "oracle")
-
-
-class ConfigError(UserError, ValueError):
-    """The experiment configuration asks for something impossible; names the key."""
 
 
 def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torchroute.buildable import is_marked
-from torchroute.run.options import ConfigError
+from torchroute.errors import ConfigError
 
 #: the package whose marked classes and functions a run folder may name
 OWN_PACKAGE = "torchroute."
