@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 import torchroute.envs
@@ -28,6 +27,7 @@ from torchroute.devicecheck import problems
 from torchroute.devicecheck.compare import EXACT, Tol, tolerance_of
 from torchroute.envs import Env
 from torchroute.learners import Learner
+from torchroute.run.classes import learner_class
 
 #: the folder of the packaged learner configs
 CONFIG_DIR = config_dir() / "learner"
@@ -178,8 +178,16 @@ SKIPPED_ENVS: dict[str, str] = {
 
 
 def _target_class(stem: str, directory: Path | None = None) -> type:
-    target = str(OmegaConf.load((directory or CONFIG_DIR) / f"{stem}.yaml")["_target_"])
-    return get_class(target.rsplit(".", 1)[0] if target.endswith(".from_problem") else target)
+    """The learner class ``<directory>/<stem>.yaml`` builds
+    (:func:`~torchroute.run.classes.learner_class`; the package a config folder given on
+    the command line names is the user's own, so it is imported)."""
+    path = (directory or CONFIG_DIR) / f"{stem}.yaml"
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    package = str(node.get("_target_", "")).split(".")[0]
+    cls = learner_class(node, trusted=(package,) if package else ())
+    if cls is None:
+        raise ValueError(f"{path}: its _target_ does not name a learner class")
+    return cls
 
 
 #: every case of the packaged configs: each learner config and the overrides

@@ -1,10 +1,12 @@
 """The learner interface: ``act`` and ``update``, state in buffers with a leading trial dim.
 
-A learner also says what it can do, in class attributes read by the runner, the router and
-the device check (no list of classes is kept elsewhere): :attr:`Learner.feedback`,
-:attr:`Learner.protocol`, :attr:`Learner.device_tolerance`, :attr:`Learner.reads_groups`
-and :attr:`Learner.samples_from_probs`; and :meth:`Learner.routing_probs` gives the
-probability of every arm under the rule ``act`` applies.
+A learner also says what it is and can do, in class attributes read by the runner, the
+router, the reports and the device check (no list of classes is kept elsewhere):
+:attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
+:attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
+:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
+applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
 
 from __future__ import annotations
@@ -98,6 +100,14 @@ class Learner(nn.Module):
     #: whether ``update`` changes what ``act`` does; ``False`` for a static router (fixed,
     #: or fitted once on the train split), which reports compare online learners against
     learns_online: ClassVar[bool] = True
+    #: what reports make of it: ``"online"`` (it learns from the rounds), ``"static"``
+    #: (fixed, or fitted once on the train split: what online learners are compared
+    #: against) or ``"reference"`` (a yardstick every learner is compared with, such as the
+    #: uniform-random router); found from a config node by
+    #: :func:`torchroute.run.classes.learner_class`
+    role: ClassVar[Literal["online", "static", "reference"]] = "online"
+    #: the family the report's opening groups it in (``"baselines"`` unless it says)
+    family: ClassVar[str] = "baselines"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -285,6 +295,7 @@ class FixedPolicy(Learner):
     """A learner that does not learn online: ``update`` only validates and counts rounds."""
 
     learns_online = False
+    role = "static"
 
     def update(
         self,

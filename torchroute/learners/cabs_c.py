@@ -155,6 +155,8 @@ class CABSC(Learner):
         context) and ``played_prob``, each ``[R]``.
     """
 
+    family = "CABS"
+
     samples_from_probs = True  # given the graph drawn in ``act``
     device_tolerance = "ips"  # targets divided by the graph program's probabilities
 

@@ -203,6 +203,8 @@ class CABSD(Learner):
         ``update`` also returns ``cabs_c_weight`` ``[R]``.
     """
 
+    family = "CABS"
+
     samples_from_probs = True  # given the graph drawn in ``act``
     device_tolerance = "ips"  # targets divided by the graph program's probabilities
 

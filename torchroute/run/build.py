@@ -31,6 +31,7 @@ from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_options import WarmStart
+from torchroute.run.classes import learner_class
 from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import RunOptions
 from torchroute.run.trust import current_target, current_targets
@@ -344,28 +345,13 @@ def warm_options(node: Any, key: str) -> tuple[WarmStart, dict[str, Any]]:
         raise ConfigError(str(exc)) from exc
 
 
-def _learner_class(target: Any) -> type[Learner] | None:
-    """The :class:`Learner` subclass a ``_target_`` names (``<Learner>.from_problem`` or the
-    class), or ``None`` (another callable, or one that does not import: the build reports it)."""
-    from hydra.utils import get_method
-
-    if not isinstance(target, str):
-        return None
-    try:
-        obj = get_method(current_target(target))
-    except Exception:  # hydra wraps every import error
-        return None
-    owner = obj if isinstance(obj, type) else getattr(obj, "__self__", None)
-    return owner if isinstance(owner, type) and issubclass(owner, Learner) else None
-
-
 def check_learner_options(opts: RunOptions) -> None:
     """Each run learner's :meth:`Learner.check_options` on the values of its config node,
     before the env is built or an oracle pre-trained (nothing is written yet)."""
     for name in opts.run_learners:
         node = opts.learners[name]
         warm, node = warm_options(node, f"learners.{name}")
-        cls = _learner_class(node.get("_target_"))
+        cls = learner_class(node)
         if cls is None:
             continue
         if warm.source is not None and not cls.learns_online:
