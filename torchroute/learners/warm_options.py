@@ -76,8 +76,8 @@ def _is_number(value: Any) -> bool:
 def _numbers(value: Any, key: str, bound: str, integer: bool) -> list[Any]:
     """``value`` (a number or a non-empty list) as a list of finite numbers within
     ``bound`` (``"> 0"`` or ``">= 1"``), integers when ``integer``; else a one-line error."""
-    kind = "integer" if integer else "finite number"
-    expected = f"{key} must be a {kind} {bound} or a non-empty list of them, got {value!r}"
+    kind = "an integer" if integer else "a finite number"
+    expected = f"{key} must be {kind} {bound} or a non-empty list of them, got {value!r}"
     many = isinstance(value, Sequence) and not isinstance(value, str)
     values = list(value) if many else [value]
     if not values or not all(_is_number(v) and math.isfinite(v) for v in values):
