@@ -18,6 +18,7 @@ __all__ = [
     "InputError",
     "OptionError",
     "ScoreRangeError",
+    "SectionError",
     "UserError",
     "is_user_error",
     "one_line",
@@ -43,6 +44,10 @@ class OptionError(UserError, ValueError):
 
 class InputError(UserError, ValueError):
     """Input data of the wrong shape or value: a context, a feedback, a request's field."""
+
+
+class SectionError(UserError, ValueError):
+    """A ``report_sections`` entry or ``--section`` name that names no section."""
 
 
 class ScoreRangeError(InputError):

@@ -67,8 +67,9 @@ def compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) ->
 
 def simulate(args: argparse.Namespace) -> None:
     """``torchroute simulate``: run the experiment of the composed config (writes results.csv)."""
+    from torchroute.cli.finish import finish
     from torchroute.run import RunOptions, run
-    from torchroute.run.companions import companion_overrides, companion_presets, finish
+    from torchroute.run.companions import companion_overrides, companion_presets
     from torchroute.run.options import check_no_repeats
     from torchroute.run.outdir import check_out_dir
 

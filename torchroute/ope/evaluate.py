@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -309,14 +308,3 @@ def _rows(target, mode, rhos, result, estimators, part=slice(None)) -> list[dict
         )
         out.append(row | {"ess": float(result.ess[p])})
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m torchroute.ope.evaluate key=value ...`` (the same as ``torchroute evaluate``)."""
-    from torchroute.cli import main as cli_main
-
-    return cli_main(["evaluate", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,45 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from torchroute.errors import UserError
+from torchroute.errors import SectionError
+from torchroute.run.report_sections import (
+    BUILTIN_SECTIONS,
+    check_section_targets,
+)
 
 #: ``(results, curves, out_dir) -> markdown lines``
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-
-#: torchroute's own sections, by the name ``--section`` takes
-BUILTIN_SECTIONS: dict[str, str] = {
-    "subset": "torchroute.report.subset.subset_section",
-    "cabs": "torchroute.report.cabs.cabs_section",
-    "hpg": "torchroute.report.hpg.hpg_section",
-    "routing": "torchroute.report.routing.routing_section",
-}
-
-#: the sections of a report whose config names none
-DEFAULT_SECTIONS: tuple[str, ...] = tuple(BUILTIN_SECTIONS.values())
-
-
-class SectionError(UserError, ValueError):
-    """A ``report_sections`` entry or ``--section`` name that names no section."""
-
-
-def check_section_targets(targets: object) -> tuple[str, ...]:
-    """Validate a ``report_sections`` value: a list of built-in names or dotted
-    ``module.function`` strings (a name becomes its dotted path)."""
-    if targets is None:
-        return DEFAULT_SECTIONS
-    if isinstance(targets, str) or not isinstance(targets, Sequence):
-        raise SectionError(
-            f"report_sections must be a list of dotted module.function paths, got {targets!r}"
-        )
-    bad = [
-        t for t in targets if not isinstance(t, str) or ("." not in t and t not in BUILTIN_SECTIONS)
-    ]
-    if bad:
-        raise SectionError(
-            f"report_sections entries must be dotted module.function paths or one of "
-            f"{list(BUILTIN_SECTIONS)}: {bad}"
-        )
-    return tuple(BUILTIN_SECTIONS.get(t, t) for t in targets)
 
 
 def load_section(target: str | Section) -> Section:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from torchroute.errors import ConfigError
+from torchroute.errors import ConfigError, SectionError
 
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
@@ -78,7 +78,7 @@ def _positive_int(config: Mapping[str, Any], key: str, optional: bool) -> int | 
 
 
 def _report_sections(value: Any) -> tuple[str, ...]:
-    from torchroute.report.sections import SectionError, check_section_targets
+    from torchroute.run.report_sections import check_section_targets
 
     try:
         return check_section_targets(value)
