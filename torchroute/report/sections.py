@@ -4,13 +4,15 @@ A section is a function ``(results, curves, out_dir) -> markdown lines`` (see
 :data:`Section`). A preset declares its sections in the ``report_sections`` key of its
 config (dotted ``module.function`` paths, or built-in names), so a new family of results
 adds its section module and names it in its config, and nothing in :mod:`torchroute.report`
-is edited. Without the key a report has :data:`DEFAULT_SECTIONS`.
+is edited. Without the key a report has the default sections
+(:data:`torchroute.run.report_sections.DEFAULT_SECTIONS`, where the key is checked).
 
 ``torchroute report DIR --section NAME`` chooses sections *by name* (:func:`choose_sections`)
-among the built-in ones (:data:`BUILTIN_SECTIONS`) and those the run's ``config.yaml``
-declares; nothing is imported from a dotted path given on the command line, and a section
-a run folder declares is resolved as its ``_target_``s are (:mod:`torchroute.run.trust`):
-a function of torchroute or of a ``--trust`` package, found without calling anything.
+among the built-in ones (:data:`torchroute.run.report_sections.BUILTIN_SECTIONS`) and those
+the run's ``config.yaml`` declares; nothing is imported from a dotted path given on the
+command line, and a section a run folder declares is resolved as its ``_target_``s are
+(:mod:`torchroute.run.trust`): a function of torchroute or of a ``--trust`` package, found
+without calling anything.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def load_section(target: str | Section) -> Section:
 
 
 def load_sections(targets: Sequence[str | Section] | None = None) -> list[Section]:
-    """The section functions of ``targets`` (:data:`DEFAULT_SECTIONS` when ``None``)."""
+    """The section functions of ``targets`` (the default sections when ``None``)."""
     if targets is not None and all(callable(t) for t in targets):
         return list(targets)
     return [load_section(t) for t in check_section_targets(targets)]
