@@ -258,7 +258,7 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
     from omegaconf import OmegaConf
 
     from torchroute.learners.warm_options import WARM_KEYS
-    from torchroute.types import Problem
+    from torchroute.types import Problem, TrainSplit
 
     def make(r: int, k: int, d: int, s: int) -> Learner:
         node = OmegaConf.load(path)
@@ -268,7 +268,9 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
         if "oracle" in node:
             del node["oracle"]
             extra["oracle"] = _tiny_oracle(k, d)
-        problem = Problem(r, k, d, rho=torch.zeros(r), arm_names=tuple(f"m{i}" for i in range(k)))
+        names = tuple(f"m{i}" for i in range(k))
+        train = TrainSplit(*_static_data(k, d, n=30))  # what a static router is fitted on
+        problem = Problem(r, k, d, rho=torch.zeros(r), arm_names=names, train=train)
         return instantiate(node, **extra)(problem)
 
     return make
@@ -286,7 +288,8 @@ def _config_class(path: Path) -> type:
 
 def config_specs(directory: Path = CONFIG_DIR) -> dict[str, Spec]:
     """A case per single-choice learner config of ``directory`` whose class no entry of
-    :data:`LEARNERS` covers (``config:<stem>``)."""
+    :data:`LEARNERS` covers (``config:<stem>``), built on a tiny problem with a train split
+    (random features, scores and costs), so a static router fitted on it is a case too."""
     covered = {type(spec.build(2, 3, 4, 0)) for spec in LEARNERS.values()}
     specs = {}
     for path in sorted(directory.glob("*.yaml")):
