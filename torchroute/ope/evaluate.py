@@ -44,7 +44,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from torchroute.data.decisions import DecisionLog, load_decisions
-from torchroute.errors import UserError
+from torchroute.errors import EvaluateError
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
@@ -55,10 +55,6 @@ from torchroute.ope.limits import clip_intervals, log_warnings, row_warnings
 from torchroute.types import Problem
 
 logger = logging.getLogger(__name__)
-
-
-class EvaluateError(UserError, ValueError):
-    """A bad ``torchroute evaluate`` option; the message names the key."""
 
 
 def parse_options(overrides: Sequence[str]) -> DictConfig:

@@ -27,7 +27,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint
-from torchroute.errors import ConfigError, UserError
+from torchroute.errors import ConfigError, RunFolderMissing
 from torchroute.features import FEATURE_ORACLE_FILE, FEATURES_FILE, FeatureMap
 from torchroute.run.build import trial_grid
 from torchroute.run.options import RunOptions
@@ -39,10 +39,6 @@ from torchroute.types import Problem
 
 #: the ``_target_`` of a pre-trained oracle
 PRETRAINED = "torchroute.trainers.load_or_pretrain"
-
-
-class RunFolderMissing(UserError, FileNotFoundError):
-    """A path that holds no run: no ``config.yaml`` there."""
 
 
 def is_pretrained(target: Any) -> bool:
