@@ -7,6 +7,9 @@ Each trial owns an MLP ``f(x, k)`` (:mod:`torchroute.functional.mlp`); the weigh
 optimizer on the loss summed over trials. Uncertainty: per arm
 ``Z_k = lambda I + sum phi phi^T`` kept as ``Z_k^{-1}`` (Sherman–Morrison / Woodbury),
 bonus ``nu sqrt(phi^T Z_k^{-1} phi)``.
+
+(Over 400 lines: the warm start, :meth:`NeuralUCB.warm_start`, sits beside the training
+step, replay and ``Z`` update it reuses.)
 """
 
 from __future__ import annotations

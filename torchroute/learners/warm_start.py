@@ -67,7 +67,7 @@ class WarmRows:
 
 
 class LoggedDecisions(Protocol):
-    """What :func:`logged_rows` reads of a decision log (``torchroute.data.decisions.DecisionLog``)."""
+    """What :func:`logged_rows` reads of a decision log (a ``DecisionLog``)."""
 
     action: Tensor  # [n] long
     features: Tensor | None  # [n, d]
