@@ -281,7 +281,9 @@ def _config_class(path: Path) -> type:
 
     from torchroute.run.classes import learner_class
 
-    cls = learner_class(OmegaConf.to_container(OmegaConf.load(path)), trusted=("tests.",))
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    package = str(node.get("_target_", "")).split(".")[0]  # the config folder's own package
+    cls = learner_class(node, trusted=(package,) if package else ())
     assert cls is not None, f"{path}: its _target_ names no learner class"
     return cls
 
