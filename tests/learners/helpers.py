@@ -279,11 +279,9 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
 def _config_class(path: Path) -> type:
     from omegaconf import OmegaConf
 
-    from torchroute.run.classes import learner_class
+    from torchroute.run.classes import own_learner_class
 
-    node = OmegaConf.to_container(OmegaConf.load(path))
-    package = str(node.get("_target_", "")).split(".")[0]  # the config folder's own package
-    cls = learner_class(node, trusted=(package,) if package else ())
+    cls = own_learner_class(OmegaConf.to_container(OmegaConf.load(path)))
     assert cls is not None, f"{path}: its _target_ names no learner class"
     return cls
 

@@ -321,11 +321,11 @@ def _warm_start_on_a_static_learner(parts: list[str], depth: int, node: Any) -> 
     """The message for a ``learners.<name>.warm_*`` key given to a learner that does not
     learn online (its config has no such key), else ``None``."""
     from torchroute.learners.warm_options import WARM_KEYS
-    from torchroute.run.classes import learner_class
+    from torchroute.run.classes import own_learner_class
 
     if depth != 2 or parts[0] != "learners" or parts[2] not in WARM_KEYS:
         return None
-    cls = learner_class(OmegaConf.to_container(node, resolve=False))
+    cls = own_learner_class(OmegaConf.to_container(node, resolve=False))
     if cls is None or cls.learns_online:
         return None
     return (

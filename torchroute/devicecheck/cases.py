@@ -27,7 +27,7 @@ from torchroute.devicecheck import problems
 from torchroute.devicecheck.compare import EXACT, Tol, tolerance_of
 from torchroute.envs import Env
 from torchroute.learners import Learner
-from torchroute.run.classes import learner_class
+from torchroute.run.classes import own_learner_class
 
 #: the folder of the packaged learner configs
 CONFIG_DIR = config_dir() / "learner"
@@ -179,12 +179,10 @@ SKIPPED_ENVS: dict[str, str] = {
 
 def _target_class(stem: str, directory: Path | None = None) -> type:
     """The learner class ``<directory>/<stem>.yaml`` builds
-    (:func:`~torchroute.run.classes.learner_class`; the package a config folder given on
-    the command line names is the user's own, so it is imported)."""
+    (:func:`~torchroute.run.classes.own_learner_class`: a config folder given on the
+    command line is the user's own)."""
     path = (directory or CONFIG_DIR) / f"{stem}.yaml"
-    node = OmegaConf.to_container(OmegaConf.load(path))
-    package = str(node.get("_target_", "")).split(".")[0]
-    cls = learner_class(node, trusted=(package,) if package else ())
+    cls = own_learner_class(OmegaConf.to_container(OmegaConf.load(path)))
     if cls is None:
         raise ValueError(f"{path}: its _target_ does not name a learner class")
     return cls

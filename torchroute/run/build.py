@@ -31,7 +31,7 @@ from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
 from torchroute.learners.warm_options import WarmStart
-from torchroute.run.classes import learner_class
+from torchroute.run.classes import own_learner_class
 from torchroute.run.hidden import hide_from_oracles, scenario_new_models
 from torchroute.run.options import RunOptions
 from torchroute.run.trust import current_target, current_targets
@@ -351,7 +351,7 @@ def check_learner_options(opts: RunOptions) -> None:
     for name in opts.run_learners:
         node = opts.learners[name]
         warm, node = warm_options(node, f"learners.{name}")
-        cls = learner_class(node)
+        cls = own_learner_class(node)
         if cls is None:
             continue
         if warm.source is not None and not cls.learns_online:

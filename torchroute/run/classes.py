@@ -42,6 +42,15 @@ def learner_class(node: Any, trusted: Iterable[str] = ()) -> type[Learner] | Non
     return obj if inspect.isclass(obj) and issubclass(obj, Learner) else None
 
 
+def own_learner_class(node: Any) -> type[Learner] | None:
+    """:func:`learner_class` of a config the user gave (a composed run config, a config
+    folder named on the command line), not one read from a run folder: the package its
+    ``_target_`` names is the user's own and is imported."""
+    target = node.get("_target_") if isinstance(node, Mapping) else node
+    package = target.split(".")[0] if isinstance(target, str) else ""
+    return learner_class(node, trusted=(package,) if package else ())
+
+
 def _resolved(target: str, trusted: tuple[str, ...]) -> Any:
     """The object ``target`` names (``None`` when it does not resolve)."""
     try:
@@ -69,4 +78,4 @@ def _in_imported_module(target: str) -> Any:
     return None
 
 
-__all__ = ["learner_class"]
+__all__ = ["learner_class", "own_learner_class"]
