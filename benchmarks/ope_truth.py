@@ -2,7 +2,7 @@
 
 For each table (RouterBench; the Open LLM Leaderboard v2 with the CABS paper's per-model
 costs), each behaviour policy and ``--seeds`` seeds, a decision log of the whole test split
-is written by :func:`torchroute.ope.logger.log_decisions` (trial ``s`` replays the
+is written by :func:`torchroute.run.decision_logger.log_decisions` (trial ``s`` replays the
 split in its own order and draws its own arms; utilities at ``--rho-log``). Behaviour
 policies:
 
@@ -52,7 +52,7 @@ from torchroute.functional.sampling import sample_categorical
 from torchroute.functional.utility import utility
 from torchroute.learners import EpsilonGreedy, RandomRouter
 from torchroute.learners.base import FixedPolicy
-from torchroute.ope.logger import log_decisions
+from torchroute.run.decision_logger import log_decisions
 from torchroute.types import Decision
 
 SHARED = Path(

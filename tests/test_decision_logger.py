@@ -8,11 +8,11 @@ import pandas as pd
 import torch
 
 from torchroute.data import linear_contextual_table
+from torchroute.data.decisions import load_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.learners import SquareCB
 from torchroute.loop import simulate
-from torchroute.ope.log import load_decisions
-from torchroute.ope.logger import log_decisions, write_decision_logs
+from torchroute.run.decision_logger import log_decisions, write_decision_logs
 
 
 def _env():

@@ -12,11 +12,11 @@ import torch
 
 from torchroute.cli import main
 from torchroute.data import linear_contextual_table
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import load_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.learners import LinUCB, SquareCB
-from torchroute.ope.log import load_decisions
-from torchroute.ope.log_io import save_decisions
-from torchroute.ope.logger import log_decisions
+from torchroute.run.decision_logger import log_decisions
 from torchroute.types import Context
 
 
@@ -252,7 +252,7 @@ def test_a_fresh_target_is_built_by_the_runs_factory_with_its_seed():
     from torchroute.types import Problem
 
     problem = Problem(2, 3, 4, rho=torch.zeros(2), arm_names=("a", "b", "c"))
-    from torchroute.learners.warm_start import WARM_KEYS
+    from torchroute.learners.warm_options import WARM_KEYS
 
     node = OmegaConf.load(config_dir() / "learner" / "neural_ucb.yaml")
     for key in WARM_KEYS:  # a frozen target is built cold

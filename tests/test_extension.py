@@ -230,8 +230,8 @@ def graph_section(results, curves, out_dir):
 
 
 def test_a_report_section_named_in_the_config_joins_the_report(extension_cfg):
-    from torchroute.report.sections import DEFAULT_SECTIONS
     from torchroute.run import RunOptions
+    from torchroute.run.report_sections import DEFAULT_SECTIONS
 
     extension_cfg.report_sections = [*DEFAULT_SECTIONS, "tests.test_extension.graph_section"]
     run_config(extension_cfg)
@@ -252,7 +252,8 @@ def test_a_report_section_named_in_the_config_joins_the_report(extension_cfg):
     ],
 )
 def test_a_bad_report_section_is_refused_by_name(extension_cfg, value, message):
-    from torchroute.report.sections import SectionError, load_sections
+    from torchroute.errors import SectionError
+    from torchroute.report.sections import load_sections
     from torchroute.run import ConfigError, RunOptions
 
     extension_cfg.report_sections = value

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 
 from tests.conftest import make_table
 from torchroute.cli import compose_config
+from torchroute.data.decisions import load_decisions
 from torchroute.loop import simulate
-from torchroute.ope.log import load_decisions
 from torchroute.run import ConfigError, RunOptions, run_config
 from torchroute.run.build import build_env, learner_for
 
@@ -124,7 +124,7 @@ def test_log_decisions_needs_a_single_choice_env(tmp_path, monkeypatch):
     before anything is written and by the recorder itself."""
     from torchroute.envs import LowRankExperts
     from torchroute.envs.subset import SubsetEnv
-    from torchroute.ope.logger import DecisionRecorder
+    from torchroute.run.decision_logger import DecisionRecorder
 
     assert SubsetEnv.single_choice is False
     monkeypatch.setattr(LowRankExperts, "single_choice", False)

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 from tests.conftest import tiny_run_config
 from torchroute.checkpoint import CheckpointError
 from torchroute.configs_path import compose_config
+from torchroute.errors import ConfigError
 from torchroute.run import RunOptions, run
-from torchroute.run.options import ConfigError
 
 PRESETS = ("cabs_table1", "cabs_table2", "cabs_table2_openllm")
 PRETRAIN = "torchroute.trainers.load_or_pretrain"

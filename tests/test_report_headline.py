@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pandas as pd
+import torch
 
+from torchroute.learners import CABSD, HPG, KNNRouter
+from torchroute.learners.base import FixedPolicy
 from torchroute.report import write_report
 from torchroute.report.headline import OPENING, headline, learner_classes
+from torchroute.report.leaderboard import learner_families
 from torchroute.run.companions import companion_overrides
+from torchroute.types import Decision
 
 CONFIG = """learners:
   random: {_target_: torchroute.learners.RandomRouter.from_problem}
@@ -33,10 +38,56 @@ def _run_dir(path, utility=UTILITY):
     return path
 
 
+class PlugInStatic(FixedPolicy):
+    """A static router of a plug-in (this test module): always the last arm."""
+
+    def act(self, context, generator=None):
+        action = context.x.new_full(context.x.shape[:2], self.num_arms - 1, dtype=torch.long)
+        probs = torch.nn.functional.one_hot(action, self.num_arms).to(context.x.dtype)
+        return Decision(probs=probs, action=action)
+
+
 def test_families_come_from_the_learner_classes(tmp_path):
     classes = learner_classes(_run_dir(tmp_path / "run"))
-    assert classes["cabs_d"] == "CABSD" and classes["hpg"] == "HPG"
+    assert classes["cabs_d"] is CABSD and classes["hpg"] is HPG
     assert learner_classes(tmp_path) == {}  # no config.yaml: no grouping, no error
+
+
+def test_the_parameter_free_hpg_is_in_the_hpg_family_and_a_plug_in_static_router_is_static(
+    tmp_path,
+):
+    """Family and role are the classes' own: the parameter-free HPG (class
+    ParameterFreeHPG) is reported among HPG, and a static router defined outside torchroute
+    is static in the opening and the leaderboard (not an online learner)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    config = CONFIG + (
+        "  pf_hpg: {_target_: torchroute.learners.ParameterFreeHPG.from_problem}\n"
+        f"  mine: {{_target_: {__name__}.PlugInStatic.from_problem}}\n"
+    )
+    (run / "config.yaml").write_text(config)
+    utility = UTILITY | {"pf_hpg": [0.58, 0.58], "mine": [0.95, 0.95]}
+    rows = [
+        {"learner": name, "rho": rho, "seed": 0, "rounds": 10, "avg_utility": u}
+        for name, values in utility.items()
+        for rho, u in zip([0.0, 900.0], values)
+    ]
+    results = pd.DataFrame(rows)
+    lines = headline([(results, learner_classes(run))])
+    (hpg,) = [line for line in lines if line.startswith("- **HPG**")]
+    assert "pf_hpg averages utility 0.580" in hpg  # the family's best: pf_hpg 0.58 > hpg 0.56
+    (base,) = [line for line in lines if line.startswith("- **baselines**")]
+    assert "pf_hpg" not in base
+    (online,) = [line for line in lines if "online vs" in line]
+    # mine (0.95) is the best static router; the best online learner is cabs_d (0.75)
+    assert "no online learner beats the best static router here: mine averages" in online
+    families = learner_families(run, ["mine", "random", "linucb", "pf_hpg"])
+    assert families == {
+        "mine": "static",
+        "random": "static",
+        "linucb": "cold online",
+        "pf_hpg": "cold online",
+    }
 
 
 def test_one_sentence_per_family_with_the_numbers_of_the_results(tmp_path):
@@ -125,7 +176,7 @@ def test_the_best_static_router_is_chosen_on_validation_when_routers_report_it(t
     utility = {"best_single": [0.8, 0.9], "knn": [0.6, 0.7], "linucb": [0.7, 0.74]}
     run = _run_dir(tmp_path / "run", utility)
     results = pd.read_csv(run / "results.csv")
-    classes = {**learner_classes(run), "knn": "KNNRouter"}
+    classes = {**learner_classes(run), "knn": KNNRouter}
     results["val_utility"] = results["learner"].map({"best_single": 0.5, "knn": 0.9})
     (line,) = [x for x in headline([(results, classes)]) if "online vs" in x]
     assert "linucb averages utility 0.720 over 2 trials, +0.070 against the best static " in line
@@ -136,16 +187,23 @@ def test_the_best_static_router_is_chosen_on_validation_when_routers_report_it(t
     assert "chosen on test" in line
 
 
-def test_static_classes_know_every_learner_module_in_a_fresh_process():
-    """The static routers are found whatever was imported before (the report runs on its
-    own, without the learners' modules loaded)."""
+def test_roles_are_found_from_the_configs_in_a_fresh_process():
+    """The classes, with their roles, are found whatever was imported before (the report
+    runs on its own, without the learners' modules loaded)."""
     import subprocess
     import sys
 
-    code = "from torchroute.report.headline import static_classes; print(sorted(static_classes()))"
+    code = (
+        "from omegaconf import OmegaConf\n"
+        "from torchroute.configs_path import config_dir\n"
+        "from torchroute.run.classes import learner_class\n"
+        "for path in sorted((config_dir() / 'learner').glob('*.yaml')):\n"
+        "    cls = learner_class(OmegaConf.to_container(OmegaConf.load(path)))\n"
+        "    print(path.stem, cls.__name__, cls.role)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    roles = {line.split()[1]: line.split()[2] for line in out.stdout.splitlines()}
     static = ["BestSingleArm", "RegressorRouter", "KNNRouter", "LogisticScoreRouter"]
     static += ["MLPScoreRouter", "MFScoreRouter", "KNNScoreRouter", "BestArmClassifier"]
-    for name in static:
-        assert f"'{name}'" in out.stdout
-    assert "'LinUCB'" not in out.stdout and "'RandomRouter'" not in out.stdout
+    assert {name: roles[name] for name in static} == dict.fromkeys(static, "static")
+    assert roles["LinUCB"] == "online" and roles["RandomRouter"] == "reference"

@@ -7,14 +7,10 @@ from typing import Any
 
 import torch
 
-from torchroute.errors import UserError
+from torchroute.errors import CheckpointError
 from torchroute.io import atomic_write
 
 FORMAT = 1
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint cannot be used: unreadable, truncated, or from another run."""
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:

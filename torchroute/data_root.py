@@ -13,6 +13,7 @@ first use in a process prints one line to stderr naming the root and where it ca
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import sys
 from pathlib import Path
@@ -30,9 +31,10 @@ def data_root() -> tuple[Path, str]:
     value = os.environ.get(DATA_ROOT_ENV, "").strip()
     if value:
         return Path(value).expanduser().resolve(), f"${DATA_ROOT_ENV}"
-    from torchroute.configs_path import config_dir
-
-    checkout = config_dir().resolve().parent
+    # the packaged configs' folder (as torchroute.configs_path.config_dir finds it; that
+    # module registers this one's resolver, so it is not imported here)
+    configs = Path(str(importlib.resources.files("torchroute.configs")))
+    checkout = configs.resolve().parent
     return checkout.parent / "shared" / "data", f"default: beside {checkout}; set ${DATA_ROOT_ENV}"
 
 

@@ -6,7 +6,9 @@ turns a :class:`UserError` into one line naming what was wrong and exits 2; any 
 exception is a bug and keeps its traceback (exit 1).
 
 The concrete classes keep their historical base (``ValueError`` for most), so code that
-catches ``ValueError`` still catches them.
+catches ``ValueError`` still catches them. They are defined here, one place for every part
+(each stays importable from the module that raises it); the gateway's, serve's, the
+scenario's and the ridge kernel's classes are still beside their code.
 """
 
 from __future__ import annotations
@@ -14,9 +16,25 @@ from __future__ import annotations
 import errno
 
 __all__ = [
+    "CaseTimeout",
+    "CheckpointError",
+    "ConfigError",
+    "DecisionLogError",
+    "EvaluateError",
+    "GapConfigError",
     "InputError",
+    "MultirunError",
+    "NonFiniteError",
+    "NotWritableError",
     "OptionError",
+    "ResultsFileError",
+    "RunFolderMissing",
+    "SavedProblemError",
     "ScoreRangeError",
+    "SectionError",
+    "TableError",
+    "UnreachableTargetError",
+    "UntrustedTarget",
     "UserError",
     "is_user_error",
     "one_line",
@@ -31,6 +49,10 @@ class UserError(Exception):
     """
 
 
+class ConfigError(UserError, ValueError):
+    """The experiment configuration asks for something impossible; names the key."""
+
+
 class OptionError(UserError, ValueError):
     """An option's value out of its range or of the wrong kind: a hyper-parameter, a config
     value or a flag (``LinUCB: alpha must be a finite number >= 0, got -1``)."""
@@ -40,9 +62,72 @@ class InputError(UserError, ValueError):
     """Input data of the wrong shape or value: a context, a feedback, a request's field."""
 
 
+class SectionError(UserError, ValueError):
+    """A ``report_sections`` entry or ``--section`` name that names no section."""
+
+
 class ScoreRangeError(InputError):
     """A feedback score outside the range its router takes (``[0, 1]``, or ``[0, N]`` for
     a subset router's set outcome)."""
+
+
+# --------------------------------------------------------------- the errors of each part
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint cannot be used: unreadable, truncated, or from another run."""
+
+
+class TableError(UserError, ValueError):
+    """A routing table (or the file it came from) does not have the expected content."""
+
+
+class DecisionLogError(TableError):
+    """A decision log (or the file it came from) does not have the expected content."""
+
+
+class NotWritableError(UserError, ValueError):
+    """A folder that a command must write into cannot be written."""
+
+
+class ResultsFileError(UserError, ValueError):
+    """A results or curves file of a run is unreadable, truncated or has bad cells."""
+
+
+class NonFiniteError(UserError, FloatingPointError):
+    """A learner's state or the run's metrics became NaN or infinite."""
+
+
+class MultirunError(UserError, ValueError):
+    """``-m/--multirun`` was given: the message is the ``torchroute sweep`` equivalent."""
+
+
+class GapConfigError(UserError, ValueError):
+    """The ``gap`` section of a config is missing or holds a bad value (named as ``gap.<key>``)."""
+
+
+class EvaluateError(UserError, ValueError):
+    """A bad ``torchroute evaluate`` option; the message names the key."""
+
+
+class SavedProblemError(UserError, ValueError):
+    """A ``problem.pt`` that does not hold what this torchroute needs (an older format)."""
+
+
+class UntrustedTarget(ConfigError):
+    """A ``_target_`` that does not resolve to one of the buildable objects."""
+
+
+class RunFolderMissing(UserError, FileNotFoundError):
+    """A path that holds no run: no ``config.yaml`` there."""
+
+
+class UnreachableTargetError(UserError, ValueError):
+    """The target box misses every cost vector the routing policies can reach."""
+
+
+class CaseTimeout(TimeoutError):
+    """A run of a case went past its time limit."""
 
 
 #: ``errno`` values of an ``OSError`` that are a condition of the user's machine or paths

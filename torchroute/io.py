@@ -11,7 +11,7 @@ from typing import IO
 
 import pandas as pd
 
-from torchroute.errors import UserError
+from torchroute.errors import NotWritableError
 
 
 @contextmanager
@@ -61,10 +61,6 @@ def write_csv_atomic(path: str | Path, frame: pd.DataFrame) -> Path:
     with atomic_write(path, "w") as f:
         frame.to_csv(f, index=False)
     return Path(path)
-
-
-class NotWritableError(UserError, ValueError):
-    """A folder that a command must write into cannot be written."""
 
 
 def check_writable_folder(path: str | Path, what: str) -> Path:

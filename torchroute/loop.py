@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.envs.base import Env
-from torchroute.errors import UserError
+from torchroute.errors import NonFiniteError
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.heartbeat import Heartbeat, show_bar
 from torchroute.learners.base import Learner
@@ -25,10 +25,6 @@ from torchroute.types import Context, Decision, Feedback
 #: ``on_round(t, context, decision, feedback)``, called by :func:`simulate` after each
 #: ``env.step`` (before ``learner.update``); it must not sync with the host per round.
 RoundCallback = Callable[[int, Context, Decision, Feedback], None]
-
-
-class NonFiniteError(UserError, FloatingPointError):
-    """A learner's state or the run's metrics became NaN or infinite."""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from torchroute.errors import UserError
+from torchroute.errors import ResultsFileError
 
 #: columns a single-choice run writes together; one without the others is a damaged file
 SINGLE_CHOICE = ("avg_utility", "accuracy", "avg_cost")
@@ -24,10 +24,6 @@ MEASURED_PREFIXES = ("avg_", "cum_", "stat_", "share_", "arm_", "feasible")
 MEASURED = ("rho", "seed", "rounds", "round", "accuracy", "trial")
 #: a subset trial's target box (lower_<n>, upper_<n>): an infinite bound means no bound
 BOX_BOUNDS = ("lower_", "upper_")
-
-
-class ResultsFileError(UserError, ValueError):
-    """A results or curves file of a run is unreadable, truncated or has bad cells."""
 
 
 def _check_rows(path: Path) -> None:

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from torchroute.ope.log import DecisionLogError, decisions_from_frame, load_decisions
-from torchroute.ope.log_io import save_decisions
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import DecisionLogError, decisions_from_frame, load_decisions
 
 
 def _frame(n=4) -> pd.DataFrame:

@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
 from torchroute.cli import compose_config, config_dir
 from torchroute.run import ConfigError, RunOptions, build_env
+from torchroute.run.build import env_takes_table
 
 ENV_CONFIGS = sorted(p.stem for p in (config_dir() / "env").glob("*.yaml"))
 #: a small table with embeddings (no encoder) for the table-based envs
 TABLE = ["data=low_rank_experts", "data.num_queries=200", "~encoder"]
+#: overrides that shrink an env config (optional: any other config runs with its defaults)
+SHRINK: dict[str, list[str]] = {
+    "low_rank_experts": ["env.dims=[16]"],
+    "trec_subset": ["env.constraints=[tight]"],
+}
+
+
+def _node(env: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(config_dir() / "env" / f"{env}.yaml"))
 
 
 def _overrides(env: str, shared_data) -> list[str]:
+    """A table env on :data:`TABLE`; a self-contained env without ``data``, a data file it
+    names under the shared data folder read from there."""
     base = [f"env={env}", "out_dir=x", "seeds=[0]", "rhos=[0.0]", "features.pca_dim=null"]
-    if env == "low_rank_experts":
-        return [*base, "~data", "env.dims=[16]"]
-    if env == "trec_subset":
-        path = shared_data / "trec_crowd"
-        return [*base, "~data", f"env.path={path}", "env.constraints=[tight]"]
-    return [*base, *TABLE]
+    node = _node(env)
+    if env_takes_table(node):
+        return [*base, *TABLE, *SHRINK.get(env, [])]
+    path = [f"env.path={shared_data / Path(node['path']).name}"] if "path" in node else []
+    return [*base, "~data", *path, *SHRINK.get(env, [])]
 
 
 @pytest.mark.parametrize("env", ENV_CONFIGS)
 def test_every_env_config_honours_rounds(env, request):
-    shared = request.getfixturevalue("shared_data") if env == "trec_subset" else None
-    assert env in {"low_rank_experts", "single_choice", "table_subset", "trec_subset"}
+    shared = request.getfixturevalue("shared_data") if "path" in _node(env) else None
     cfg = compose_config("simulate", [*_overrides(env, shared), "rounds=7"])
     resolved = OmegaConf.to_container(cfg.env, resolve=True)
     assert resolved.get("rounds", resolved.get("horizon")) == 7

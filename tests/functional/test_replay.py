@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from torchroute.functional.random import TrialRNG, uniform
-from torchroute.functional.replay import replay
 from torchroute.learners import EpsilonGreedy, LinUCB
+from torchroute.ope.replay import replay
 from torchroute.types import Context, Decision, Feedback
 
 

@@ -257,8 +257,8 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from torchroute.learners.warm_start import WARM_KEYS
-    from torchroute.types import Problem
+    from torchroute.learners.warm_options import WARM_KEYS
+    from torchroute.types import Problem, TrainSplit
 
     def make(r: int, k: int, d: int, s: int) -> Learner:
         node = OmegaConf.load(path)
@@ -268,23 +268,28 @@ def _from_config(path: Path) -> Callable[[int, int, int, int], Learner]:
         if "oracle" in node:
             del node["oracle"]
             extra["oracle"] = _tiny_oracle(k, d)
-        problem = Problem(r, k, d, rho=torch.zeros(r), arm_names=tuple(f"m{i}" for i in range(k)))
+        names = tuple(f"m{i}" for i in range(k))
+        train = TrainSplit(*_static_data(k, d, n=30))  # what a static router is fitted on
+        problem = Problem(r, k, d, rho=torch.zeros(r), arm_names=names, train=train)
         return instantiate(node, **extra)(problem)
 
     return make
 
 
 def _config_class(path: Path) -> type:
-    from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    target = str(OmegaConf.load(path)["_target_"])
-    return get_class(target.removesuffix(".from_problem"))
+    from torchroute.run.classes import own_learner_class
+
+    cls = own_learner_class(OmegaConf.to_container(OmegaConf.load(path)))
+    assert cls is not None, f"{path}: its _target_ names no learner class"
+    return cls
 
 
 def config_specs(directory: Path = CONFIG_DIR) -> dict[str, Spec]:
     """A case per single-choice learner config of ``directory`` whose class no entry of
-    :data:`LEARNERS` covers (``config:<stem>``)."""
+    :data:`LEARNERS` covers (``config:<stem>``), built on a tiny problem with a train split
+    (random features, scores and costs), so a static router fitted on it is a case too."""
     covered = {type(spec.build(2, 3, 4, 0)) for spec in LEARNERS.values()}
     specs = {}
     for path in sorted(directory.glob("*.yaml")):

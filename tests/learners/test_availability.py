@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from tests.learners.helpers import LEARNERS, LinearProblem, _tiny_oracle, build, feedback_for
 from torchroute.learners import LinTS, LinUCB, SubsetLearner
-from torchroute.learners.warm_start import WARM_KEYS
+from torchroute.learners.warm_options import WARM_KEYS
 from torchroute.types import Context, Problem, TrainSplit
 
 R, K, D = 4, 3, 5

@@ -12,12 +12,15 @@ from tests.learners.helpers import (
     LEARNERS,
     LinearProblem,
     build,
+    config_specs,
     feedback_for,
     forced_decision,
     run,
 )
 from torchroute.errors import InputError
+from torchroute.functional.sampling import one_hot_probs
 from torchroute.learners import Learner
+from torchroute.learners.base import FixedPolicy
 from torchroute.types import Context, Decision
 
 NAMES = sorted(LEARNERS)
@@ -338,3 +341,37 @@ def test_capabilities_are_declared(name):
     decision = learner.act(LinearProblem(R, K, D, seed=13).context(), torch.Generator())
     asks_all = decision.observe is not None and bool(decision.observe.all())
     assert asks_all == (learner.feedback == "full")  # a full-feedback learner asks for all
+
+
+class TrainMeanRouter(FixedPolicy):
+    """A plug-in static router (defined here, not in torchroute): per trial, the arm of the
+    highest mean train score, fitted once from ``Problem.train``."""
+
+    def __init__(self, num_trials: int, num_arms: int, arm: torch.Tensor) -> None:
+        super().__init__(num_trials, num_arms)
+        self.register_buffer("arm", arm.expand(num_trials).clone())
+
+    @classmethod
+    def from_problem(cls, problem, **hparams):
+        train = problem.require_train(cls.__name__)
+        return cls(problem.num_trials, problem.num_arms, train.scores.mean(0).argmax())
+
+    def act(self, context, generator=None):
+        action = self.arm[:, None].expand(context.x.shape[:2])
+        return Decision(one_hot_probs(action, self.num_arms, context.x.dtype), action)
+
+
+def test_a_new_static_router_config_is_a_case_with_no_edit(tmp_path):
+    """The contract problem has a train split: a static router config in a config folder
+    becomes a case (``config:<stem>``) as it is, fitted on that split."""
+    (tmp_path / "mean_router.yaml").write_text(
+        f"_target_: {__name__}.TrainMeanRouter.from_problem\n_partial_: true\n"
+    )
+    specs = config_specs(tmp_path)
+    assert list(specs) == ["config:mean_router"]
+    learner = specs["config:mean_router"].build(R, K, D, 0)
+    assert isinstance(learner, TrainMeanRouter) and learner.role == "static"
+    problem = LinearProblem(R, K, D, seed=1)
+    decision = learner.act(problem.context(3), torch.Generator().manual_seed(0))
+    assert decision.probs.shape == (R, 3, K)
+    torch.testing.assert_close(decision.probs.sum(-1), torch.ones(R, 3, dtype=decision.probs.dtype))

@@ -14,11 +14,13 @@ import torch
 
 from tests.conftest import make_table
 from torchroute.envs.single_choice import SingleChoiceEnv
-from torchroute.learners import EXP3, LinUCB, NeuralUCB
-from torchroute.learners.warm_start import WarmStart, apply_warm_start, ridge_absorb
+from torchroute.errors import ConfigError
+from torchroute.learners import EXP3, Learner, LinUCB, NeuralUCB
+from torchroute.learners.warm_options import WarmStart
+from torchroute.learners.warm_start import ridge_absorb
 from torchroute.run.build import build_learner
-from torchroute.run.options import ConfigError
-from torchroute.types import Context, Feedback
+from torchroute.run.warm import apply_warm_start
+from torchroute.types import Context, Decision, Feedback
 
 F64 = torch.float64
 RHO = [0.0, 300.0]
@@ -85,27 +87,31 @@ def test_a_hidden_model_takes_no_warm_rows():
     assert learner.seen.tolist() == [[n, 0, n], [n, n, n]]  # the new-arm bonus still applies
 
 
-def test_several_weights_are_chosen_per_trial_on_validation():
+@pytest.mark.parametrize("candidates", [(0.01, 1.0, 100.0), (1000.0, 0.001)])
+def test_several_weights_are_chosen_per_trial_on_validation(candidates):
     env = _env()
     problem = env.problem()
     val = problem.validation
     assert val is not None and val.features.shape[0] == 15  # the table's 'val' rows
-    candidates = (0.01, 1.0, 100.0)
     chosen = LinUCB.from_problem(problem).double()
     apply_warm_start(chosen, problem, WarmStart("train", weights=candidates), "t")
     # reference: each weight alone, scored by hand on the validation rows
     vs, vc = val.scores.numpy(), val.costs.numpy()
+    picked = []
     for t, rho in enumerate(RHO):
         u = np.clip(vs - rho * vc, 0, 1)
-        best_value, best_theta = -1.0, None
-        for w in candidates:
+        best_value, best_theta, best_index = -1.0, None, None
+        for i, w in enumerate(candidates):
             single = LinUCB.from_problem(problem).double()
             apply_warm_start(single, problem, WarmStart("train", weights=(w,)), "t")
             pred = val.features.numpy() @ single.theta[t].numpy().T  # [m, K]
             value = u[np.arange(len(u)), pred.argmax(1)].mean()
             if value > best_value:  # the first of equal values is kept
-                best_value, best_theta = value, single.theta[t]
+                best_value, best_theta, best_index = value, single.theta[t], i
         torch.testing.assert_close(chosen.theta[t], best_theta)
+        picked.append(best_index)
+    if candidates == (1000.0, 0.001):  # here validation picks the second weight
+        assert picked == [1, 1], picked
 
 
 def test_decision_log_rows_are_importance_weighted_and_clipped(tmp_path):
@@ -164,6 +170,70 @@ def test_neural_warm_start_fits_the_rows():
     assert warm.rounds.tolist() == [0, 0]
 
 
+class _Counting(Learner):
+    """Counts each arm's observed rewards and sums them (the default warm start replays
+    the rows through this ``update``)."""
+
+    def __init__(self, num_trials: int, num_arms: int) -> None:
+        super().__init__(num_trials, num_arms)
+        self.register_buffer("count", torch.zeros(num_trials, num_arms, dtype=F64))
+        self.register_buffer("total", torch.zeros(num_trials, num_arms, dtype=F64))
+
+    def act(self, context, generator=None):
+        action = torch.zeros(context.x.shape[:2], dtype=torch.long)
+        return Decision(torch.nn.functional.one_hot(action, self.num_arms).to(F64), action)
+
+    def update(self, context, decision, feedback, generator=None):
+        self.count += feedback.observed.sum(1)
+        self.total += torch.where(feedback.observed, feedback.reward, 0.0).sum(1)
+        self._tick(context)
+        return {}
+
+
+def test_the_default_warm_start_replays_known_arms_only():
+    """A scenario's new model (hidden in trial 0) observes none of the replayed rows; every
+    other arm observes every train row with its utility (numpy reference)."""
+    env = _env()
+    problem = env.problem()
+    hidden = torch.tensor([[False, True, False], [False, False, False]])
+    problem = dataclasses.replace(problem, hidden_arms=hidden)
+    learner = _Counting(2, 3)
+    apply_warm_start(learner, problem, WarmStart("train"), "t")
+    rows = env.table.rows("train")
+    scores, costs = env.table.scores[rows].double().numpy(), env.table.costs[rows].double().numpy()
+    n = len(rows)
+    for t, rho in enumerate(RHO):
+        u = np.clip(scores - rho * costs, 0, 1).sum(0)  # [K]
+        known = ~hidden[t].numpy()
+        np.testing.assert_array_equal(learner.count[t].numpy(), np.where(known, n, 0))
+        np.testing.assert_allclose(learner.total[t].numpy(), np.where(known, u, 0.0), rtol=1e-12)
+    assert learner.rounds.tolist() == [0, 0]
+
+
+def test_neural_warm_start_puts_every_known_row_into_z():
+    """``Z_k = lam I + sum_i phi_i phi_i^T`` over the rows arm ``k`` observed, ``phi`` the
+    trained network's last layer (numpy reference); a hidden model's ``Z`` stays
+    ``lam I``."""
+    problem = _env().problem()
+    hidden = torch.tensor([[False, True, False], [False, False, False]])
+    problem = dataclasses.replace(problem, hidden_arms=hidden)
+    torch.manual_seed(0)
+    lam = 2.0
+    learner = NeuralUCB.from_problem(problem, hidden=8, batch_size=16, nu=1.0, lam=lam).double()
+    apply_warm_start(learner, problem, WarmStart("train", epochs=(2,)), "t")
+    x = problem.train.features[None].expand(2, -1, -1)
+    with torch.no_grad():
+        phi = learner(x)[1].numpy()  # [R, n, h]
+    for t in range(2):
+        for k in range(3):
+            z = lam * np.eye(8)
+            if not hidden[t, k]:
+                z = z + phi[t].T @ phi[t]
+            np.testing.assert_allclose(
+                learner.z_inv[t, k].numpy(), np.linalg.inv(z), rtol=1e-7, atol=1e-10
+            )
+
+
 def test_other_learners_take_the_rows_through_update():
     env = _env()
     problem = env.problem()
@@ -193,10 +263,10 @@ def test_build_path_reads_the_config_keys_and_refuses_bad_ones():
     assert (
         torch.count_nonzero(build_learner({**node, "warm_start": "train"}, problem, "l").theta) == 0
     )
-    with pytest.raises(ConfigError, match=r"learners\.lints\.warm_weight must be > 0"):
+    with pytest.raises(ConfigError, match=r"lints\.warm_weight must be a finite number > 0"):
         build_learner({**node, "warm_start": "train", "warm_weight": [0]}, problem, "lints")
     static = {"_target_": "torchroute.learners.BestSingleArm.from_problem", "_partial_": True}
-    with pytest.raises(ConfigError, match=r"learners\.bs: warm_start applies to online learners"):
+    with pytest.raises(ConfigError, match=r"learners\.bs\.warm_start applies to online learners"):
         build_learner({**static, "warm_start": "train"}, problem, "bs", warm=True)
     replay_val = SingleChoiceEnv(make_table(n=90, k=3, d=4), rho=RHO, seeds=[0, 1], split="val")
     with pytest.raises(ConfigError, match="validation split"):

@@ -24,11 +24,11 @@ import yaml
 import torchroute
 from torchroute.cli import main
 from torchroute.data import linear_contextual_table
+from torchroute.data.decision_io import save_decisions
 from torchroute.envs.single_choice import SingleChoiceEnv
 from torchroute.learners import SquareCB
-from torchroute.ope.log_io import save_decisions
-from torchroute.ope.logger import log_decisions
 from torchroute.run import ConfigError, run_config
+from torchroute.run.decision_logger import log_decisions
 from torchroute.run.trust import check_target, check_trusted, is_allowed, targets
 from torchroute.serve import load_router
 

@@ -32,7 +32,7 @@ def compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) ->
     from omegaconf import OmegaConf
 
     from torchroute.cli.help import diagnose, primary_config
-    from torchroute.run.options import ConfigError
+    from torchroute.errors import ConfigError
 
     overrides = list(args.overrides if overrides is None else overrides)
     extra = args.config_dir or []
@@ -67,8 +67,9 @@ def compose(args: argparse.Namespace, overrides: Sequence[str] | None = None) ->
 
 def simulate(args: argparse.Namespace) -> None:
     """``torchroute simulate``: run the experiment of the composed config (writes results.csv)."""
+    from torchroute.cli.finish import finish
     from torchroute.run import RunOptions, run
-    from torchroute.run.companions import companion_overrides, companion_presets, finish
+    from torchroute.run.companions import companion_overrides, companion_presets
     from torchroute.run.options import check_no_repeats
     from torchroute.run.outdir import check_out_dir
 
@@ -102,7 +103,7 @@ def simulate(args: argparse.Namespace) -> None:
 
 def _check_reference(args: argparse.Namespace, opts: RunOptions) -> None:
     """A ``reference=`` given on the command line names a learner the run runs."""
-    from torchroute.run.options import ConfigError
+    from torchroute.errors import ConfigError
 
     given = [o for o in args.overrides if o.split("=", 1)[0].lstrip("+") == "reference"]
     if given and opts.reference not in opts.run_learners:

@@ -12,12 +12,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchroute.errors import UserError
-
-
-class MultirunError(UserError, ValueError):
-    """``-m/--multirun`` was given: the message is the ``torchroute sweep`` equivalent."""
-
+from torchroute.errors import MultirunError
 
 #: what ``--cfg hydra`` prints (to stdout, exit 0)
 NO_HYDRA_CONFIG = (

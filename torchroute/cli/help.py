@@ -14,6 +14,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -306,6 +307,9 @@ def diagnose(
                 break
             keys = list(node.keys())  # with ``???`` (missing) values, which ``in`` skips
             if part not in keys:
+                static = _warm_start_on_a_static_learner(parts, depth, node)
+                if static:
+                    return static
                 where = ".".join(parts[:depth]) or f"{primary_config(command)}.yaml"
                 known = [str(k) for k in keys]
                 if not depth:
@@ -318,3 +322,20 @@ def diagnose(
                 break
             node = node.get(part)
     return None
+
+
+def _warm_start_on_a_static_learner(parts: list[str], depth: int, node: Any) -> str | None:
+    """The message for a ``learners.<name>.warm_*`` key given to a learner that does not
+    learn online (its config has no such key), else ``None``."""
+    from torchroute.learners.warm_options import WARM_KEYS
+    from torchroute.run.classes import own_learner_class
+
+    if depth != 2 or parts[0] != "learners" or parts[2] not in WARM_KEYS:
+        return None
+    cls = own_learner_class(OmegaConf.to_container(node, resolve=False))
+    if cls is None or cls.learns_online:
+        return None
+    return (
+        f"{'.'.join(parts)}: a warm start applies to online learners; {cls.__name__} does "
+        "not learn online (a static router is fitted on the train split already)"
+    )

@@ -10,14 +10,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.errors import TableError
 
 SPLITS = ("train", "val", "test")
 MAX_COST = 1e30  # larger costs overflow sums over queries and rho * cost
-
-
-class TableError(UserError, ValueError):
-    """A routing table (or the file it came from) does not have the expected content."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 import torchroute.envs
@@ -28,7 +27,7 @@ from torchroute.devicecheck import problems
 from torchroute.devicecheck.compare import EXACT, Tol, tolerance_of
 from torchroute.envs import Env
 from torchroute.learners import Learner
-from torchroute.learners.warm_start import WARM_KEYS
+from torchroute.run.classes import own_learner_class
 
 #: the folder of the packaged learner configs
 CONFIG_DIR = config_dir() / "learner"
@@ -179,8 +178,14 @@ SKIPPED_ENVS: dict[str, str] = {
 
 
 def _target_class(stem: str, directory: Path | None = None) -> type:
-    target = str(OmegaConf.load((directory or CONFIG_DIR) / f"{stem}.yaml")["_target_"])
-    return get_class(target.rsplit(".", 1)[0] if target.endswith(".from_problem") else target)
+    """The learner class ``<directory>/<stem>.yaml`` builds
+    (:func:`~torchroute.run.classes.own_learner_class`: a config folder given on the
+    command line is the user's own)."""
+    path = (directory or CONFIG_DIR) / f"{stem}.yaml"
+    cls = own_learner_class(OmegaConf.to_container(OmegaConf.load(path)))
+    if cls is None:
+        raise ValueError(f"{path}: its _target_ does not name a learner class")
+    return cls
 
 
 #: every case of the packaged configs: each learner config and the overrides
@@ -227,12 +232,10 @@ def case_learner(config: str, env: Env, directory: Path | None = None) -> Learne
     from torchroute.run.build import build_learner
 
     node = OmegaConf.load((directory or CONFIG_DIR) / f"{config}.yaml")
-    for key in WARM_KEYS:  # compared cold: the warm start is checked on its own
-        node.pop(key, None)
     extra: dict[str, Any] = {}
     problem = env.problem()
     if "oracle" in node:
         del node["oracle"]
         extra["oracle"] = problems.tiny_oracle(problem.arm_names)
-    learner = build_learner(node, problem, config, **extra)
+    learner = build_learner(node, problem, config, **extra)  # cold: warm starts are tested apart
     return learner.to(device=env.device, dtype=torch.float64)

@@ -23,6 +23,7 @@ from torchroute.devicecheck.compare import (
 )
 from torchroute.devicecheck.randomness import CpuRandomness
 from torchroute.envs import Env
+from torchroute.errors import CaseTimeout
 from torchroute.learners import Learner
 from torchroute.loop import SimulationResult, simulate
 
@@ -38,10 +39,6 @@ class CaseResult:
     draws: int
     seconds: float
     rate: float = 0.0
-
-
-class CaseTimeout(TimeoutError):
-    """A run of a case went past its time limit."""
 
 
 def _run(

@@ -1,13 +1,11 @@
-"""Arms that do not exist this round (``Context.available``): masking scores and decisions."""
+"""Arms that do not exist this round (``Context.available``): masking scores and probabilities
+(a whole :class:`~torchroute.types.Decision` is restricted by
+:func:`torchroute.learners.base.restrict_decision`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-from torchroute.functional.random import Source
-from torchroute.functional.sampling import sample_categorical
-from torchroute.types import Decision
 
 
 def mask_scores(scores: Tensor, available: Tensor | None) -> Tensor:
@@ -40,22 +38,3 @@ def played_probs(probs: Tensor, available: Tensor | None) -> Tensor:
     probabilities uses these, so that its weights are right while an arm is masked.
     """
     return probs if available is None else restrict_probs(probs, available)
-
-
-def restrict_decision(decision: Decision, available: Tensor, generator: Source = None) -> Decision:
-    """``decision`` with no mass and no action on an unavailable arm.
-
-    ``probs`` becomes :func:`restrict_probs`; an action on an unavailable arm is redrawn
-    from those probabilities (an available action is kept, so the action is distributed
-    as the restricted ``probs``: ``p_k + (1 - S) p_k / S = p_k / S``). One draw is made
-    every call, whatever the actions, so the number of draws does not depend on the data.
-    ``observe`` loses the unavailable arms, and ``scores`` (an argmax rule's) get them
-    masked. Shapes: ``probs, available [R, B, K]``, ``action [R, B]``.
-    """
-    probs = restrict_probs(decision.probs, available)
-    redraw = sample_categorical(probs, generator)  # [R, B]
-    playable = available.gather(-1, decision.action[..., None])[..., 0]
-    action = torch.where(playable, decision.action, redraw)
-    observe = None if decision.observe is None else decision.observe & available
-    scores = None if decision.scores is None else mask_scores(decision.scores, available)
-    return Decision(probs=probs, action=action, observe=observe, scores=scores)

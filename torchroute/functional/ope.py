@@ -18,8 +18,9 @@ Everything is computed at once for ``P`` target policies and ``B`` bootstrap rep
 the replicate counts ``[n, B]`` give the replicate estimates ``[E, P, B]`` in one matmul.
 
 Learning policies, whose probabilities change with what they see, are evaluated by
-:func:`~torchroute.functional.replay.replay` (re-exported here); the direct method's reward
-model is :func:`~torchroute.functional.ope_model.ridge_reward_model`.
+:func:`~torchroute.ope.replay.replay` (it drives a learner, so it lives with the off-policy
+evaluation commands); the direct method's reward model is
+:func:`~torchroute.functional.ope_model.ridge_reward_model`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import torch
 from torch import Tensor
 
 from torchroute.functional.random import Source, integers
-from torchroute.functional.replay import ReplayResult, replay
 from torchroute.functional.threads import single_threaded
 
 ESTIMATORS = ("ips", "snips", "dm", "dr", "switch_dr", "clipped_dr")
@@ -377,11 +377,9 @@ __all__ = [
     "ESTIMATORS",
     "NEEDS_MODEL",
     "OPEEstimate",
-    "ReplayResult",
     "bootstrap_counts",
     "effective_sample_size",
     "estimate",
     "importance_weights",
     "ope_terms",
-    "replay",
 ]

@@ -30,10 +30,11 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from torchroute.configs_path import config_dir
+from torchroute.errors import ConfigError
 from torchroute.gap.options import GapOptions, gap_presets
 from torchroute.io import write_csv_atomic
 from torchroute.run.build import build
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.outdir import check_run_folders
 
 log = logging.getLogger(__name__)

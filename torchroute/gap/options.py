@@ -13,11 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from torchroute.errors import UserError
-
-
-class GapConfigError(UserError, ValueError):
-    """The ``gap`` section of a config is missing or holds a bad value (named as ``gap.<key>``)."""
+from torchroute.errors import GapConfigError
 
 
 def gap_presets(*config_dirs: str | Path) -> list[str]:

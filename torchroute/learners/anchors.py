@@ -43,15 +43,8 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
-from torchroute.learners.static import _StaticRouter
+from torchroute.learners.static import _StaticRouter, known_costs
 from torchroute.types import Context, Decision, Problem, TrainSplit
-
-
-def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
-    """The per-model cost ``[K]`` when ``costs [n, K]`` is constant per model, else ``None``."""
-    first = costs[0]
-    spread = (costs - first).abs().amax(0)
-    return first.clone() if bool((spread <= rtol * first.abs().clamp_min(1e-12)).all()) else None
 
 
 def _with_bias(x: Tensor) -> Tensor:

@@ -1,17 +1,19 @@
 """The learner interface: ``act`` and ``update``, state in buffers with a leading trial dim.
 
-A learner also says what it can do, in class attributes read by the runner, the router and
-the device check (no list of classes is kept elsewhere): :attr:`Learner.feedback`,
-:attr:`Learner.protocol`, :attr:`Learner.device_tolerance`, :attr:`Learner.reads_groups`
-and :attr:`Learner.samples_from_probs`; and :meth:`Learner.routing_probs` gives the
-probability of every arm under the rule ``act`` applies.
+A learner also says what it is and can do, in class attributes read by the runner, the
+router, the reports and the device check (no list of classes is kept elsewhere):
+:attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
+:attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
+:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
+applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -19,9 +21,14 @@ from torch import Tensor, nn
 from torchroute.buildable import buildable
 from torchroute.checks import check_number
 from torchroute.errors import InputError
-from torchroute.functional.availability import restrict_decision
+from torchroute.functional.availability import mask_scores, restrict_probs
 from torchroute.functional.random import Source
+from torchroute.functional.sampling import sample_categorical
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 @buildable
@@ -45,7 +52,7 @@ class Learner(nn.Module):
     Arms that do not exist this round (``Context.available``, a scenario's new model before
     it arrives) are never played: every subclass's ``act`` is wrapped so that, when the
     context carries the mask, the decision is restricted to the available arms
-    (:func:`~torchroute.functional.availability.restrict_decision`: probability exactly 0
+    (:func:`restrict_decision`: probability exactly 0
     on the others, renormalised, an unavailable action redrawn). A learner that picks an
     argmax masks its scores itself (:func:`~torchroute.functional.availability.mask_scores`)
     so that it plays its best available arm; the wrapper then changes nothing but makes one
@@ -94,6 +101,14 @@ class Learner(nn.Module):
     #: whether ``update`` changes what ``act`` does; ``False`` for a static router (fixed,
     #: or fitted once on the train split), which reports compare online learners against
     learns_online: ClassVar[bool] = True
+    #: what reports make of it: ``"online"`` (it learns from the rounds), ``"static"``
+    #: (fixed, or fitted once on the train split: what online learners are compared
+    #: against) or ``"reference"`` (a yardstick every learner is compared with, such as the
+    #: uniform-random router); found from a config node by
+    #: :func:`torchroute.run.classes.learner_class`
+    role: ClassVar[Literal["online", "static", "reference"]] = "online"
+    #: the family the report's opening groups it in (``"baselines"`` unless it says)
+    family: ClassVar[str] = "baselines"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -160,6 +175,26 @@ class Learner(nn.Module):
         ``torch.Generator`` or per-trial streams, as for :meth:`act`.
         """
         raise NotImplementedError
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """Take ``rows`` (:class:`~torchroute.learners.warm_start.WarmRows`: ``x [n, d]``,
+        ``target [R, n, K]``, ``weight [n, K]``) as observations before round 1, in place.
+
+        The default replays them once through :meth:`update` (full feedback, chunks of 64
+        contexts); a learner with a closed form overrides it. ``problem`` is the one the
+        learner was built for (its ``hidden_arms`` take no rows, its ``validation`` split
+        chooses among several ``warm.weights`` or ``warm.epochs`` where a learner can).
+        The caller resets the round counters afterwards. Raises ``ValueError`` for options
+        the learner cannot take.
+        """
+        from torchroute.learners.warm_start import replay_through_update
+
+        if warm.chooses:
+            raise ValueError(
+                f"{type(self).__name__} takes its warm start through its own update: give "
+                "one warm_weight (several are chosen on validation for ridge and neural models)"
+            )
+        replay_through_update(self, problem, rows)
 
     def result_columns(self) -> dict[str, Tensor]:
         """Per-trial values ``{name: [R]}`` written once into ``results.csv`` at the end of a
@@ -261,6 +296,7 @@ class FixedPolicy(Learner):
     """A learner that does not learn online: ``update`` only validates and counts rounds."""
 
     learns_online = False
+    role = "static"
 
     def update(
         self,
@@ -274,3 +310,22 @@ class FixedPolicy(Learner):
         self._check_feedback(context, feedback)
         self._tick(context)
         return {}
+
+
+def restrict_decision(decision: Decision, available: Tensor, generator: Source = None) -> Decision:
+    """``decision`` with no mass and no action on an unavailable arm.
+
+    ``probs`` becomes :func:`restrict_probs`; an action on an unavailable arm is redrawn
+    from those probabilities (an available action is kept, so the action is distributed
+    as the restricted ``probs``: ``p_k + (1 - S) p_k / S = p_k / S``). One draw is made
+    every call, whatever the actions, so the number of draws does not depend on the data.
+    ``observe`` loses the unavailable arms, and ``scores`` (an argmax rule's) get them
+    masked. Shapes: ``probs, available [R, B, K]``, ``action [R, B]``.
+    """
+    probs = restrict_probs(decision.probs, available)
+    redraw = sample_categorical(probs, generator)  # [R, B]
+    playable = available.gather(-1, decision.action[..., None])[..., 0]
+    action = torch.where(playable, decision.action, redraw)
+    observe = None if decision.observe is None else decision.observe & available
+    scores = None if decision.scores is None else mask_scores(decision.scores, available)
+    return Decision(probs=probs, action=action, observe=observe, scores=scores)

@@ -13,7 +13,7 @@ not in ``state_dict()``; ``.to()`` moves it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,10 @@ from torchroute.learners.base import Learner
 from torchroute.learners.neural import NeuralUCB
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 Solver = Literal["ridge", "neural"]
 #: ``CABSC(targets=...)`` values.
@@ -150,6 +154,8 @@ class CABSC(Learner):
         ``action [R, B]``; ``update`` returns ``surrogates`` (surrogate observations per
         context) and ``played_prob``, each ``[R]``.
     """
+
+    family = "CABS"
 
     samples_from_probs = True  # given the graph drawn in ``act``
     device_tolerance = "ips"  # targets divided by the graph program's probabilities
@@ -296,6 +302,11 @@ class CABSC(Learner):
         return s, mask
 
     # ----------------------------------------------------------------- bandit interface
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """The pre-trained oracle as it is; the rows go to the regression solver
+        (its own :meth:`~torchroute.learners.Learner.warm_start`)."""
+        self.rs.warm_start(rows, problem, warm)
+
     def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)
         graph = self.draw_graph(context, generator)

@@ -11,7 +11,7 @@ value (a departure from the paper, see :class:`CABSD`). Weights are kept in log 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,10 @@ from torchroute.learners.cabs_c import CABSC, check_oracle, neural_init, solver_
 from torchroute.learners.linear import LinTS, LinUCB, SquareCB
 from torchroute.learners.neural import NeuralUCB
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 class NeuralSquareCB(NeuralUCB):
@@ -199,6 +203,8 @@ class CABSD(Learner):
         ``update`` also returns ``cabs_c_weight`` ``[R]``.
     """
 
+    family = "CABS"
+
     samples_from_probs = True  # given the graph drawn in ``act``
     device_tolerance = "ips"  # targets divided by the graph program's probabilities
 
@@ -304,6 +310,12 @@ class CABSD(Learner):
         w = self.mixture().sum(-1).to(p1.dtype)  # [R, 2]
         q = w[:, 0, None, None] * p1 + w[:, 1, None, None] * p2
         return graph, p1, p2, q
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """The pre-trained oracle as it is; the rows go to the standard expert and to the
+        CABS-C part's regression solver (each its own ``warm_start``)."""
+        self.expert.warm_start(rows, problem, warm)
+        self.cabs_c.warm_start(rows, problem, warm)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         self._check_context(context)

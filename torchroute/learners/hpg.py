@@ -131,6 +131,8 @@ class HPG(_LowRankQuadPolicy):
             ``dropped`` metric; an approximation, exact while it stays 0).
     """
 
+    family = "HPG"
+
     def __init__(
         self,
         num_trials: int,
@@ -202,6 +204,8 @@ class ParameterFreeHPG(_LowRankQuadPolicy):
         horizon: ``T`` (sets ``Rc``).
         capacity: slots per model (default ``min(d, 32)``).
     """
+
+    family = "HPG"
 
     def __init__(
         self,

@@ -7,12 +7,15 @@ Each trial owns an MLP ``f(x, k)`` (:mod:`torchroute.functional.mlp`); the weigh
 optimizer on the loss summed over trials. Uncertainty: per arm
 ``Z_k = lambda I + sum phi phi^T`` kept as ``Z_k^{-1}`` (Sherman–Morrison / Woodbury),
 bonus ``nu sqrt(phi^T Z_k^{-1} phi)``.
+
+(Over 400 lines: the warm start, :meth:`NeuralUCB.warm_start`, sits beside the training
+step, replay and ``Z`` update it reuses.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +29,10 @@ from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 class NeuralUCB(Learner):
@@ -349,6 +356,51 @@ class NeuralUCB(Learner):
         for p in params:
             p.grad = None
         return per_trial.detach()
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """``max(warm.epochs)`` passes of mini-batch :meth:`train_step` s over the rows
+        (batches of ``batch_size``, a fixed shuffle), each trial keeping the weights after
+        the listed epoch count whose greedy policy scores best on ``problem.validation``
+        (several ``warm.epochs``); then the last ``capacity`` rows go into the replay and
+        ``Z_k`` takes every observed row's last-layer features. Rows of
+        ``problem.hidden_arms`` are never observed."""
+        from torchroute.learners.warm_start import PerTrialBest, arm_scale, greedy_value
+
+        r, n, dt, dev = self.num_trials, rows.x.shape[0], self.w_out.dtype, self.w_out.device
+        x = rows.x.to(dev, dt)
+        known = arm_scale(problem, dev) > 0  # [R, K]
+        observed = (rows.weight > 0).to(dev)[None] & known[:, None]  # [R, n, K]
+        weight = rows.weight.to(dev, dt)[None].expand(r, -1, -1)
+        target = torch.where(observed, rows.target.to(dev, dt), 0.0)
+        sample_w = None if rows.action is None else weight
+        gen = torch.Generator().manual_seed(0)
+        best = PerTrialBest()
+        val = problem.require_validation(type(self).__name__) if warm.chooses else None
+        for epoch in range(1, max(warm.epochs) + 1):
+            order = torch.randperm(n, generator=gen).to(dev)
+            for lo in range(0, n, self.batch_size):
+                idx = order[lo : lo + self.batch_size]
+                w_b = None if sample_w is None else sample_w[:, idx]
+                self.train_step(
+                    x[idx][None].expand(r, -1, -1), target[:, idx], observed[:, idx], w_b
+                )
+            if val is not None and epoch in warm.epochs:
+                with torch.no_grad():
+                    score = greedy_value(
+                        self(val.features.to(dev, dt)[None].expand(r, -1, -1))[0], val, problem.rho
+                    )
+                best.offer({k: v.detach().clone() for k, v in self.params().items()}, score)
+        with torch.no_grad():
+            if best.state is not None:
+                for k, v in self.params().items():
+                    v.copy_(best.state[k])
+            tail = slice(n - min(n, self.capacity), n)
+            kept_w = weight[:, tail] if self.sample_weights else None
+            self._store(x[tail][None].expand(r, -1, -1), target[:, tail], observed[:, tail], kept_w)
+            if self.nu != 0:
+                for lo in range(0, n, 1024):
+                    _, phi = self(x[lo : lo + 1024][None].expand(r, -1, -1))
+                    z_inverse_update_(self.z_inv, phi, observed[:, lo : lo + 1024])
 
 
 class FullFeedbackNeuralUCB(NeuralUCB):

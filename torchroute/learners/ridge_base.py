@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -12,6 +12,10 @@ from torchroute.functional.random import Source
 from torchroute.functional.ridge import ridge_init, sherman_morrison_, woodbury
 from torchroute.learners.base import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 #: the values of ``new_arm_prior`` (:meth:`RidgeLearner._init_new_arm_prior`)
 NEW_ARM_PRIORS = ("zero", "mean")
@@ -83,6 +87,38 @@ class RidgeLearner(Learner):
         """
         self._check_context(context)
         self._fit(context, action, target, weight.to(self.theta.dtype), False)
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """The rows in one closed-form step of the ridge statistics
+        (:func:`~torchroute.learners.warm_start.ridge_absorb`, each row weighted by
+        ``warm.weights``); with several weights, each trial keeps the one whose greedy
+        policy scores best on ``problem.validation``. The rows count as observations of
+        ``seen``."""
+        from torchroute.learners.warm_start import (
+            PerTrialBest,
+            arm_scale,
+            greedy_value,
+            ridge_absorb,
+        )
+
+        a0, t0 = self.a_inv, self.theta
+        x = rows.x.to(t0.device)
+        arms = arm_scale(problem, t0.device)  # [R, K]
+        if self._counts_seen():  # the rows count as observations
+            seen = (rows.weight > 0).sum(0).to(self.seen.device, self.seen.dtype)  # [K]
+            self.seen.add_(seen[None] * arms.to(self.seen.dtype))
+        best = PerTrialBest()
+        for w in warm.weights:
+            a_inv, theta = ridge_absorb(a0, t0, x, rows.target, rows.weight, w * arms)
+            if not warm.chooses:
+                best.offer({"a_inv": a_inv, "theta": theta}, theta.new_zeros(self.num_trials))
+                break
+            val = problem.require_validation(f"{type(self).__name__} (several warm_weight)")
+            predict = torch.einsum("rkd,md->rmk", theta, val.features.to(theta.dtype))
+            best.offer({"a_inv": a_inv, "theta": theta}, greedy_value(predict, val, problem.rho))
+        assert best.state is not None
+        self.a_inv = best.state["a_inv"].contiguous()
+        self.theta = best.state["theta"].contiguous()
 
     def _init_new_arm_bonus(self, value: float) -> None:
         """``new_arm_bonus``: with a value > 0, a ``seen [R, K]`` buffer counts each arm's

@@ -20,6 +20,8 @@ class RandomRouter(FixedPolicy):
         num_arms: ``K``.
     """
 
+    role = "reference"  # the uniform yardstick every learner is compared with
+
     samples_from_probs = True
 
     def act(self, context: Context, generator: Source = None) -> Decision:

@@ -40,6 +40,13 @@ def _check_table(name: str, value: Tensor | None, num_arms: int) -> Tensor | Non
     return value
 
 
+def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
+    """The per-model cost ``[K]`` when ``costs [n, K]`` is constant per model, else ``None``."""
+    first = costs[0]
+    spread = (costs - first).abs().amax(0)
+    return first.clone() if bool((spread <= rtol * first.abs().clamp_min(1e-12)).all()) else None
+
+
 class _StaticRouter(FixedPolicy):
     """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break)."""
 
@@ -143,8 +150,6 @@ class RegressorRouter(_StaticRouter):
             oracle.check_compatible(problem.arm_names, problem.embed_dim, source="the oracle")
         router = cls(problem.num_trials, problem.num_arms, problem.rho, oracle=oracle)
         if costs == "known":
-            from torchroute.learners.anchors import known_costs
-
             price = known_costs(problem.require_train(cls.__name__).costs.float())
             if price is None:
                 raise ValueError(

@@ -1,10 +1,12 @@
 """Off-policy evaluation of routers on logged decisions (estimator math is in
 :mod:`torchroute.functional.ope`, :mod:`torchroute.functional.ope_model` and
-:mod:`torchroute.functional.replay`).
+:mod:`torchroute.ope.replay`).
 
-- :mod:`~torchroute.ope.log`: the logged-decisions table (:class:`DecisionLog`) and its reader;
-  :mod:`~torchroute.ope.cells` its cell checks; :mod:`~torchroute.ope.log_io` its writer.
-- :mod:`~torchroute.ope.logger`: a simulation's learner logged as a behaviour policy.
+The logged-decisions table (:class:`DecisionLog`), its reader, cell checks and writer are
+data (:mod:`torchroute.data.decisions`, :mod:`~torchroute.data.decision_cells`,
+:mod:`~torchroute.data.decision_io`); a simulation's learner is logged as a behaviour policy
+by the run (:mod:`torchroute.run.decision_logger`). Here:
+
 - :mod:`~torchroute.ope.evaluate`: ``torchroute evaluate``, with its keys
   (:mod:`~torchroute.ope.keys`), target policies (:mod:`~torchroute.ope.targets`), the log's
   limits (:mod:`~torchroute.ope.limits`) and report (:mod:`~torchroute.ope.report`).
@@ -20,10 +22,10 @@ from typing import Any
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "DecisionLog": "torchroute.ope.log",
-    "load_decisions": "torchroute.ope.log",
-    "DecisionLogError": "torchroute.ope.cells",
-    "save_decisions": "torchroute.ope.log_io",
+    "DecisionLog": "torchroute.data.decisions",
+    "load_decisions": "torchroute.data.decisions",
+    "DecisionLogError": "torchroute.data.decision_cells",
+    "save_decisions": "torchroute.data.decision_io",
 }
 
 

@@ -7,7 +7,7 @@
 
 Keys (``key=value``; lists in brackets):
 
-- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.ope.log`).
+- ``logs``: the decision log (``.parquet`` or ``.csv``, see :mod:`torchroute.data.decisions`).
 - ``targets``: policies evaluated *frozen*: learner config names (``configs/learner/``, then
   the folders of ``--config-dir``; a learner of the ``checkpoint`` run is that run's trained
   learner, one trial per rho, read as ``serve`` reads it) or ``arm:<model>`` (always route
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,22 +43,18 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from torchroute.errors import UserError
+from torchroute.data.decisions import DecisionLog, load_decisions
+from torchroute.errors import EvaluateError
 from torchroute.functional.ope import ESTIMATORS, NEEDS_MODEL, estimate
 from torchroute.functional.ope_model import fold_assignment, ridge_reward_model, time_blocks
 from torchroute.functional.random import TrialRNG, trial_keys
-from torchroute.functional.replay import replay
 from torchroute.io import check_writable_folder, write_csv_atomic
 from torchroute.ope.keys import DEFAULTS
 from torchroute.ope.limits import clip_intervals, log_warnings, row_warnings
-from torchroute.ope.log import DecisionLog, load_decisions
+from torchroute.ope.replay import replay
 from torchroute.types import Problem
 
 logger = logging.getLogger(__name__)
-
-
-class EvaluateError(UserError, ValueError):
-    """A bad ``torchroute evaluate`` option; the message names the key."""
 
 
 def parse_options(overrides: Sequence[str]) -> DictConfig:
@@ -309,14 +304,3 @@ def _rows(target, mode, rhos, result, estimators, part=slice(None)) -> list[dict
         )
         out.append(row | {"ess": float(result.ess[p])})
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m torchroute.ope.evaluate key=value ...`` (the same as ``torchroute evaluate``)."""
-    from torchroute.cli import main as cli_main
-
-    return cli_main(["evaluate", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,12 +11,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from torchroute.configs_path import config_dirs
-from torchroute.errors import OptionError
+from torchroute.errors import ConfigError, OptionError
 from torchroute.learners.base import Learner
-from torchroute.learners.warm_start import WARM_KEYS
 from torchroute.run.build import build_learner
 from torchroute.run.folder import RunFolder
-from torchroute.run.options import ConfigError
 from torchroute.run.trained import load_trained
 from torchroute.run.trust import check_trusted
 from torchroute.types import Context, Problem
@@ -52,9 +50,7 @@ def build_target(
     """
     node, source = learner_config(name, extra)
     check_trusted(node, f"targets.{name}", source, trusted)
-    for key in WARM_KEYS:  # a frozen target is evaluated as built, never warm-started
-        node.pop(key, None)
-    try:
+    try:  # built cold: a frozen target is evaluated as built, never warm-started
         learner = build_learner(OmegaConf.create(node), problem, name, init_seed=seed)
     except ConfigError as exc:
         raise ConfigError(f"targets: cannot build {name!r} for the log: {exc}") from exc

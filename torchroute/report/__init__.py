@@ -30,8 +30,9 @@ from torchroute.report.figures import save_figure
 from torchroute.report.headline import OPENING, headline, learner_classes
 from torchroute.report.partial import partial_note, partial_results
 from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
-from torchroute.report.sections import DEFAULT_SECTIONS, Section, load_sections
+from torchroute.report.sections import Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
+from torchroute.run.report_sections import DEFAULT_SECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ PER_ARM = ("share_", "arm_accuracy_", "arm_cost_", "qT_value_")
 # results that are not its own (it looks at their columns) and may write plots into
 # ``out_dir``. Protocols with their own tables (paper comparisons, feasibility, gap tables)
 # name theirs by ``_target_`` in the ``report_sections`` key of their config; without it a
-# report has :data:`~torchroute.report.sections.DEFAULT_SECTIONS`.
+# report has :data:`~torchroute.run.report_sections.DEFAULT_SECTIONS`.
 
 
 def write_report(
@@ -115,7 +116,7 @@ def write_report(
         reference: learner the relative regret is measured against; ``None``: ``linucb``
             when the results have it. A given learner the results lack is an error.
         sections: dotted paths of the report sections (``report_sections`` of the config);
-            ``None``: :data:`~torchroute.report.sections.DEFAULT_SECTIONS`.
+            ``None``: :data:`~torchroute.run.report_sections.DEFAULT_SECTIONS`.
         companions: out_dirs of the companion runs of ``dirs`` (``companions`` key): each
             gets its own report, appended under its own heading.
 

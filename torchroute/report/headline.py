@@ -1,13 +1,15 @@
 """The report's opening: one sentence per learner family saying what the numbers show.
 
-Learners are sorted into families by the class their config builds (``learners.<name>.
-_target_`` in the run folder's ``config.yaml``, read as text, never instantiated): CABS
-(``CABSD``, ``CABSC``), HPG (``HPG``, ``PFHPG``), subset routing (a results frame with the
-subset columns ``avg_reward`` and ``feasible``) and the single-choice baselines (every other
-learner). Each sentence compares the family's best learner (by mean utility, or mean reward
-for subset routing) with the uniform-random router and, where they ran, the best fixed
-model (``best_single``) and the best baseline bandit; a full-feedback learner
-(``FullFeedback*``, which sees every arm's reward) is an upper reference, named in the
+Learners are sorted into families by the class their config builds (``learners.<name>``
+in the run folder's ``config.yaml``, resolved to the class by
+:func:`torchroute.run.classes.learner_class`, never instantiated), each class declaring its
+:attr:`~torchroute.learners.Learner.family` (CABS, HPG; ``baselines`` by default) and its
+:attr:`~torchroute.learners.Learner.role` (online, static or reference); subset routing is
+a results frame with the subset columns ``avg_reward`` and ``feasible``. Each sentence
+compares the family's best learner (by mean utility, or mean reward for subset routing)
+with the uniform-random router and, where they ran, the best fixed model (``best_single``)
+and the best baseline bandit; a full-feedback learner (``feedback = "full"``, which sees
+every arm's reward) is an upper reference, named in the
 baselines' sentence but never their best bandit. Every number comes from the results.
 """
 
@@ -19,19 +21,20 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-#: family name -> class names (the last dotted part of ``_target_``, before ``.from_problem``)
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "CABS": ("CABSD", "CABSC"),
-    "HPG": ("HPG", "PFHPG"),
-}
+from torchroute.learners.base import Learner
+from torchroute.run.classes import learner_class
+
+#: learner name -> the class its config builds (``None``: unknown)
+Classes = Mapping[str, "type[Learner] | None"]
 #: learners every comparison is made against, when they ran
 RANDOM, BEST_SINGLE = "random", "best_single"
 #: the heading the opening starts with
 OPENING = "## What the numbers show"
 
 
-def learner_classes(run_dir: str | Path) -> dict[str, str]:
-    """``{learner: class name}`` from ``run_dir/config.yaml`` (empty when it is missing)."""
+def learner_classes(run_dir: str | Path) -> dict[str, type[Learner] | None]:
+    """``{learner: class}`` from ``run_dir/config.yaml`` (empty when it is missing; ``None``
+    for a node whose class is not found, see :func:`~torchroute.run.classes.learner_class`)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return {}
@@ -39,21 +42,28 @@ def learner_classes(run_dir: str | Path) -> dict[str, str]:
         learners = OmegaConf.to_container(OmegaConf.load(path)).get("learners") or {}
     except Exception:  # an unreadable config only costs the family grouping
         return {}
-    out = {}
-    for name, node in learners.items():
-        target = str(node.get("_target_", "")) if isinstance(node, Mapping) else ""
-        parts = [p for p in target.split(".") if p != "from_problem"]
-        out[str(name)] = parts[-1] if parts else ""
-    return out
+    return {str(name): learner_class(node) for name, node in learners.items()}
 
 
-def family_of(classes: Mapping[str, str], learner: str) -> str:
-    """The family of ``learner`` (``"baselines"`` when its class is in no family)."""
-    cls = classes.get(learner, "")
-    for family, members in FAMILIES.items():
-        if cls in members:
-            return family
-    return "baselines"
+def family_of(classes: Classes, learner: str) -> str:
+    """The family its class declares (``"baselines"`` when its class is unknown)."""
+    cls = classes.get(learner)
+    return cls.family if cls is not None else "baselines"
+
+
+def role_of(classes: Classes, learner: str) -> str:
+    """The role its class declares: ``online``, ``static`` or ``reference`` (``online``
+    when its class is unknown; ``best_single`` is static)."""
+    cls = classes.get(learner)
+    if cls is None:
+        return "static" if learner == BEST_SINGLE else "online"
+    return cls.role
+
+
+def _full_feedback(classes: Classes, learners: Sequence[str]) -> list[str]:
+    """The learners whose class sees every arm's reward (an upper reference)."""
+    found = [(n, classes.get(n)) for n in learners]
+    return [n for n, cls in found if cls is not None and cls.feedback == "full"]
 
 
 def _means(results: pd.DataFrame, column: str) -> pd.Series:
@@ -69,7 +79,7 @@ def _versus(means: pd.Series, best: str, others: Sequence[str]) -> str:
     return f"; against {', '.join(parts)}" if parts else ""
 
 
-def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -> list[str]:
+def single_choice_sentences(results: pd.DataFrame, classes: Classes) -> list[str]:
     """One sentence per family of a single-choice run (``avg_utility`` per learner)."""
     if "avg_utility" not in results:
         return []
@@ -80,11 +90,11 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
     for learner in means.index:
         families.setdefault(family_of(classes, learner), []).append(learner)
     trials = int(results.groupby("learner").size().max())
-    full = [n for n in means.index if classes.get(n, "").startswith("FullFeedback")]
+    full = _full_feedback(classes, list(means.index))
     base = [n for n in families.get("baselines", []) if n not in (RANDOM, BEST_SINGLE, *full)]
     best_base = max(base, key=lambda n: means[n]) if base else None
     sentences = []
-    for family in ["baselines", *FAMILIES]:
+    for family in ["baselines", *sorted(set(families) - {"baselines"})]:
         members = families.get(family)
         if not members:
             continue
@@ -102,35 +112,12 @@ def single_choice_sentences(results: pd.DataFrame, classes: Mapping[str, str]) -
     return sentences
 
 
-def static_classes() -> frozenset[str]:
-    """The names of the learner classes that say they do not learn online
-    (:attr:`~torchroute.learners.base.Learner.learns_online` false), the random router aside:
-    the static routers reports compare online learners against."""
-    import importlib
-    import pkgutil
-
-    import torchroute.learners
-    from torchroute.learners.base import Learner
-
-    for module in pkgutil.iter_modules(torchroute.learners.__path__):  # every learner module
-        importlib.import_module(f"torchroute.learners.{module.name}")
-
-    found, todo = set(), [Learner]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        if not cls.learns_online and cls.__name__ != "RandomRouter":
-            found.add(cls.__name__)
-    return frozenset(found)
+def is_static(classes: Classes, learner: str) -> bool:
+    """Whether ``learner`` is a static router (its class's role, or ``best_single``)."""
+    return role_of(classes, learner) == "static"
 
 
-def is_static(classes: Mapping[str, str], learner: str) -> bool:
-    """Whether ``learner`` is a static router (its class in :func:`static_classes`, or
-    ``best_single``)."""
-    return learner == BEST_SINGLE or classes.get(learner, "") in static_classes()
-
-
-def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[str]:
+def online_sentence(results: pd.DataFrame, classes: Classes) -> list[str]:
     """The sentence on why to route online: the best online learner against the best static
     router (``[]`` unless both ran; ``random`` and full-feedback references are neither).
 
@@ -140,9 +127,11 @@ def online_sentence(results: pd.DataFrame, classes: Mapping[str, str]) -> list[s
     if "avg_utility" not in results:
         return []
     means = _means(results, "avg_utility")
-    full = {n for n in means.index if classes.get(n, "").startswith("FullFeedback")}
+    full = set(_full_feedback(classes, list(means.index)))
     static = [n for n in means.index if is_static(classes, n)]
-    online = [n for n in means.index if n not in {RANDOM, *full, *static}]
+    online = [
+        n for n in means.index if role_of(classes, n) == "online" and n not in {RANDOM, *full}
+    ]
     if not static or not online:
         return []
     trials = int(results.groupby("learner").size().max())
@@ -205,7 +194,7 @@ def subset_sentences(results: pd.DataFrame) -> list[str]:
     ]
 
 
-def headline(runs: Sequence[tuple[pd.DataFrame, Mapping[str, str]]]) -> list[str]:
+def headline(runs: Sequence[tuple[pd.DataFrame, Classes]]) -> list[str]:
     """The opening lines for ``runs`` (each: its results and ``{learner: class}``)."""
     sentences: list[str] = []
     for results, classes in runs:
@@ -225,13 +214,14 @@ def headline(runs: Sequence[tuple[pd.DataFrame, Mapping[str, str]]]) -> list[str
 
 
 __all__ = [
-    "FAMILIES",
     "OPENING",
+    "Classes",
     "family_of",
     "headline",
     "is_static",
     "learner_classes",
     "online_sentence",
+    "role_of",
     "single_choice_sentences",
     "subset_sentences",
 ]

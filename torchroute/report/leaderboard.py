@@ -1,9 +1,9 @@
 """Report section: one leaderboard of static anchor routers, cold and warm online learners.
 
-Learners fall into three families by their config in ``<out_dir>/config.yaml`` (read as
-text, never instantiated): **static** (a router that never learns online: its class is one
-of :func:`~torchroute.report.headline.static_classes`, and the random router), **warm
-online** (``warm_start`` set) and **cold online** (the rest). Per cost regime
+Learners fall into three families by their config in ``<out_dir>/config.yaml`` (never
+instantiated; the class found by :func:`~torchroute.run.classes.learner_class`): **static**
+(a class whose ``role`` is static, a router that never learns online, or reference, the
+random router), **warm online** (``warm_start`` set) and **cold online** (the rest). Per cost regime
 (:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole stream; with scenario
 columns ``avg_utility_before``/``avg_utility_after``, the rounds before and after the change
 too), each learner's cell is the mean utility over the regime's trials +- its standard error
@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from torchroute.report.headline import static_classes
 from torchroute.report.regimes import REGIMES, cost_regime
+from torchroute.run.classes import learner_class
 
 TITLE = "## Leaderboard: static anchors, cold and warm online learners"
 FAMILIES = ("static", "cold online", "warm online")
@@ -43,7 +43,10 @@ PHASES = {"whole": "avg_utility", "before": "avg_utility_before", "after": "avg_
 
 
 def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]:
-    """``{learner: family}`` from ``out_dir/config.yaml`` (cold online when unknown)."""
+    """``{learner: family}`` from ``out_dir/config.yaml``: ``static`` for the learners whose
+    class's :attr:`~torchroute.learners.Learner.role` is static or reference (the random
+    router), else ``warm online`` when the node sets ``warm_start``, else ``cold online``
+    (also when the class is unknown)."""
     nodes: Mapping = {}
     path = Path(out_dir) / "config.yaml"
     if path.is_file():
@@ -54,9 +57,8 @@ def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]
     out = {}
     for name in learners:
         node = nodes.get(name) if isinstance(nodes.get(name), Mapping) else {}
-        target = str(node.get("_target_", ""))
-        cls = [p for p in target.split(".") if p != "from_problem"][-1:] or [""]
-        if cls[0] in static_classes() or cls[0] == "RandomRouter":
+        cls = learner_class(node)
+        if cls is not None and cls.role in ("static", "reference"):
             out[name] = "static"
         elif node.get("warm_start") is not None:
             out[name] = "warm online"

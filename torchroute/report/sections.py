@@ -4,13 +4,15 @@ A section is a function ``(results, curves, out_dir) -> markdown lines`` (see
 :data:`Section`). A preset declares its sections in the ``report_sections`` key of its
 config (dotted ``module.function`` paths, or built-in names), so a new family of results
 adds its section module and names it in its config, and nothing in :mod:`torchroute.report`
-is edited. Without the key a report has :data:`DEFAULT_SECTIONS`.
+is edited. Without the key a report has the default sections
+(:data:`torchroute.run.report_sections.DEFAULT_SECTIONS`, where the key is checked).
 
 ``torchroute report DIR --section NAME`` chooses sections *by name* (:func:`choose_sections`)
-among the built-in ones (:data:`BUILTIN_SECTIONS`) and those the run's ``config.yaml``
-declares; nothing is imported from a dotted path given on the command line, and a section
-a run folder declares is resolved as its ``_target_``s are (:mod:`torchroute.run.trust`):
-a function of torchroute or of a ``--trust`` package, found without calling anything.
+among the built-in ones (:data:`torchroute.run.report_sections.BUILTIN_SECTIONS`) and those
+the run's ``config.yaml`` declares; nothing is imported from a dotted path given on the
+command line, and a section a run folder declares is resolved as its ``_target_``s are
+(:mod:`torchroute.run.trust`): a function of torchroute or of a ``--trust`` package, found
+without calling anything.
 """
 
 from __future__ import annotations
@@ -22,45 +24,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from torchroute.errors import UserError
+from torchroute.errors import SectionError
+from torchroute.run.report_sections import (
+    BUILTIN_SECTIONS,
+    check_section_targets,
+)
 
 #: ``(results, curves, out_dir) -> markdown lines``
 Section = Callable[[pd.DataFrame, pd.DataFrame, Path], list[str]]
-
-#: torchroute's own sections, by the name ``--section`` takes
-BUILTIN_SECTIONS: dict[str, str] = {
-    "subset": "torchroute.report.subset.subset_section",
-    "cabs": "torchroute.report.cabs.cabs_section",
-    "hpg": "torchroute.report.hpg.hpg_section",
-    "routing": "torchroute.report.routing.routing_section",
-}
-
-#: the sections of a report whose config names none
-DEFAULT_SECTIONS: tuple[str, ...] = tuple(BUILTIN_SECTIONS.values())
-
-
-class SectionError(UserError, ValueError):
-    """A ``report_sections`` entry or ``--section`` name that names no section."""
-
-
-def check_section_targets(targets: object) -> tuple[str, ...]:
-    """Validate a ``report_sections`` value: a list of built-in names or dotted
-    ``module.function`` strings (a name becomes its dotted path)."""
-    if targets is None:
-        return DEFAULT_SECTIONS
-    if isinstance(targets, str) or not isinstance(targets, Sequence):
-        raise SectionError(
-            f"report_sections must be a list of dotted module.function paths, got {targets!r}"
-        )
-    bad = [
-        t for t in targets if not isinstance(t, str) or ("." not in t and t not in BUILTIN_SECTIONS)
-    ]
-    if bad:
-        raise SectionError(
-            f"report_sections entries must be dotted module.function paths or one of "
-            f"{list(BUILTIN_SECTIONS)}: {bad}"
-        )
-    return tuple(BUILTIN_SECTIONS.get(t, t) for t in targets)
 
 
 def load_section(target: str | Section) -> Section:
@@ -80,7 +51,7 @@ def load_section(target: str | Section) -> Section:
 
 
 def load_sections(targets: Sequence[str | Section] | None = None) -> list[Section]:
-    """The section functions of ``targets`` (:data:`DEFAULT_SECTIONS` when ``None``)."""
+    """The section functions of ``targets`` (the default sections when ``None``)."""
     if targets is not None and all(callable(t) for t in targets):
         return list(targets)
     return [load_section(t) for t in check_section_targets(targets)]

@@ -1,6 +1,6 @@
 """Report section of subset routing (paper 002): feasibility, reward, R1/R2 curves, spend.
 
-One of :data:`torchroute.report.sections.DEFAULT_SECTIONS`; it returns ``[]`` for results
+One of :data:`torchroute.run.report_sections.DEFAULT_SECTIONS`; it returns ``[]`` for results
 without the subset columns (``avg_reward, r2, feasible``).
 """
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from torchroute.errors import ConfigError
 from torchroute.run.build import (
     Built,
     build,
@@ -39,7 +40,7 @@ from torchroute.run.build import (
     trial_grid,
 )
 from torchroute.run.experiment import run
-from torchroute.run.options import ConfigError, FeatureOptions, RunOptions
+from torchroute.run.options import FeatureOptions, RunOptions
 
 
 def run_config(cfg: Any) -> pd.DataFrame:

@@ -26,11 +26,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.errors import ConfigError
 from torchroute.features import FeatureMap
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.learners.base import Learner
-from torchroute.learners.warm_start import WARM_KEYS, WarmStart, apply_warm_start
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.learners.warm_options import WarmStart
+from torchroute.run.classes import own_learner_class
+from torchroute.run.options import RunOptions
 from torchroute.run.trust import current_target, current_targets
 from torchroute.types import Problem
 
@@ -295,19 +297,18 @@ def build_learner(
     the problem carries fresh per-trial streams (``Problem.init_rng``) instead, so each
     trial's initial weights do not depend on the trials built with it.
 
-    The node's ``warm_*`` keys (:mod:`~torchroute.learners.warm_start`) never reach the
-    factory; with ``warm=True`` the built learner is warm-started as they say (a run's
-    learners are; a learner about to load a checkpoint is not).
+    The node's ``warm_*`` keys are read (and checked) by
+    :meth:`~torchroute.learners.warm_options.WarmStart.from_node` and never reach the
+    factory; with ``warm=True`` the built learner is warm-started as they say
+    (:func:`torchroute.run.warm.apply_warm_start`: a run's learners are; a learner about to
+    load a checkpoint, an evaluation target or a device-check case is not).
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
     if isinstance(node, DictConfig):
         node = OmegaConf.to_container(node, resolve=True)
-    try:
-        warm_start, node = WarmStart.split_node(node, f"learners.{name}")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    cls = _learner_class(node.get("_target_"))
+    warm_start, node = warm_options(node, f"learners.{name}")
+    cls = own_learner_class(node)
     if cls is not None and node.get("_partial_") is not True:
         raise ConfigError(_factory_hint(name, cls, str(node["_target_"])))
     factory = instantiate_node(node, f"learners.{name}", **kwargs)
@@ -333,7 +334,9 @@ def build_learner(
     if not isinstance(learner, Learner):
         raise ConfigError(f"learners.{name} built a {type(learner).__name__}, not a Learner")
     learner = learner.to(problem.device)
-    if warm:
+    if warm and warm_start.source is not None:
+        from torchroute.run.warm import apply_warm_start
+
         try:
             apply_warm_start(learner, problem, warm_start, f"learners.{name}")
         except ValueError as exc:
@@ -352,19 +355,13 @@ def _factory_hint(name: str, cls: type[Learner], target: str) -> str:
     )
 
 
-def _learner_class(target: Any) -> type[Learner] | None:
-    """The :class:`Learner` subclass a ``_target_`` names (``<Learner>.from_problem`` or the
-    class), or ``None`` (another callable, or one that does not import: the build reports it)."""
-    from hydra.utils import get_method
-
-    if not isinstance(target, str):
-        return None
+def warm_options(node: Any, key: str) -> tuple[WarmStart, dict[str, Any]]:
+    """``(the WarmStart of node's warm_* keys, the node without them)``; a bad key is a
+    one-line :class:`ConfigError` naming it."""
     try:
-        obj = get_method(current_target(target))
-    except Exception:  # hydra wraps every import error
-        return None
-    owner = obj if isinstance(obj, type) else getattr(obj, "__self__", None)
-    return owner if isinstance(owner, type) and issubclass(owner, Learner) else None
+        return WarmStart.from_node(node, key)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def check_learner_options(opts: RunOptions) -> None:
@@ -372,12 +369,16 @@ def check_learner_options(opts: RunOptions) -> None:
     before the env is built or an oracle pre-trained (nothing is written yet)."""
     for name in opts.run_learners:
         node = opts.learners[name]
-        cls = _learner_class(node.get("_target_"))
+        warm, node = warm_options(node, f"learners.{name}")
+        cls = own_learner_class(node)
         if cls is None:
             continue
-        values = {
-            k: v for k, v in node.items() if not str(k).startswith("_") and k not in WARM_KEYS
-        }
+        if warm.source is not None and not cls.learns_online:
+            raise ConfigError(
+                f"learners.{name}.warm_start applies to online learners; {cls.__name__} does "
+                "not learn online (a static router is fitted on the train split already)"
+            )
+        values = {k: v for k, v in node.items() if not str(k).startswith("_")}
         try:
             cls.check_options(**values)
         except (TypeError, ValueError) as exc:

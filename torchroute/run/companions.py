@@ -1,9 +1,10 @@
-"""A run with its companion presets, and the report printed at its end.
+"""A run with its companion presets.
 
 A preset may name ``companions``: other experiment presets run after it into
 ``<out_dir>/<preset>`` with the same grid and data overrides (:data:`COMPANION_KEYS`), whose
-results join its report. :func:`companion_presets` reads the list, :func:`companion_overrides`
-derives each companion's overrides, and :func:`finish` writes the lines the command prints.
+results join its report. :func:`companion_presets` reads the list and
+:func:`companion_overrides` derives each companion's overrides; the lines ``simulate``
+prints at the end (the report included) are :func:`torchroute.cli.finish.finish`'s.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from torchroute.configs_path import config_dirs
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.errors import ConfigError
 
 log = logging.getLogger("torchroute")
 
@@ -73,29 +72,3 @@ def companion_overrides(overrides: Sequence[str], preset: str, out_dir: Path) ->
         if key in COMPANION_KEYS or key.split(".", 1)[0] in COMPANION_KEYS:
             shared.append(item)
     return [*shared, f"experiment={preset}", f"out_dir={out_dir / preset}", "companions=[]"]
-
-
-def finish(opts: RunOptions, results: pd.DataFrame, companions: Sequence[RunOptions]) -> str:
-    """What ``simulate`` prints at the end of a run: the files written, then (``report``)
-    the report of the run and its companions.
-
-    A ``reference`` learner that did not run is dropped from the report with a warning.
-    """
-    from torchroute.report import write_report
-
-    lines = [f"wrote {opts.out_dir / 'results.csv'} ({len(results)} rows)"]
-    lines += [f"wrote {c.out_dir / 'results.csv'}" for c in companions]
-    if opts.report:
-        reference = opts.reference
-        if reference is not None and reference not in set(results["learner"]):
-            log.warning("reference=%s did not run; the report has no relative regret", reference)
-            reference = None
-        lines.append(
-            write_report(
-                [opts.out_dir],
-                reference=reference,
-                sections=opts.report_sections,
-                companions=[c.out_dir for c in companions],
-            )
-        )
-    return "\n".join(lines)

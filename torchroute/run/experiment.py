@@ -25,10 +25,10 @@ import pandas as pd
 
 from torchroute.checkpoint import CheckpointError
 from torchroute.envs.base import Env
+from torchroute.errors import ConfigError
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
-from torchroute.ope.logger import DecisionRecorder, write_decision_logs
 from torchroute.run.build import (
     Built,
     build,
@@ -36,8 +36,9 @@ from torchroute.run.build import (
     instantiate_node,
     learner_for,
 )
+from torchroute.run.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.run.jobs import map_in_processes
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.outdir import (
     check_out_dir,
     check_resume,

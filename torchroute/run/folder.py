@@ -27,10 +27,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint
-from torchroute.errors import UserError
+from torchroute.errors import ConfigError, RunFolderMissing
 from torchroute.features import FEATURE_ORACLE_FILE, FEATURES_FILE, FeatureMap
 from torchroute.run.build import trial_grid
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.outdir import PROBLEM_FILE
 from torchroute.run.shards import plan
 from torchroute.run.trust import check_trusted
@@ -39,10 +39,6 @@ from torchroute.types import Problem
 
 #: the ``_target_`` of a pre-trained oracle
 PRETRAINED = "torchroute.trainers.load_or_pretrain"
-
-
-class RunFolderMissing(UserError, FileNotFoundError):
-    """A path that holds no run: no ``config.yaml`` there."""
 
 
 def is_pretrained(target: Any) -> bool:

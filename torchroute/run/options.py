@@ -19,16 +19,12 @@ from typing import Any
 
 import torch
 
-from torchroute.errors import UserError
+from torchroute.errors import ConfigError, SectionError
 
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
 #: the values ``features.source`` accepts
 FEATURE_SOURCES = ("pca", "raw", "oracle")
-
-
-class ConfigError(UserError, ValueError):
-    """The experiment configuration asks for something impossible; names the key."""
 
 
 def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
@@ -82,7 +78,7 @@ def _positive_int(config: Mapping[str, Any], key: str, optional: bool) -> int | 
 
 
 def _report_sections(value: Any) -> tuple[str, ...]:
-    from torchroute.report.sections import SectionError, check_section_targets
+    from torchroute.run.report_sections import check_section_targets
 
     try:
         return check_section_targets(value)

@@ -26,9 +26,10 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from torchroute.errors import ConfigError
 from torchroute.features import FeatureMap
 from torchroute.io import NotWritableError, check_writable_folder, write_text_atomic
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.saved import problem_state
 from torchroute.types import Problem
 

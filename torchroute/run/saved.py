@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from torchroute.errors import UserError
+from torchroute.errors import SavedProblemError
 from torchroute.types import Problem, TrainSplit
 
 _TRAIN_FIELDS = ("features", "scores", "costs", "embeddings")
@@ -21,10 +21,6 @@ _TRAIN_FIELDS = ("features", "scores", "costs", "embeddings")
 _SUBSET_FIELDS = ("draws", "costs", "lower", "upper", "num_facets", "context_names")
 #: fields of a subset problem with a leading trial dimension
 _SUBSET_TRIAL_FIELDS = ("costs", "lower", "upper")
-
-
-class SavedProblemError(UserError, ValueError):
-    """A ``problem.pt`` that does not hold what this torchroute needs (an older format)."""
 
 
 def problem_state(problem: Problem) -> dict[str, Any]:

@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from torchroute.checkpoint import CheckpointError
+from torchroute.errors import ConfigError
 from torchroute.learners.base import Learner
 from torchroute.run.build import build_learner
 from torchroute.run.folder import RunFolder, is_pretrained
-from torchroute.run.options import ConfigError, RunOptions
+from torchroute.run.options import RunOptions
 from torchroute.run.saved import trial_problem
 from torchroute.types import Problem
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torchroute.buildable import is_marked
-from torchroute.run.options import ConfigError
+from torchroute.errors import UntrustedTarget
 
 #: the package whose marked classes and functions a run folder may name
 OWN_PACKAGE = "torchroute."
@@ -49,10 +49,6 @@ MOVED_TARGETS: dict[str, str] = {
     "torchroute.envs.subset_instances": "torchroute.envs.subset.trec",
     "torchroute.envs.subset_table": "torchroute.envs.subset.table",
 }
-
-
-class UntrustedTarget(ConfigError):
-    """A ``_target_`` that does not resolve to one of the buildable objects."""
 
 
 def current_target(target: str) -> str:

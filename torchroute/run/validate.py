@@ -89,7 +89,7 @@ def check_problem_payload(payload: Any, path: Path, trials: int) -> tuple[Proble
         CheckpointError: not a saved problem, or values a run cannot have written.
         ConfigError: a problem of a kind that cannot be read back (an older format).
     """
-    from torchroute.run.options import ConfigError
+    from torchroute.errors import ConfigError
 
     _need(payload, ("problem",), path, "saved problem (problem.pt of a run)")
     state = _need(

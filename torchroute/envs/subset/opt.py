@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchroute.errors import UserError
-
-
-class UnreachableTargetError(UserError, ValueError):
-    """The target box misses every cost vector the routing policies can reach."""
+from torchroute.errors import UnreachableTargetError
 
 
 def solve_opt(

@@ -9,11 +9,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from torchroute.data.table import TableError
-
-
-class DecisionLogError(TableError):
-    """A decision log (or the file it came from) does not have the expected content."""
+from torchroute.errors import DecisionLogError
 
 
 class CellChecker:

@@ -1,4 +1,4 @@
-"""Write decision logs in the format :func:`torchroute.ope.log.load_decisions` reads."""
+"""Write decision logs in the format :func:`torchroute.data.decisions.load_decisions` reads."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from torchroute.ope.cells import DecisionLogError
-from torchroute.ope.log import DecisionLog
+from torchroute.data.decision_cells import DecisionLogError
+from torchroute.data.decisions import DecisionLog
 
 
 def decisions_to_frame(log: DecisionLog) -> pd.DataFrame:

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from torchroute.ope.cells import CellChecker, DecisionLogError
+from torchroute.data.decision_cells import CellChecker, DecisionLogError
 
 CONTEXT_COLUMNS = ("query_id", "text", "embedding", "features")
 REQUIRED_COLUMNS = ("request_id", "arm", "propensity")

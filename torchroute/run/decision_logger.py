@@ -2,10 +2,10 @@
 
 :class:`DecisionRecorder` is a round callback for :func:`torchroute.loop.simulate`: it keeps
 each round's context, decision and feedback on the device and, at the end, turns them into
-one :class:`~torchroute.ope.log.DecisionLog` per trial, with the learner's
+one :class:`~torchroute.data.decisions.DecisionLog` per trial, with the learner's
 probability of the chosen arm as the propensity and its whole distribution as
 ``probabilities``. :func:`log_decisions` runs a learner with one; the result can be
-written with :func:`~torchroute.ope.log.save_decisions` and evaluated with
+written with :func:`~torchroute.data.decisions.save_decisions` and evaluated with
 ``torchroute evaluate``.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchroute.data.decision_io import save_decisions
+from torchroute.data.decisions import DecisionLog
 from torchroute.envs.base import Env
 from torchroute.errors import OptionError
 from torchroute.learners.base import Learner
 from torchroute.loop import SimulationResult, simulate
-from torchroute.ope.log import DecisionLog
-from torchroute.ope.log_io import save_decisions
 from torchroute.types import Context, Decision, Feedback
 
 
