@@ -29,12 +29,15 @@ from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
 from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
 from torchroute.serve.router import Router, StoreError
-from torchroute.serve.security import MAX_MODEL_NAME, host_allowed, token_matches
+from torchroute.serve.security import (
+    LOOPBACK_HOSTS,
+    MAX_MODEL_NAME,
+    host_allowed,
+    token_matches,
+)
 from torchroute.serve.subset_router import SubsetRouter
 
 log = logging.getLogger(__name__)
-
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class _Body(BaseModel):
