@@ -189,3 +189,45 @@ def test_a_token_file_others_can_read_or_a_bad_one_is_refused(run_dir, tmp_path,
     token.write_text("short\n")
     _refused(base, capsys, f"the token file {token} must be at least 16", "delete the file")
     assert token.read_text() == "short\n"  # left as it was
+
+
+def test_router_flags_are_named_as_given(run_dir, capsys):
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--insecure-no-auth"]
+    _refused([*base, "--explore", "2"], capsys, "--explore must be a probability in [0, 1]")
+    _refused([*base, "--explore", "nan"], capsys, "--explore")
+    _refused([*base, "--checkpoint-every", "0"], capsys, "--checkpoint-every must be")
+    _refused([*base, "--max-body-bytes", "0"], capsys, "--max-body-bytes must be")
+    _refused([*base, "--allowed-hosts", ","], capsys, "--allowed-hosts ','", "expected")
+
+
+def test_an_ipv4_mapped_loopback_is_loopback(run_dir, capsys, no_loading):
+    base = [str(run_dir), "--learner", "linucb", "--fresh", "--insecure-no-auth"]
+    with pytest.raises(Reached):  # accepted: the router would load now
+        main(["serve", *base, "--host", "::ffff:127.0.0.1", "--port", "0"])
+    _refused([*base, "--host", "::ffff:10.0.0.5", "--port", "0"], capsys, "only on loopback")
+
+
+def test_a_token_file_that_is_a_folder_is_refused_before_loading(run_dir, tmp_path, capsys):
+    state = tmp_path / "states" / "router.pt"
+    (tmp_path / "states" / "router.pt.token").mkdir(parents=True)
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--fresh", "--state", str(state)]
+    _refused(base, capsys, "--state: the token file", "is a folder", "expected a file")
+    assert [p.name for p in state.parent.iterdir()] == ["router.pt.token"]
+
+
+def test_a_refused_fresh_start_leaves_the_state_byte_identical(run_dir, tmp_path, capsys):
+    state = tmp_path / "state" / "router.pt"
+    router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, state_path=state)
+    router.route(embeddings=[[1.0, 0.0]])
+    router.close()
+    before = {p.name: p.read_bytes() for p in state.parent.iterdir()}
+    base = [str(run_dir), "--learner", "linucb", "--state", str(state), "--insecure-no-auth"]
+    fresh = [*base, "--fresh", "--overwrite-state"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        _refused([*fresh, "--port", str(port)], capsys, f"--port {port} is in use")
+    _refused([*fresh, "--port", "0", "--rho", "50"], capsys, "--rho 50 is not in")
+    _refused([*fresh, "--port", "0", "--max-pending", "0"], capsys, "--max-pending")
+    assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
