@@ -215,7 +215,9 @@ def test_a_token_file_that_is_a_folder_is_refused_before_loading(run_dir, tmp_pa
     assert [p.name for p in state.parent.iterdir()] == ["router.pt.token"]
 
 
-def test_a_refused_fresh_start_leaves_the_state_byte_identical(run_dir, tmp_path, capsys):
+def test_a_refused_fresh_start_leaves_the_state_byte_identical(
+    run_dir, tmp_path, capsys, monkeypatch
+):
     state = tmp_path / "state" / "router.pt"
     router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, state_path=state)
     router.route(embeddings=[[1.0, 0.0]])
@@ -230,4 +232,7 @@ def test_a_refused_fresh_start_leaves_the_state_byte_identical(run_dir, tmp_path
         _refused([*fresh, "--port", str(port)], capsys, f"--port {port} is in use")
     _refused([*fresh, "--port", "0", "--rho", "50"], capsys, "--rho 50 is not in")
     _refused([*fresh, "--port", "0", "--max-pending", "0"], capsys, "--max-pending")
+    assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
+    monkeypatch.undo()  # the real loader: this run cannot load (it has no problem.pt)
+    _refused([*fresh, "--port", "0"], capsys, "problem.pt not found")
     assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
