@@ -199,7 +199,10 @@ def test_one_state_one_process_and_the_generated_key_is_never_printed(run_dir, t
         serve = [str(run_dir), "--state", str(state), "--insecure-no-auth", "--port", "0"]
         before = _tree(states)
         second, _, second_err = _start(["serve", *serve, "--no-encoder"], tmp_path, "serve")
-        assert second.wait(timeout=120) == 2
+        try:
+            assert second.wait(timeout=120) == 2
+        finally:
+            _stop(second)
         message = second_err.read_text().strip()
         assert "\n" not in message and "Traceback" not in message, message
         assert "torchroute serve: error: --state" in message
