@@ -39,13 +39,6 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["cli", "__main__"], 7),
 }
 
-#: imports that go up today, with the reason they stay until the merge
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    # the /models name rule belongs below run; serve's restructure moves it
-    ("torchroute.run.validate", "torchroute.serve.security"): "serve branch",
-}
-
-
 def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(ROOT.rglob("*.py")):
@@ -112,8 +105,7 @@ def test_every_module_has_a_layer_and_no_import_goes_up():
     for importer, imported in import_edges():
         if _layer(imported) > _layer(importer):
             upward.add((importer, imported))
-    assert upward - set(KNOWN_UPWARD) == set(), "imports of a higher layer"
-    assert set(KNOWN_UPWARD) - upward == set(), "a known exception that is gone: remove it"
+    assert upward == set(), "imports of a higher layer"
 
 
 def test_no_import_cycle():

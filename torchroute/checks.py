@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 from torchroute.errors import OptionError
+
+#: characters of a model (arm) name: letters, digits and ``. _ - : / @ +``, starting
+#: alphanumeric; at most :data:`MAX_MODEL_NAME` of them (the names ``serve`` accepts)
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+\-]*")
+MAX_MODEL_NAME = 128
 
 
 def check_number(

@@ -32,7 +32,9 @@ def _overrides(env: str, shared_data) -> list[str]:
     node = _node(env)
     if env_takes_table(node):
         return [*base, *TABLE, *SHRINK.get(env, [])]
-    path = [f"env.path={shared_data / Path(node['path']).name}"] if "path" in node else []
+    # a path names a folder under the data root (``${data_root:<name>}``): read it from there
+    name = str(node.get("path", "")).removeprefix("${data_root:").removesuffix("}")
+    path = [f"env.path={shared_data / Path(name).name}"] if "path" in node else []
     return [*base, "~data", *path, *SHRINK.get(env, [])]
 
 

@@ -11,7 +11,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-import torchroute.serve
+import torchroute.serve.from_run
 from tests.conftest import LINUCB_NODE, tiny_run_config
 from torchroute.cli import main
 from torchroute.configs_path import compose_config
@@ -36,7 +36,7 @@ def no_loading(monkeypatch):
         calls.append(kwargs)
         raise Reached(kwargs)
 
-    monkeypatch.setattr(torchroute.serve, "load_router", loader)
+    monkeypatch.setattr(torchroute.serve.from_run, "load_parts", loader)
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     return calls
 
@@ -80,7 +80,7 @@ def test_port_out_of_range_and_port_in_use(run_dir, capsys):
 def test_token_rules_and_the_bind_address(run_dir, capsys, monkeypatch):
     base = [str(run_dir), "--learner", "linucb", "--port", "0"]
     _refused([*base, "--host", "0.0.0.0"], capsys, "--allowed-hosts", "every")
-    _refused([*base, "--host", "0.0.0.0", "--insecure-no-auth"], capsys, "loopback only")
+    _refused([*base, "--host", "0.0.0.0", "--insecure-no-auth"], capsys, "only on loopback")
     _refused([*base, "--insecure-no-auth", "--token", TOKEN], capsys, "contradicts", "--token")
     _refused([*base, "--allowed-hosts", "*"], capsys, "'*'", "needs a token of your own")
     _refused([*base, "--allowed-hosts", "*", "--insecure-no-auth"], capsys, "needs a token")
@@ -119,10 +119,10 @@ def test_state_flags(run_dir, tmp_path, capsys, no_loading):
     assert (state.with_suffix(".sqlite")).is_file()  # nothing discarded
     stale = state.parent / f".{state.name}.x1.tmp"
     stale.write_bytes(b"")  # left by a kill -9 during a checkpoint write
-    with pytest.raises(Reached):
+    with pytest.raises(Reached):  # the router loads before anything of the state is touched
         main(["serve", *base, "--state", str(state), "--fresh", "--overwrite-state"])
-    assert not state.with_suffix(".sqlite").exists() and not stale.exists()
-    assert no_loading[-1]["fresh"] is True and no_loading[-1]["state_path"] == state
+    assert state.with_suffix(".sqlite").exists() and stale.exists()
+    assert no_loading[-1]["fresh"] is True
 
 
 def test_a_router_started_fresh_resumes_fresh(run_dir, tmp_path, no_loading):
@@ -189,3 +189,50 @@ def test_a_token_file_others_can_read_or_a_bad_one_is_refused(run_dir, tmp_path,
     token.write_text("short\n")
     _refused(base, capsys, f"the token file {token} must be at least 16", "delete the file")
     assert token.read_text() == "short\n"  # left as it was
+
+
+def test_router_flags_are_named_as_given(run_dir, capsys):
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--insecure-no-auth"]
+    _refused([*base, "--explore", "2"], capsys, "--explore must be a probability in [0, 1]")
+    _refused([*base, "--explore", "nan"], capsys, "--explore")
+    _refused([*base, "--checkpoint-every", "0"], capsys, "--checkpoint-every must be")
+    _refused([*base, "--max-body-bytes", "0"], capsys, "--max-body-bytes must be")
+    _refused([*base, "--allowed-hosts", ","], capsys, "--allowed-hosts ','", "expected")
+
+
+def test_an_ipv4_mapped_loopback_is_loopback(run_dir, capsys, no_loading):
+    base = [str(run_dir), "--learner", "linucb", "--fresh", "--insecure-no-auth"]
+    with pytest.raises(Reached):  # accepted: the router would load now
+        main(["serve", *base, "--host", "::ffff:127.0.0.1", "--port", "0"])
+    _refused([*base, "--host", "::ffff:10.0.0.5", "--port", "0"], capsys, "only on loopback")
+
+
+def test_a_token_file_that_is_a_folder_is_refused_before_loading(run_dir, tmp_path, capsys):
+    state = tmp_path / "states" / "router.pt"
+    (tmp_path / "states" / "router.pt.token").mkdir(parents=True)
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--fresh", "--state", str(state)]
+    _refused(base, capsys, "--state: the token file", "is a folder", "expected a file")
+    assert [p.name for p in state.parent.iterdir()] == ["router.pt.token"]
+
+
+def test_a_refused_fresh_start_leaves_the_state_byte_identical(
+    run_dir, tmp_path, capsys, monkeypatch
+):
+    state = tmp_path / "state" / "router.pt"
+    router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=0.0, dim=2, state_path=state)
+    router.route(embeddings=[[1.0, 0.0]])
+    router.close()
+    before = {p.name: p.read_bytes() for p in state.parent.iterdir()}
+    base = [str(run_dir), "--learner", "linucb", "--state", str(state), "--insecure-no-auth"]
+    fresh = [*base, "--fresh", "--overwrite-state"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        _refused([*fresh, "--port", str(port)], capsys, f"--port {port} is in use")
+    _refused([*fresh, "--port", "0", "--rho", "50"], capsys, "--rho 50 is not in")
+    _refused([*fresh, "--port", "0", "--max-pending", "0"], capsys, "--max-pending")
+    assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
+    monkeypatch.undo()  # the real loader: this run cannot load (it has no problem.pt)
+    _refused([*fresh, "--port", "0"], capsys, "problem.pt not found")
+    assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before

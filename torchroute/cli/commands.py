@@ -200,54 +200,32 @@ def data(args: argparse.Namespace) -> None:
 
 def serve(args: argparse.Namespace) -> None:
     """``torchroute serve``: serve a run's learner over HTTP until stopped."""
-    from torchroute.serve.startup import plan_serve
+    from torchroute.serve.startup import export_state, plan_serve
 
     if args.export_log is not None:  # no server: the log as a table
         from torchroute.serve.export import export_log
-        from torchroute.serve.log import log_path
 
-        plan = plan_serve(args, export=True)
-        rows = export_log(log_path(plan.state_path), args.export_log)
+        rows = export_log(export_state(args), args.export_log)
         print(f"wrote {args.export_log} ({rows} decisions)")
         return
-    from torchroute.serve.exploration import check_epsilon
-
-    check_epsilon(args.explore)  # before the port is bound or a state file is opened
     plan = plan_serve(args)  # every flag checked, the port bound: before the encoder loads
     import uvicorn
 
-    from torchroute.serve import load_router
     from torchroute.serve.app import create_app
+    from torchroute.serve.startup import write_token
+    from torchroute.serve.trial import open_trials
 
     try:
-        router = load_router(
-            plan.folder,
-            plan.learner,
-            plan.rho,
-            plan.seed,
-            state_path=plan.state_path,
-            fresh=plan.fresh,
-            encoder=not args.no_encoder,
-        )
-        router.configure(
-            max_pending=args.max_pending,
-            pending_ttl=args.pending_ttl,
-            checkpoint_every=args.checkpoint_every,
-            propensity_draws=args.propensity_draws,
-            explore=args.explore,
-        )
-        if plan.fresh:
-            router.log.set_info("origin", "fresh")
+        trials = open_trials([plan.trial], plan.options, encoder=not args.no_encoder)
     except BaseException:
         plan.sock.close()
         raise
+    (router,) = trials.routers
     if plan.token_file is not None:  # written once the run is read: a refused run gets none
-        from torchroute.serve.startup import write_token
-
         try:
             write_token(plan.token_file, plan.token)
         except BaseException:
-            router.close()
+            trials.close()
             plan.sock.close()
             raise
         print(f"POSTs need 'Authorization: Bearer <token>'; the token is in {plan.token_file}")
@@ -279,7 +257,7 @@ def serve(args: argparse.Namespace) -> None:
     try:
         server.run(sockets=[plan.sock])
     finally:
-        router.close()
+        trials.close()
         plan.sock.close()
 
 

@@ -7,6 +7,7 @@ import argparse
 
 from torchroute.cli import commands
 from torchroute.configs_path import config_dir, config_dirs
+from torchroute.serve.flags import add_access_flags, add_router_flags, add_trial_flags
 
 
 class _ConfigParser(argparse.ArgumentParser):
@@ -155,73 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER, help="inspect|convert <path> ... (-h)")
     p.set_defaults(func=commands.data)
     p = sub.add_parser("serve", help="a live router behind HTTP, from a simulate out_dir")
-    p.add_argument("run_dir", help="out_dir of a simulate run (config.yaml, checkpoints/)")
-    p.add_argument("--learner", default=None, help="learner name (needed when several)")
-    p.add_argument("--rho", type=float, default=None, help="the trial's rho (default: first)")
-    p.add_argument("--seed", type=int, default=None, help="the trial's seed (default: first)")
+    add_trial_flags(p, rho_help="the trial's rho (default: first)")
     p.add_argument(
         "--state",
         default=None,
         help="router state file; its log is <state>.sqlite "
         "(default: run_dir/serve/<learner>_rho<rho>_seed<seed>.pt)",
     )
-    p.add_argument("--fresh", action="store_true", help="a fresh learner, not the checkpoint")
-    p.add_argument(
-        "--overwrite-state", action="store_true", help="with --fresh: discard an existing state"
-    )
     p.add_argument("--no-encoder", action="store_true", help="accept embeddings only")
-    p.add_argument(
-        "--trust",
-        action="append",
-        default=None,
-        metavar="MODULE",
-        help="a plug-in package whose classes the run's config may name (e.g. my_routing); "
-        "repeatable (default: torchroute's own classes only)",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument(
-        "--token",
-        default=None,
-        help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN, else a token "
+    add_access_flags(
+        p,
+        port=8000,
+        token_help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN, else a token "
         "serve makes and writes beside the state, readable by you only)",
     )
-    p.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="no token: any local process may POST (loopback only; for local experiments)",
-    )
-    p.add_argument(
-        "--docs", action="store_true", help="serve /docs and /openapi.json (off by default)"
-    )
-    p.add_argument(
-        "--allowed-hosts",
-        default=None,
-        help="comma-separated Host headers accepted "
-        "(default: localhost,127.0.0.1,::1 on loopback, else --host)",
-    )
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit")
+    add_router_flags(p)
     p.add_argument("--max-batch", type=int, default=256, help="queries or ids per call")
-    p.add_argument("--max-prompt-chars", type=int, default=20_000, help="characters per prompt")
-    p.add_argument("--max-pending", type=int, default=100_000, help="requests awaiting feedback")
-    p.add_argument(
-        "--pending-ttl", type=float, default=None, help="seconds a request awaits feedback"
-    )
-    p.add_argument(
-        "--checkpoint-every", type=int, default=1000, help="feedbacks between checkpoints"
-    )
-    p.add_argument(
-        "--propensity-draws", type=int, default=200, help="Monte-Carlo draws of propensities"
-    )
-    p.add_argument(
-        "--explore",
-        type=float,
-        default=0.0,
-        metavar="EPS",
-        help="exploration floor: route a query to a uniformly drawn model with probability "
-        "EPS (the logged propensity is the mixture's), so the log can evaluate other "
-        "routers (default 0)",
-    )
     p.add_argument(
         "--export-log",
         default=None,

@@ -607,17 +607,9 @@ def create_gateway_app(
         yield
         await gateway.aclose()
 
-    app = FastAPI(
-        title="torchroute gateway",
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    if docs:
-        from torchroute.serve.docs_page import add_docs_page
+    from torchroute.serve.docs_page import api_app
 
-        add_docs_page(app)
+    app = api_app(docs, title="torchroute gateway", lifespan=lifespan)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

@@ -1,12 +1,17 @@
 """``torchroute gateway``: the flags, the checks before start-up, and the server.
 
 Every rho served (``--rho``, then each of ``--also-rho``) is one trial of the run, checked
-and loaded as ``torchroute serve`` does (:func:`~torchroute.serve.startup.plan_serve`,
-:func:`~torchroute.serve.from_run.load_router`); its state and decision log are
-``<state-dir>/<learner>_rho<rho>.pt`` / ``.sqlite`` (default ``state-dir``:
-``run_dir/gateway``). A request cut short by a stop of the gateway (its routed model never
-finished answering) is withdrawn at the next start, with an ``interrupted`` attempt row
-(:class:`~torchroute.gateway.app.Gateway` does it when it is built).
+and opened through the serve API as ``torchroute serve`` does
+(:func:`~torchroute.serve.trial.plan_trial`, :func:`~torchroute.serve.trial.open_trials`);
+its state and decision log are ``<state-dir>/<learner>_rho<rho>.pt`` / ``.sqlite`` (default
+``state-dir``: ``run_dir/gateway``). The flags it shares with ``serve`` are declared once
+(:mod:`torchroute.serve.flags`) and follow the same host policy
+(:func:`~torchroute.serve.security.host_policy`). Every flag, file and trial is checked, and
+the port bound, before any state is locked, written or discarded. A generated gateway key is
+kept in ``<state-dir>/gateway.token`` (``0600``), never printed. A request cut short by a
+stop of the gateway (its routed model never finished answering) is withdrawn at the next
+start, with an ``interrupted`` attempt row (:class:`~torchroute.gateway.app.Gateway` does
+it when it is built).
 """
 
 from __future__ import annotations
@@ -20,14 +25,18 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from torchroute.errors import UserError
+from torchroute.serve.flags import add_access_flags, add_router_flags, add_trial_flags
 
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "TORCHROUTE_GATEWAY_TOKEN"
+#: the file of a generated gateway key, in the state folder
+KEY_FILE = "gateway.token"
+#: the request limit of one ``/v1/`` call's batch (one conversation)
+MAX_BATCH = 256
 
 
 class GatewayArgsError(UserError, ValueError):
@@ -37,10 +46,8 @@ class GatewayArgsError(UserError, ValueError):
 def add_parser(sub: Any) -> None:
     """The ``gateway`` subcommand's flags."""
     p = sub.add_parser("gateway", help="an OpenAI-compatible gateway routing LLM calls live")
-    p.add_argument("run_dir", help="out_dir of a simulate run (config.yaml, checkpoints/)")
+    add_trial_flags(p, rho_help="rho of model 'router' (default: first)")
     p.add_argument("--backends", required=True, help="YAML file: one backend per model")
-    p.add_argument("--learner", default=None, help="learner name (needed when several)")
-    p.add_argument("--rho", type=float, default=None, help="rho of model 'router' (default: first)")
     p.add_argument(
         "--also-rho",
         type=float,
@@ -49,34 +56,16 @@ def add_parser(sub: Any) -> None:
         metavar="RHO",
         help="another of the run's rhos, served as model 'router-<rho>'; repeatable",
     )
-    p.add_argument("--seed", type=int, default=None, help="the trials' seed (default: first)")
     p.add_argument("--state-dir", default=None, help="router states (default: run_dir/gateway)")
-    p.add_argument("--fresh", action="store_true", help="fresh learners, not the checkpoint")
-    p.add_argument(
-        "--overwrite-state", action="store_true", help="with --fresh: discard existing states"
+    add_access_flags(
+        p,
+        port=8100,
+        token_help=f"one gateway key (default: ${TOKEN_ENV}; without keys one is generated "
+        f"and kept in <state-dir>/{KEY_FILE}, readable by you only)",
     )
-    p.add_argument(
-        "--trust",
-        action="append",
-        default=None,
-        metavar="MODULE",
-        help="a plug-in package whose classes the run's config may name; repeatable",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
-    p.add_argument("--port", type=int, default=8100)
     p.add_argument("--keys", default=None, help="YAML file of hashed gateway keys and caps")
-    p.add_argument(
-        "--token",
-        default=None,
-        help=f"one gateway key (default: ${TOKEN_ENV}; without keys a token is generated)",
-    )
     p.add_argument("--cap", type=float, default=None, help="spend cap of --token")
-    p.add_argument(
-        "--insecure-no-auth",
-        action="store_true",
-        help="no key needed (loopback only)",
-    )
-    p.add_argument("--allowed-hosts", default=None, help="comma-separated Host headers accepted")
+    add_router_flags(p)
     p.add_argument("--max-fallbacks", type=int, default=2, help="models tried after the routed")
     p.add_argument(
         "--session-ttl", type=float, default=600.0, help="seconds a conversation keeps its model"
@@ -88,17 +77,8 @@ def add_parser(sub: Any) -> None:
         help="what the router reads: the last user message or the whole conversation",
     )
     p.add_argument(
-        "--docs", action="store_true", help="serve /docs and /openapi.json (off by default)"
-    )
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit")
-    p.add_argument("--max-prompt-chars", type=int, default=20_000, help="characters routed on")
-    p.add_argument(
         "--max-response-bytes", type=int, default=8 << 20, help="bytes of one backend answer"
     )
-    p.add_argument("--max-pending", type=int, default=100_000, help="requests awaiting feedback")
-    p.add_argument("--pending-ttl", type=float, default=None, help="seconds awaiting feedback")
-    p.add_argument("--checkpoint-every", type=int, default=1000, help="feedbacks per checkpoint")
-    p.add_argument("--propensity-draws", type=int, default=200, help="Monte-Carlo draws")
     p.add_argument(
         "--inline-route-ms",
         type=float,
@@ -109,35 +89,37 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _file(flag: str, path: str) -> Path:
+    """``path`` of ``flag``, an existing file (one line naming the flag otherwise)."""
+    file = Path(path)
+    if file.is_dir():
+        raise GatewayArgsError(f"{flag} {file} is a folder; expected a YAML file")
+    if not file.is_file():
+        raise GatewayArgsError(f"{flag} {file}: no such file; expected a YAML file")
+    return file
+
+
 def _keys(args: Any) -> tuple[list, str | None]:
-    """The gateway keys and a generated token to show (``None``: none generated)."""
+    """The gateway keys and the flag or variable of the user's own secret (``None``: none;
+    a key is generated unless ``--insecure-no-auth``)."""
     from torchroute.gateway.keys import Key, digest, load_keys
-    from torchroute.serve.security import check_token, is_loopback
+    from torchroute.serve.security import check_token
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    where = "--token" if args.token is not None else TOKEN_ENV
     if args.keys is not None and token is not None:
         raise GatewayArgsError("give --keys or --token, not both")
     if args.cap is not None and (token is None or not args.cap >= 0):
         raise GatewayArgsError("--cap goes with --token and is a number >= 0")
-    if args.insecure_no_auth:
-        if args.keys is not None or token is not None:
-            raise GatewayArgsError("--insecure-no-auth goes without --keys and --token")
-        if not is_loopback(args.host):
-            raise GatewayArgsError(
-                f"--insecure-no-auth only on loopback; --host {args.host} is reachable from "
-                "other machines"
-            )
-        return [], None
     if args.keys is not None:
-        return load_keys(args.keys), None
-    generated = None
+        return load_keys(_file("--keys", args.keys)), "--keys"
     if token is None:
-        token = generated = secrets.token_urlsafe(32)
+        return [], None
     try:
-        check_token(token, "--token" if args.token is not None else TOKEN_ENV)
+        check_token(token, where)
     except ValueError as exc:
         raise GatewayArgsError(str(exc)) from None
-    return [Key("token", digest(token), args.cap)], generated
+    return [Key("token", digest(token), args.cap)], where
 
 
 def _checks(args: Any) -> None:
@@ -153,132 +135,116 @@ def _checks(args: Any) -> None:
         raise GatewayArgsError(f"--inline-route-ms must be >= 0, got {args.inline_route_ms}")
 
 
-def _first_rho(run_dir: Path) -> float | None:
-    """The run's first rho (``None``: no readable config; the plan's checks say why)."""
-    from omegaconf import OmegaConf
-
-    try:
-        rhos = OmegaConf.load(run_dir / "config.yaml").get("rhos") or [0.0]
-        return float(rhos[0])
-    except Exception:
-        return None
+def state_dir(args: Any) -> Path:
+    """The folder of the routers' states (``--state-dir``, default ``run_dir/gateway``)."""
+    return Path(args.state_dir) if args.state_dir else Path(args.run_dir) / "gateway"
 
 
-def _plans(args: Any) -> list:
-    """One checked :class:`~torchroute.serve.startup.ServePlan` per rho (no port bound)."""
-    from torchroute.serve.startup import plan_serve
+def _plans(args: Any, folder: Any) -> list:
+    """One checked :class:`~torchroute.serve.trial.TrialPlan` per rho (nothing written)."""
+    from torchroute.serve.trial import plan_trial
 
-    rhos = [_first_rho(Path(args.run_dir)) if args.rho is None else args.rho]
-    rhos += args.also_rho or []
-    state_dir = Path(args.state_dir) if args.state_dir else Path(args.run_dir) / "gateway"
-    plans = []
-    for rho in rhos:
-        name = args.learner or "router"
-        state = None if rho is None else state_dir / f"{name}_rho{rho:g}.pt"
-        serve_args = SimpleNamespace(
-            **{
-                **vars(args),
-                "rho": rho,
-                "state": state,
-                "host": "127.0.0.1",
-                "port": 0,
-                "token": None,
-                "allowed_hosts": None,
-                "max_batch": 1,
-                "insecure_no_auth": True,
-            }
-        )
-        plan = plan_serve(serve_args)
-        plan.sock.close()
-        plans.append(plan)
-    if len({p.rho for p in plans}) != len(plans):
+    first = folder.options.rhos[0] if args.rho is None else args.rho
+    rhos = [(first, "--rho"), *((rho, "--also-rho") for rho in args.also_rho or [])]
+    served = [rho for rho, _ in rhos]
+    if len(set(served)) != len(served):
         raise GatewayArgsError("--also-rho repeats a rho served already")
-    return plans
+    name = args.learner or "router"
+    return [
+        plan_trial(
+            folder,
+            args.learner,
+            rho,
+            args.seed,
+            state_path=state_dir(args) / f"{name}_rho{rho:g}.pt",
+            fresh=args.fresh,
+            overwrite_state=args.overwrite_state,
+            rho_flag=flag,
+            state_flag="--state-dir",
+        )
+        for rho, flag in rhos
+    ]
+
+
+def _check_backends(args: Any, arm_names: Any, backends: dict) -> None:
+    """Every model of the run has a backend."""
+    missing = [m for m in arm_names if m not in backends]
+    if missing:
+        raise GatewayArgsError(
+            f"--backends {args.backends}: the run's model {missing[0]!r} has no backend; every "
+            f"model of the run needs one ({list(arm_names)})"
+        )
 
 
 def run(args: argparse.Namespace) -> None:
     """``torchroute gateway``: check every flag, load the routers, serve until stopped."""
     from torchroute.gateway.backends import load_backends
-    from torchroute.serve.app import LOOPBACK_HOSTS
-    from torchroute.serve.limits import Limits
-    from torchroute.serve.security import is_loopback
-    from torchroute.serve.startup import WILDCARDS, bind
+    from torchroute.run.folder import RunFolder
+    from torchroute.serve.flags import router_options, server_limits
+    from torchroute.serve.security import host_policy
+    from torchroute.serve.startup import bind, check_port, read_token, trusted_prefixes
+    from torchroute.serve.trial import check_checkpoint, open_trials
 
     _checks(args)
-    backends = load_backends(args.backends)
-    keys, generated = _keys(args)
-    if args.allowed_hosts:
-        hosts = tuple(h.strip() for h in args.allowed_hosts.split(",") if h.strip())
-    elif is_loopback(args.host):
-        hosts = LOOPBACK_HOSTS
-    elif args.host in WILDCARDS:
-        raise GatewayArgsError(f"--host {args.host!r}: name the Host headers with --allowed-hosts")
-    else:
-        hosts = (args.host,)
-    try:
-        limits = Limits(args.max_body_bytes, 256, args.max_prompt_chars)
-    except ValueError as exc:
-        raise GatewayArgsError(str(exc)) from None
-    plans = _plans(args)
+    options = router_options(args)
+    limits = server_limits(args, max_batch=MAX_BATCH)
+    backends = load_backends(_file("--backends", args.backends))
+    keys, secret = _keys(args)
+    hosts = host_policy(
+        args.host,
+        args.allowed_hosts,
+        insecure=args.insecure_no_auth,
+        secret=secret,
+        secrets=f"--keys, --token or {TOKEN_ENV}",
+    )
+    check_port(args.port)
+    folder = RunFolder(Path(args.run_dir), trusted_prefixes(args.trust))  # the trust check
+    plans = _plans(args, folder)
+    key_file, generated = None, None
+    if secret is None and not args.insecure_no_auth:  # a key by default, kept in the state
+        key_file = state_dir(args) / KEY_FILE
+        generated = read_token(key_file, "--state-dir") or secrets.token_urlsafe(32)
+        keys = _generated_key(generated)
     sock = bind(args.host, args.port)
     try:
-        routers = _load(args, plans, backends)
+        for plan in plans:
+            check_checkpoint(plan)
+        _check_backends(args, folder.problem.arm_names, backends)
+        trials = open_trials(plans, options)
     except BaseException:
         sock.close()
         raise
-    _serve(args, routers, backends, keys, generated, hosts, limits, sock)
-
-
-def _load(args: Any, plans: list, backends: dict) -> dict:
-    """The routers of the plans (each model of the run has a backend)."""
-    from torchroute.serve import load_router
-
-    routers: dict = {}
     try:
-        for i, plan in enumerate(plans):
-            router = load_router(
-                args.run_dir,
-                plan.learner,
-                plan.rho,
-                plan.seed,
-                state_path=plan.state_path,
-                fresh=plan.fresh,
-                encoder=i == 0,
-                trusted=plan.trusted,
-            )
-            routers[plan.rho] = router
-            if i > 0:
-                router.encode = routers[plans[0].rho].encode
-            router.configure(
-                max_pending=args.max_pending,
-                pending_ttl=args.pending_ttl,
-                checkpoint_every=args.checkpoint_every,
-                propensity_draws=args.propensity_draws,
-            )
-            if plan.fresh:
-                router.log.set_info("origin", "fresh")
-            missing = [m for m in router.arm_names if m not in backends]
-            if missing:
-                raise GatewayArgsError(
-                    f"{args.backends}: the run's model {missing[0]!r} has no backend; every "
-                    f"model of the run needs one ({list(router.arm_names)})"
-                )
+        for router in trials.routers:  # a resumed state may hold models the run has not
+            _check_backends(args, router.arm_names, backends)
+        if key_file is not None:  # written once the routers opened: a refused start has none
+            from torchroute.serve.startup import write_token
+
+            write_token(key_file, generated)
     except BaseException:
-        for router in routers.values():
-            router.close()
+        trials.close()
+        sock.close()
         raise
-    return routers
+    _serve(args, trials, backends, keys, key_file, hosts, limits, sock)
 
 
-def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> None:
+def _generated_key(token: str) -> list:
+    """The one key of a generated token (no cap)."""
+    from torchroute.gateway.keys import Key, digest
+
+    return [Key("token", digest(token))]
+
+
+def _serve(args, trials, backends, keys, key_file, hosts, limits, sock) -> None:
     import uvicorn
 
     from torchroute.gateway.app import Gateway, create_gateway_app
     from torchroute.gateway.keys import Keys
 
+    routers = {router.rho: router for router in trials.routers}
     try:
         gateway = Gateway(
-            list(routers.values()),
+            trials.routers,
             backends,
             keys=Keys(keys),
             session_ttl=args.session_ttl,
@@ -289,13 +255,15 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
             inline_route_ms=args.inline_route_ms,
         )
     except BaseException:
-        for router in routers.values():
-            router.close()
+        trials.close()
         sock.close()
         raise
     host, port = sock.getsockname()[:2]
-    if generated is not None:
-        print(f"gateway key (generated; pass --token or ${TOKEN_ENV} to choose one): {generated}")
+    if key_file is not None:
+        print(
+            f"the gateway key is in {key_file} (readable by you only; pass --token or "
+            f"${TOKEN_ENV} to choose one)"
+        )
         sys.stdout.flush()
     log.info(
         "gateway on http://%s:%d/v1 for %s (rho %s); %s",
@@ -320,8 +288,7 @@ def _serve(args, routers, backends, keys, generated, hosts, limits, sock) -> Non
     try:
         server.run(sockets=[sock])
     finally:
-        for router in routers.values():
-            router.close()
+        trials.close()
         sock.close()
 
 

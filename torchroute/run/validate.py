@@ -38,7 +38,7 @@ def _need(payload: Any, keys: tuple[str, ...], path: Path, what: str) -> dict:
 def check_arm_names(names: Any, where: str) -> tuple[str, ...]:
     """Arm names as ``/models`` accepts them: strings of :data:`MODEL_NAME`, 1 to 128
     characters, unique case-insensitively."""
-    from torchroute.serve.security import MAX_MODEL_NAME, MODEL_NAME
+    from torchroute.checks import MAX_MODEL_NAME, MODEL_NAME
 
     if not isinstance(names, (list, tuple)) or not names:
         raise CheckpointError(f"{where}: arm_names must be a non-empty list of names")

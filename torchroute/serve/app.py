@@ -30,14 +30,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from torchroute.data.table import MAX_COST
 from torchroute.serve.checks import DuplicateModelError
+from torchroute.serve.docs_page import api_app
 from torchroute.serve.limits import LimitError, Limits, check_batch, check_strings
 from torchroute.serve.router import Router, StoreError
-from torchroute.serve.security import MAX_MODEL_NAME, host_allowed, token_matches
+from torchroute.serve.security import (
+    LOOPBACK_HOSTS,
+    MAX_MODEL_NAME,
+    host_allowed,
+    token_matches,
+)
 from torchroute.serve.subset_router import SubsetRouter
 
 log = logging.getLogger(__name__)
-
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class _Body(BaseModel):
@@ -227,17 +231,7 @@ def create_app(
             loaded from another host); off by default.
     """
     limits = limits or Limits()
-    app = FastAPI(
-        title="torchroute",
-        summary="a live model router learning from feedback",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    if docs:
-        from torchroute.serve.docs_page import add_docs_page
-
-        add_docs_page(app)
+    app = api_app(docs, title="torchroute", summary="a live model router learning from feedback")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -53,3 +53,15 @@ def add_docs_page(app: FastAPI) -> None:
     def docs() -> HTMLResponse:
         page = docs_html(app.openapi())
         return HTMLResponse(page, headers={"content-security-policy": POLICY})
+
+
+def api_app(docs: bool, **kwargs: Any) -> FastAPI:
+    """A FastAPI application that answers its API only: ``/openapi.json`` and ``/docs``
+    (:func:`add_docs_page`) only when ``docs``, FastAPI's own pages never; ``kwargs`` go to
+    :class:`fastapi.FastAPI` (``title``, ``lifespan``, ...)."""
+    app = FastAPI(
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json" if docs else None, **kwargs
+    )
+    if docs:
+        add_docs_page(app)
+    return app

@@ -6,23 +6,98 @@ of ``features.pt``, all validated and read with ``weights_only=True``), the tria
 learner read back by :func:`torchroute.run.trained.load_trained`, and the text encoder
 built from the run's config. A run of a
 subset learner (its problem a :class:`~torchroute.envs.subset.SubsetProblem`) is served
-by a :class:`~torchroute.serve.subset_router.SubsetRouter`.
+by a :class:`~torchroute.serve.subset_router.SubsetRouter`. :func:`load_parts` reads and
+builds all of it but the router's state (what ``serve`` and ``gateway`` check before they
+touch a state).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from torch import Tensor
+
 from torchroute.envs.subset.base import SubsetProblem
 from torchroute.features import FEATURES_FILE
+from torchroute.learners.base import Learner
 from torchroute.run.build import instantiate_node
 from torchroute.run.folder import RunFolder
 from torchroute.run.options import ConfigError
 from torchroute.run.trained import load_trained
 from torchroute.serve.router import Router
 from torchroute.serve.subset_router import SubsetRouter
+from torchroute.types import Problem
+
+
+@dataclass
+class RouterParts:
+    """What a router of a trial is built from, read and built without its state: the
+    learner and its factory, the one-trial problem, the feature map, the text encoder."""
+
+    cls: type[Router]
+    learner: Learner
+    factory: Callable[[Problem], Learner]
+    problem: Problem
+    features: Callable[[Tensor], Tensor] | None
+    encode: Callable[[list[str]], Tensor] | None
+    seed: int
+    name: str
+    rho: float
+    trial_seed: int
+
+    def build(self, state_path: str | Path) -> Router:
+        """The router, resuming from ``state_path`` when it holds a state."""
+        return self.cls(
+            self.learner,
+            self.factory,
+            self.problem,
+            features=self.features,
+            encode=self.encode,
+            state_path=state_path,
+            seed=self.seed,
+        )
+
+
+def load_parts(
+    folder: RunFolder,
+    learner: str | None = None,
+    rho: float | None = None,
+    seed: int | None = None,
+    *,
+    fresh: bool = False,
+    encoder: bool = True,
+) -> RouterParts:
+    """The parts of the router of one trial (see :func:`load_router`); nothing is written
+    and no state is read."""
+    # refused before any learner is built: a run without the features serving maps
+    whole = folder.problem
+    subset = isinstance(whole, SubsetProblem)
+    has_features = subset or (folder.path / FEATURES_FILE).is_file()
+    if not has_features or whole.embed_dim is None:
+        raise ConfigError(f"{folder.path}: serving needs a run on a routing table with embeddings")
+    features = None if subset else folder.feature_map()
+    trained = load_trained(folder, learner, rho, seed, fresh=fresh)
+    opts = trained.opts
+    encode = None
+    if encoder and opts.encoder is not None and opts.encoder.get("encoder") is not None:
+        # the node passed the run's trust check when the folder was opened
+        text_encoder = instantiate_node(opts.encoder["encoder"], "encoder.encoder")
+        encode = partial(text_encoder.encode, progress=False)
+    return RouterParts(
+        SubsetRouter if subset else Router,
+        trained.learner,
+        trained.factory,
+        trained.problem,
+        features,
+        encode,
+        opts.loop_seed,
+        trained.name,
+        trained.rho,
+        trained.seed,
+    )
 
 
 def load_router(
@@ -65,29 +140,7 @@ def load_router(
             or a run without a table.
     """
     folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir, tuple(trusted))
-    # refused before any learner is built: a run without the features serving maps
-    whole = folder.problem
-    subset = isinstance(whole, SubsetProblem)
-    has_features = subset or (folder.path / FEATURES_FILE).is_file()
-    if not has_features or whole.embed_dim is None:
-        raise ConfigError(f"{folder.path}: serving needs a run on a routing table with embeddings")
-    features = None if subset else folder.feature_map()
-    trained = load_trained(folder, learner, rho, seed, fresh=fresh)
-    opts = trained.opts
-    encode = None
-    if encoder and opts.encoder is not None and opts.encoder.get("encoder") is not None:
-        # the node passed the run's trust check when the folder was opened
-        text_encoder = instantiate_node(opts.encoder["encoder"], "encoder.encoder")
-        encode = partial(text_encoder.encode, progress=False)
+    parts = load_parts(folder, learner, rho, seed, fresh=fresh, encoder=encoder)
     if state_path is None:
-        state_path = folder.state_path(trained.name, trained.rho, trained.seed)
-    router = SubsetRouter if subset else Router
-    return router(
-        trained.learner,
-        trained.factory,
-        trained.problem,
-        features=features,
-        encode=encode,
-        state_path=state_path,
-        seed=opts.loop_seed,
-    )
+        state_path = folder.state_path(parts.name, parts.rho, parts.trial_seed)
+    return parts.build(state_path)

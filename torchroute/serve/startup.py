@@ -1,14 +1,15 @@
 """Checks of ``torchroute serve`` that run before anything heavy loads (the encoder, the run).
 
-The run is opened once (:class:`~torchroute.run.folder.RunFolder`: the trust check, the
-learner, rho and seed of the trial, the checkpoint that holds it, read and checked against
-the run's configuration); ``load_router`` reads nothing of it again. Serve itself checks
-only its own flags, each problem a one-line :class:`ServeArgsError` naming the flag: the
-port's range and whether it is free (the socket is bound here and handed to the server, so
-nobody takes it in between), the token rules (a token is made when none is given, unless
-``--insecure-no-auth`` on loopback), the bind address and allowed hosts, the state file (a
-file, not a folder; ``--fresh`` over an existing state only with ``--overwrite-state``) and
-a writable folder for it."""
+The run is opened once (:class:`~torchroute.run.folder.RunFolder`) and the trial checked by
+the serve API (:func:`~torchroute.serve.trial.plan_trial`: the learner, rho and seed, the
+state file, ``--fresh`` over an existing state only with ``--overwrite-state``, the
+checkpoint). Serve itself checks only its own flags, each problem a one-line
+:class:`ServeArgsError` naming the flag: the router options and limits, the token rules (a
+token is made when none is given, unless ``--insecure-no-auth`` on loopback), the bind
+address and allowed hosts (:func:`~torchroute.serve.security.host_policy`), the token file
+beside the state, and the port (the socket is bound here and handed to the server, so
+nobody takes it in between); then the trial's checkpoint is read and checked. Nothing is
+written or deleted here."""
 
 from __future__ import annotations
 
@@ -21,38 +22,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchroute.errors import UserError
 from torchroute.run.folder import RunFolder
+from torchroute.serve.flags import router_options, server_limits
 from torchroute.serve.limits import Limits
-from torchroute.serve.log import LogError, RouterLog, clean_temp_files, log_path
-from torchroute.serve.security import TOKEN_ENV, check_token, is_loopback
+from torchroute.serve.log import log_path
+from torchroute.serve.security import TOKEN_ENV, check_token, host_policy
+from torchroute.serve.trial import (
+    RouterOptions,
+    ServeArgsError,
+    TrialPlan,
+    check_checkpoint,
+    plan_trial,
+    state_files,
+    trial_state,
+)
 
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-WILDCARDS = ("0.0.0.0", "::", "")
-
-
-class ServeArgsError(UserError, ValueError):
-    """A flag of ``torchroute serve`` that cannot work; nothing was started or written."""
+__all__ = [
+    "ServeArgsError",
+    "ServePlan",
+    "bind",
+    "plan_serve",
+    "read_token",
+    "state_files",
+    "token_path",
+    "trusted_prefixes",
+    "write_token",
+]
 
 
 @dataclass
 class ServePlan:
-    """What the checks resolved: the trial, the state file, the token, the bound socket,
-    and the run (``folder``, opened once: ``load_router`` reads nothing of it again)."""
+    """What the checks resolved: the trial (:class:`~torchroute.serve.trial.TrialPlan`), the
+    token and its file, the allowed hosts, the limits and router options, the bound socket."""
 
-    learner: str
-    rho: float
-    seed: int
-    state_path: Path
+    trial: TrialPlan
     token: str | None
     allowed_hosts: tuple[str, ...]
-    fresh: bool = False
-    sock: socket.socket | None = None
-    limits: Limits | None = None
-    trusted: tuple[str, ...] = ()
+    sock: socket.socket
+    limits: Limits
+    options: RouterOptions
     token_file: Path | None = None
     insecure: bool = False
-    folder: RunFolder | None = None
 
 
 #: a ``--trust`` value: a dotted module path, optionally ending in a dot
@@ -77,34 +87,15 @@ def trusted_prefixes(values: Any) -> tuple[str, ...]:
     return tuple(prefixes)
 
 
-def state_files(state_path: Path) -> list[Path]:
-    """The state file, its decision log and the log's WAL companions that exist."""
-    log = log_path(state_path)
-    candidates = [
-        state_path,
-        log,
-        log.with_name(log.name + "-wal"),
-        log.with_name(log.name + "-shm"),
-    ]
-    return [p for p in candidates if p.exists()]
-
-
-def _writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check."):
-            pass
-    except OSError as exc:
-        raise ServeArgsError(
-            f"cannot write the router's state to {folder} ({exc.strerror or exc}); give --state "
-            "a path in a writable folder"
-        ) from exc
+def check_port(port: int) -> None:
+    """``port`` is a TCP port number (``0``: any free one)."""
+    if not 0 <= port <= 65535:
+        raise ServeArgsError(f"--port must be in 0..65535, got {port}")
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (one-line errors for a bad or busy port)."""
-    if not 0 <= port <= 65535:
-        raise ServeArgsError(f"--port must be in 0..65535, got {port}")
+    check_port(port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -120,116 +111,60 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def plan_serve(args: Any, *, export: bool = False) -> ServePlan:
-    """Check the ``serve`` flags in ``args`` (argparse namespace); bind the port unless exporting.
+def export_state(args: Any) -> Path:
+    """The decision log ``serve --export-log`` reads (checked; nothing written)."""
+    folder = RunFolder(Path(args.run_dir), trusted_prefixes(args.trust))
+    *_, state = trial_state(folder, args.learner, args.rho, args.seed, args.state)
+    if not log_path(state).is_file():
+        raise ServeArgsError(f"no decision log {log_path(state)} to export (see --state)")
+    return log_path(state)
+
+
+def plan_serve(args: Any) -> ServePlan:
+    """Check the ``serve`` flags in ``args`` (argparse namespace), then bind the port.
 
     Raises:
         ServeArgsError: the first problem found, before anything is loaded or written.
     """
-    run_dir = Path(args.run_dir)
-    if export:
-        token, hosts = None, ()
-    else:
-        if args.overwrite_state and not args.fresh:
-            raise ServeArgsError("--overwrite-state only goes with --fresh")
-        token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
-        where = "--token" if args.token is not None else TOKEN_ENV
-        check_token(token, where)
-        insecure = bool(getattr(args, "insecure_no_auth", False))
-        if insecure and token is not None:
-            raise ServeArgsError(f"--insecure-no-auth contradicts the token of {where}")
-        if insecure and not is_loopback(args.host):
-            raise ServeArgsError(
-                f"--insecure-no-auth works on loopback only; --host {args.host} is reachable "
-                "from other machines (drop the flag: serve makes a token)"
-            )
-        if args.allowed_hosts:
-            hosts = tuple(h.strip() for h in args.allowed_hosts.split(",") if h.strip())
-            if "*" in hosts and token is None:
-                raise ServeArgsError(
-                    f"--allowed-hosts '*' accepts any Host header: it needs a token of your "
-                    f"own (--token or {TOKEN_ENV})"
-                )
-        elif is_loopback(args.host):
-            hosts = LOOPBACK_HOSTS
-        elif args.host in WILDCARDS:
-            raise ServeArgsError(
-                f"--host {args.host!r} answers on every interface: name the Host headers "
-                "clients use with --allowed-hosts (e.g. router.example.com,10.0.0.5)"
-            )
-        else:
-            hosts = (args.host,)
-        if not 0 <= args.port <= 65535:
-            raise ServeArgsError(f"--port must be in 0..65535, got {args.port}")
-        limits = _limits(args)
-    trusted = trusted_prefixes(getattr(args, "trust", None))
-    folder = RunFolder(run_dir, trusted)  # opened once: the trust check is done here
-    learner = folder.learner_name(args.learner, "--learner")
-    rho, seed, trial = folder.trial_of(args.rho, args.seed, flags=True)
-    if args.state is not None:
-        state = Path(args.state)
-        if state.is_dir():
-            raise ServeArgsError(
-                f"--state {state} is a folder; give a file path such as {state / 'router.pt'}"
-            )
-    else:
-        state = folder.state_path(learner, rho, seed)
-    if export:
-        if not log_path(state).is_file():
-            raise ServeArgsError(f"no decision log {log_path(state)} to export (see --state)")
-        return ServePlan(learner, rho, seed, state, None, (), trusted=trusted, folder=folder)
-    existing = state_files(state)
-    if args.fresh and existing and not args.overwrite_state:
+    options = router_options(args)
+    limits = server_limits(args, max_batch=args.max_batch)
+    if args.max_pending < args.max_batch:
         raise ServeArgsError(
-            f"--fresh but {existing[0]} exists (the router's state and decision log); add "
-            "--overwrite-state to discard them, or drop --fresh to resume"
+            f"--max-pending {args.max_pending} is below --max-batch {args.max_batch}"
         )
-    sock = bind(args.host, args.port)
-    try:
-        _writable(state.parent)
-    except ServeArgsError:
-        sock.close()
-        raise
-    fresh = bool(args.fresh)
-    if not fresh and log_path(state).is_file():  # resuming: started fresh or from the run?
-        try:
-            fresh = _origin(log_path(state)) == "fresh"
-        except ServeArgsError:
-            sock.close()
-            raise
-    if not fresh:  # the checkpoint of the trial (shard plan), read once and checked
-        try:
-            folder.checkpoint(learner, trial)
-        except BaseException:
-            sock.close()
-            raise
-    if args.fresh and args.overwrite_state:
-        for path in existing:
-            path.unlink()
-    clean_temp_files(state)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    where = "--token" if args.token is not None else TOKEN_ENV
+    check_token(token, where)
+    insecure = bool(args.insecure_no_auth)
+    hosts = host_policy(
+        args.host,
+        args.allowed_hosts,
+        insecure=insecure,
+        secret=None if token is None else where,
+        secrets=f"--token or {TOKEN_ENV}",
+    )
+    check_port(args.port)
+    folder = RunFolder(Path(args.run_dir), trusted_prefixes(args.trust))  # the trust check
+    trial = plan_trial(
+        folder,
+        args.learner,
+        args.rho,
+        args.seed,
+        state_path=args.state,
+        fresh=args.fresh,
+        overwrite_state=args.overwrite_state,
+    )
     token_file = None
     if token is None and not insecure:  # a token by default, kept beside the state
-        token_file = token_path(state)
-        try:
-            token = read_token(token_file) or secrets.token_urlsafe(32)
-        except ServeArgsError:
-            sock.close()
-            raise
-    return ServePlan(
-        learner,
-        rho,
-        seed,
-        state,
-        token,
-        hosts,
-        fresh,
-        sock,
-        limits,
-        trusted,
-        token_file,
-        insecure,
-        folder,
-    )
+        token_file = token_path(trial.state_path)
+        token = read_token(token_file, "--state") or secrets.token_urlsafe(32)
+    sock = bind(args.host, args.port)
+    try:
+        check_checkpoint(trial)
+    except BaseException:
+        sock.close()
+        raise
+    return ServePlan(trial, token, hosts, sock, limits, options, token_file, insecure)
 
 
 def token_path(state_path: Path) -> Path:
@@ -237,8 +172,14 @@ def token_path(state_path: Path) -> Path:
     return state_path.with_name(state_path.name + ".token")
 
 
-def read_token(path: Path) -> str | None:
-    """The token a previous start wrote to ``path`` (``None``: no such file)."""
+def read_token(path: Path, flag: str) -> str | None:
+    """The token a previous start wrote to ``path`` (``None``: no such file); ``flag`` chose
+    the folder of ``path``."""
+    if path.is_dir():
+        raise ServeArgsError(
+            f"{flag}: the token file {path} is a folder; expected a file holding the token "
+            "(move the folder away, or give --token)"
+        )
     if not path.is_file():
         return None
     if path.stat().st_mode & 0o077:
@@ -265,36 +206,3 @@ def write_token(path: Path, token: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _limits(args: Any) -> Limits:
-    for flag, value, low in (
-        ("--max-body-bytes", args.max_body_bytes, 1),
-        ("--max-batch", args.max_batch, 1),
-        ("--max-prompt-chars", args.max_prompt_chars, 1),
-        ("--max-pending", args.max_pending, 1),
-        ("--checkpoint-every", args.checkpoint_every, 1),
-        ("--propensity-draws", args.propensity_draws, 1),
-    ):
-        if value < low:
-            raise ServeArgsError(f"{flag} must be an integer >= {low}, got {value}")
-    if args.pending_ttl is not None and not args.pending_ttl > 0:
-        raise ServeArgsError(
-            f"--pending-ttl must be a number of seconds > 0, got {args.pending_ttl}"
-        )
-    if args.max_pending < args.max_batch:
-        raise ServeArgsError(
-            f"--max-pending {args.max_pending} is below --max-batch {args.max_batch}"
-        )
-    return Limits(args.max_body_bytes, args.max_batch, args.max_prompt_chars)
-
-
-def _origin(path: Path) -> str | None:
-    try:
-        log = RouterLog.read(path)
-    except LogError as exc:
-        raise ServeArgsError(str(exc)) from None
-    try:
-        return log.info().get("origin")
-    finally:
-        log.close()
