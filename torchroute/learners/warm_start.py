@@ -23,6 +23,10 @@ How each learner takes the rows (:func:`apply_warm_start`):
   its replay and ``Z_k`` takes every row's last-layer features;
 - CABS-C / CABS-D: their pre-trained oracle as it is, and the rows for their regression
   solver and (CABS-D) their standard expert;
+- the forgetting ridge learners (discounted and sliding-window LinUCB / LinTS): the rows
+  become their prior, ``P_k = w sum x x^T``, ``t_k = w sum u_k x``
+  (:meth:`~torchroute.learners.gram_base.GramRidgeLearner.set_prior`), which forgetting
+  never removes: an arm they stop observing returns to its warm-start prediction, not to 0;
 - any other learner: the rows replayed through its own ``update`` (full feedback), in
   chunks of 64 contexts, once.
 
@@ -46,6 +50,7 @@ from torch import Tensor
 
 from torchroute.functional.utility import utility
 from torchroute.learners.base import FixedPolicy, Learner
+from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -255,6 +260,26 @@ def _warm_ridge(learner: RidgeLearner, problem: Problem, rows: WarmRows, warm: W
     learner.a_inv, learner.theta = best[0].contiguous(), best[1].contiguous()
 
 
+# --------------------------------------------------------------------------- gram
+def _warm_gram(
+    learner: GramRidgeLearner, problem: Problem, rows: WarmRows, warm: WarmStart
+) -> None:
+    """The rows as the learner's prior (``P_k``, ``t_k``), in float64 then its dtype."""
+    if warm.chooses:
+        raise ValueError(
+            f"{type(learner).__name__} takes its warm start as its prior: give one warm_weight"
+        )
+    f64, dev = torch.float64, learner.gram.device
+    x, w = rows.x.to(dev, f64), rows.weight.to(dev, f64)
+    y = torch.where(rows.weight[None].to(dev) > 0, rows.target.to(dev, f64), 0.0)
+    scale = warm.weights[0] * arm_scale(problem, dev)  # [R, K]
+    gram = torch.einsum("nk,nd,ne->kde", w, x, x)  # [K, d, d]
+    moment = torch.einsum("nk,rnk,nd->rkd", w, y, x)  # [R, K, d]
+    learner.set_prior(scale[..., None, None] * gram[None], scale[..., None] * moment)
+    seen = (rows.weight > 0).sum(0).to(dev, learner.seen.dtype)  # [K]: rows count as seen
+    learner.seen.add_(seen[None] * (scale > 0).to(learner.seen.dtype))
+
+
 # --------------------------------------------------------------------------- neural
 def _warm_neural(learner: Learner, problem: Problem, rows: WarmRows, warm: WarmStart) -> None:
     from torchroute.functional.mlp import z_inverse_update_
@@ -365,6 +390,8 @@ def _warm(learner: Learner, problem: Problem, rows: WarmRows, warm: WarmStart) -
 
     if isinstance(learner, RidgeLearner):
         _warm_ridge(learner, problem, rows, warm)
+    elif isinstance(learner, GramRidgeLearner):
+        _warm_gram(learner, problem, rows, warm)
     elif isinstance(learner, NeuralUCB):
         _warm_neural(learner, problem, rows, warm)
     elif isinstance(learner, CABSD):
