@@ -130,6 +130,32 @@ def test_the_correction_is_a_numpy_ridge_on_the_residuals(cls, options, weights)
     np.testing.assert_allclose(learner.predict_quality(probe).numpy(), expected, atol=1e-9)
 
 
+@pytest.mark.parametrize("rank", [0, 2])
+def test_a_projected_correction_is_a_numpy_ridge_on_the_principal_directions(rank):
+    lam, rounds = 2.0, 30
+    base = _base("mlp").double()
+    train = _train(False, torch.Generator().manual_seed(0))  # the base's own train rows
+    learner = ResidualLinUCB(R, K, D, _base("mlp"), train, lam=lam, projection=rank).double()
+    x, arms, residual = _stream(learner, base, rounds)
+    xt = train.features.double().numpy()
+    u = np.linalg.svd(xt - xt.mean(0), full_matrices=False)[2][:rank].T  # [D, rank]
+
+    def phi(v):
+        return np.concatenate([v @ u, np.ones((*v.shape[:-1], 1))], -1)
+
+    theta = np.zeros((R, K, rank + 1))
+    for r in range(R):
+        for k in range(K):
+            rows = arms[r] == k
+            z, y = phi(x[r, rows]), residual[r, rows, k]
+            theta[r, k] = np.linalg.solve(lam * np.eye(rank + 1) + z.T @ z, z.T @ y)
+    probe = Context(x=_features(R * 5, torch.Generator().manual_seed(8)).view(R, 5, D))
+    expected = base.predict(probe)[0].numpy() + np.einsum(
+        "rkp,rbp->rbk", theta, phi(probe.x.numpy())
+    )
+    np.testing.assert_allclose(learner.predict_quality(probe).numpy(), expected, atol=1e-6)
+
+
 def test_a_discounted_correction_decays_to_the_base_router():
     base = _base("mlp").double()
     learner = ResidualLinUCB(R, K, D, _base("mlp"), lam=1.0, gamma=0.9).double()

@@ -123,6 +123,16 @@ def new_model_covariance(features: Tensor, lam: float, spread: float) -> Tensor:
     return eye / lam + spread * spread_dir
 
 
+def principal_basis(features: Tensor, rank: int) -> Tensor:
+    """The top ``rank`` principal directions of ``features [n, d]`` (centred), ``[d, rank]``
+    float64 (``rank = 0``: ``[d, 0]``, the correction is then its bias alone)."""
+    x = features.double().cpu()
+    if rank > min(x.shape):
+        raise ValueError(f"projection must be <= {min(x.shape)} (train rows, features), got {rank}")
+    _, _, vh = torch.linalg.svd(x - x.mean(0), full_matrices=False)
+    return vh[:rank].T.contiguous()
+
+
 class _Residual(Learner):
     """Shared parts: the base value, the correction's statistics and its update.
 
@@ -146,6 +156,7 @@ class _Residual(Learner):
         lam: float,
         gamma: float,
         window: int | None,
+        projection: int | None,
         **score_hp: float,
     ) -> None:
         super().__init__(num_trials, num_arms)
@@ -157,6 +168,15 @@ class _Residual(Learner):
             raise ValueError(f"{name}: base was built for other trials or arms")
         self.dim, self.lam = int(dim), float(lam)
         self.base = base
+        # phi(x) = [x U, 1] with U the top principal directions of the train features
+        self.register_buffer("basis", None, persistent=False)  # [d, r] (fixed, from train)
+        if projection is not None:
+            check_number(name, "projection", projection, ge=0, integer=True)
+            if train is None:
+                raise ValueError(f"{name}: projection needs the train split")
+            self.basis = principal_basis(train.features, int(projection)).float()
+            dim = int(projection) + 1
+        self.phi_dim = int(dim)
         plain, discounted, windowed = self._kinds
         if window is not None and gamma < 1:
             raise ValueError(f"{name}: give gamma < 1 or a window, not both")
@@ -181,14 +201,23 @@ class _Residual(Learner):
         router = build_base(base, problem, cls.__name__)
         return cls(problem.num_trials, problem.num_arms, problem.dim, router, problem.train, **hp)
 
-    def _new_model_prior(self, features: Tensor) -> None:
-        """The hidden arms' correction covariance ``I / lam + s^2 E`` (the module doc)."""
-        self.spread = spread_of_models(self.base, features)
-        cov = new_model_covariance(features, self.lam, self.spread)  # [d, d]
+    def phi(self, x: Tensor) -> Tensor:
+        """The correction's features: ``x [..., d]`` itself, or ``[x U, 1]`` with a
+        ``projection`` (``[..., r + 1]``)."""
+        if self.basis is None:
+            return x
+        z = x @ self.basis.to(x.dtype)
+        return torch.cat([z, z.new_ones(*z.shape[:-1], 1)], -1)
+
+    def _new_model_prior(self, train_x: Tensor) -> None:
+        """The hidden arms' correction covariance ``I / lam + s^2 E`` (the module doc), from
+        the train features ``train_x [n, d]``."""
+        self.spread = spread_of_models(self.base, train_x)
+        cov = new_model_covariance(self.phi(train_x.double()), self.lam, self.spread)  # [p, p]
         hidden = self.base.hidden[..., None, None].to(self.rounds.device)  # [R, K, 1, 1]
         corr = self.correction
         if isinstance(corr, GramRidgeLearner):
-            extra = torch.linalg.inv(cov) - self.lam * torch.eye(self.dim, dtype=cov.dtype)
+            extra = torch.linalg.inv(cov) - self.lam * torch.eye(self.phi_dim, dtype=cov.dtype)
             corr.set_prior(gram=torch.where(hidden, extra.to(corr.gram), 0.0))
         else:
             corr.a_inv = torch.where(hidden, cov.to(corr.a_inv), corr.a_inv).contiguous()
@@ -211,7 +240,7 @@ class _Residual(Learner):
         """The predicted quality ``base_k(x) + x^T theta_k`` (the correction's posterior
         mean, no bonus), ``x [R, B, d]`` -> ``[R, B, K]``."""
         y_hat, _, _ = self.base_value(context)
-        x = context.x.to(self._dtype())
+        x = self.phi(context.x.to(self._dtype()))
         corr = self.correction
         if isinstance(corr, GramRidgeLearner):
             mean = corr.posterior(x)[0]
@@ -226,7 +255,7 @@ class _Residual(Learner):
     def _scores(self, context: Context, generator: Source) -> Tensor:
         """``base value + (correction - its largest value over the arms)``, masked."""
         _, _, value = self.base_value(context)
-        delta = self._correction_scores(context.x.to(self._dtype()), generator)
+        delta = self._correction_scores(self.phi(context.x.to(self._dtype())), generator)
         delta = delta - delta.amax(-1, keepdim=True)
         return mask_scores(value.to(delta.dtype) + delta, context.available)
 
@@ -257,7 +286,8 @@ class _Residual(Learner):
             quality = feedback.reward + self.base.rho[:, None, None].to(c_hat.dtype) * c_hat
         target = torch.where(observed, quality.to(y_hat.dtype) - y_hat, 0.0)
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
-        self.correction.update(context, decision, residual, generator)
+        phi = Context(x=self.phi(context.x.to(self._dtype())))
+        self.correction.update(phi, decision, residual, generator)
         self._tick(context)
         return {}
 
@@ -277,6 +307,9 @@ class ResidualLinUCB(_Residual):
         lam: the correction's prior precision (a larger value trusts the base longer).
         gamma: forgetting factor in ``(0, 1]`` (1: none).
         window: the contexts the correction remembers (``None``: all).
+        projection: ``r``: the correction reads ``phi(x) = [x U, 1]``, ``U [d, r]`` the top
+            ``r`` principal directions of the train features (``0``: its bias alone);
+            ``None`` (the default): ``x`` itself.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -295,11 +328,13 @@ class ResidualLinUCB(_Residual):
         lam: float = 10.0,
         gamma: float = 1.0,
         window: int | None = None,
+        projection: int | None = None,
     ) -> None:
         check_number(type(self).__name__, "alpha", alpha, ge=0)
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, alpha=float(alpha)
-        )
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            alpha=float(alpha),
+        )  # fmt: skip
         self.alpha = float(alpha)
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
@@ -348,9 +383,12 @@ class ResidualLinTS(_Residual):
         lam: float = 10.0,
         gamma: float = 1.0,
         window: int | None = None,
+        projection: int | None = None,
     ) -> None:
         check_number(type(self).__name__, "v", v, ge=0)
-        super().__init__(num_trials, num_arms, dim, base, train, lam, gamma, window, v=float(v))
+        super().__init__(
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=float(v)
+        )
         self.v = float(v)
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
