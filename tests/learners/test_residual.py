@@ -47,6 +47,9 @@ VARIANTS = {
     "ucb": lambda base: ResidualLinUCB(R, K, D, base, alpha=1.0, lam=1.0),
     "ucb-discounted": lambda base: ResidualLinUCB(R, K, D, base, lam=1.0, gamma=0.9),
     "ucb-window": lambda base: ResidualLinUCB(R, K, D, base, lam=1.0, window=5),
+    "ucb-bias": lambda base: ResidualLinUCB(
+        R, K, D, base, _train(False, torch.Generator().manual_seed(1)), lam=100.0, projection=0
+    ),
     "ts-greedy": lambda base: ResidualLinTS(R, K, D, base, v=0.0, lam=1.0),
     "ts-greedy-discounted": lambda base: ResidualLinTS(R, K, D, base, v=0.0, gamma=0.9),
 }
