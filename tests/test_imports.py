@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["cli", "__main__"], 7),
 }
 
+
 def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(ROOT.rglob("*.py")):

@@ -44,6 +44,18 @@ def test_families_come_from_the_config(tmp_path):
     }
 
 
+def test_a_learner_built_on_a_router_fitted_on_train_is_warm(tmp_path):
+    learners = {
+        "residual": {"_target_": "torchroute.learners.ResidualLinUCB.from_problem"},
+        "linucb": {"_target_": "torchroute.learners.LinUCB.from_problem"},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"learners": learners}))
+    assert learner_families(tmp_path, ["residual", "linucb"]) == {
+        "residual": "warm online",  # its base router is fitted on the train split
+        "linucb": "cold online",
+    }
+
+
 def test_cells_verdict_and_oracle_row(tmp_path):
     _config(tmp_path)
     lines = leaderboard_section(_results(), pd.DataFrame(), tmp_path)

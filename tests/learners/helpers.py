@@ -39,6 +39,8 @@ from torchroute.learners import (
     NeuralUCB,
     ParameterFreeHPG,
     RandomRouter,
+    ResidualLinTS,
+    ResidualLinUCB,
     SquareCB,
     anchors,
 )
@@ -102,6 +104,12 @@ def _anchor(cls: type, **hp) -> Callable[[int, int, int, int], Learner]:
         return cls(r, k, d, torch.linspace(0.0, 0.5, r), TrainSplit(x, scores, costs), **hp)
 
     return make
+
+
+def _residual(cls: type, **hp) -> Callable[[int, int, int, int], Learner]:
+    """A residual learner on a small MLP router fitted on :func:`_static_data`."""
+    base = _anchor(anchors.MLPScoreRouter, hidden=8, weight_decay=1e-4, steps=20)
+    return lambda r, k, d, seed: cls(r, k, d, base(r, k, d, seed), **hp)
 
 
 def _tiny_oracle(k: int, d: int) -> torch.nn.Module:
@@ -211,6 +219,15 @@ LEARNERS: dict[str, Spec] = {
     "KNNScoreRouter": Spec(_anchor(anchors.KNNScoreRouter, k=3), True, True, True),
     "BestArmClassifier": Spec(
         _anchor(anchors.BestArmClassifier, l2=1e-3, steps=20), True, True, True
+    ),
+    "ResidualLinUCB": Spec(_residual(ResidualLinUCB, lam=1.0), True, True, True),
+    "ResidualLinUCB-discounted": Spec(
+        _residual(ResidualLinUCB, lam=1.0, gamma=0.9), True, True, True
+    ),
+    "ResidualLinUCB-window": Spec(_residual(ResidualLinUCB, lam=1.0, window=3), True, True, True),
+    "ResidualLinTS": Spec(_residual(ResidualLinTS, lam=1.0), False, False, True),
+    "ResidualLinTS-discounted": Spec(
+        _residual(ResidualLinTS, lam=1.0, gamma=0.9), False, False, True
     ),
     "HPG": Spec(
         lambda r, k, d, s: HPG(r, k, d, tau=2.0, beta=0.5, eta=0.5, capacity=3), True, False, True

@@ -67,7 +67,12 @@ def _tried(node, name: str, env: SingleChoiceEnv | None = None, learner=None) ->
 
 
 #: defaults known to stall on this table, each with why (the test fails when they stop failing)
-KNOWN_STALLS: dict[str, str] = {}
+KNOWN_STALLS = {
+    "residual_linucb": "by design: it starts as its base router, which learnt on the train "
+    "rows that arm 7 is 0.6 better; the correction's bound (0.45) never makes up that gap",
+    "residual_lints": "by design, as residual_linucb: a draw of the correction (scale "
+    "0.5 x 0.45) almost never makes up the base router's 0.6 gap",
+}
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from torchroute.learners.policy_baselines import (
     FlattenedNPG,
     LogLinearPG,
 )
+from torchroute.learners.residual import ResidualLinTS, ResidualLinUCB
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.learners.simple import BestSingleArm, RandomRouter
 from torchroute.learners.static import KNNRouter, RegressorRouter
@@ -55,6 +56,8 @@ __all__ = [
     "RandomRouter",
     "RandomSubset",
     "RegressorRouter",
+    "ResidualLinTS",
+    "ResidualLinUCB",
     "RidgeLearner",
     "SquareCB",
     "SubsetLearner",

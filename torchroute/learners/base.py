@@ -109,6 +109,10 @@ class Learner(nn.Module):
     role: ClassVar[Literal["online", "static", "reference"]] = "online"
     #: the family the report's opening groups it in (``"baselines"`` unless it says)
     family: ClassVar[str] = "baselines"
+    #: whether it starts from what the train split teaches whatever its config says (an
+    #: online learner built on a router fitted on train): reports count it among the warm
+    #: online learners, as one whose config sets ``warm_start``
+    starts_warm: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -10,6 +10,10 @@ environments", Algorithm 1), one model per arm: each round
 kept as the data parts ``G_k <- gamma G_k + w x x^T`` (the same recursion: the regulariser
 stays ``lam I``), and the score ``x^T theta_k + alpha sqrt(x^T V_k^{-1} V~_k V_k^{-1} x)``
 with ``theta_k = V_k^{-1} b_k``. ``gamma = 1`` is plain LinUCB's statistics.
+
+A prior (a warm start: :meth:`~torchroute.learners.gram_base.GramRidgeLearner.set_prior`)
+is not discounted: ``V_k = lam I + P_k + G_k`` and ``b_k + t_k``, so an arm no longer
+observed returns to its warm-start prediction, not to 0.
 """
 
 from __future__ import annotations
@@ -92,7 +96,10 @@ class DiscountedLinUCB(_Discounted):
     def _scores(self, x: Tensor, generator: Source) -> Tensor:
         mean, solved, _ = self.posterior(x)
         eye = torch.eye(self.dim, dtype=x.dtype, device=x.device)
-        tilde = torch.einsum("rkde,rkeb->rkdb", self.gram2 + self.lam * eye, solved)
+        v_tilde = self.gram2 + self.lam * eye  # [R, K, d, d]
+        if self.prior_gram is not None:
+            v_tilde = v_tilde + self.prior_gram
+        tilde = torch.einsum("rkde,rkeb->rkdb", v_tilde, solved)
         width = torch.einsum("rkdb,rkdb->rbk", solved, tilde).clamp_min(0.0).sqrt()
         return mean + self.alpha * width
 

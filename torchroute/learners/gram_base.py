@@ -5,11 +5,17 @@ The learners for changing worlds (:mod:`torchroute.learners.discounted`,
 :mod:`torchroute.learners.sliding_window`) shrink or remove old observations, so they keep
 the data part of the Gram matrix ``G_k = sum w x x^T`` and ``b_k = sum w y x`` and solve
 ``(lam I + G_k) theta_k = b_k`` (a Cholesky factor per arm) when they act.
+
+A learner may also hold a prior that is never forgotten (:meth:`GramRidgeLearner.set_prior`:
+a warm start, or the prior of a model a residual learner's base router never saw): then
+``(lam I + P_k + G_k) theta_k = t_k + b_k``, and as the data part ``G_k``, ``b_k`` decays
+(a discount) or leaves (a window) the model returns to the prior mean
+``(lam I + P_k)^{-1} t_k``, not to 0.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -21,13 +27,19 @@ from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
 from torchroute.types import Context, Decision, Feedback, Problem
 
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
+
 
 class GramRidgeLearner(Learner):
     """A learner with one ridge regression per arm and trial, kept as Gram statistics.
 
     Buffers: ``gram [R, K, d, d]`` (``G_k``, without the regulariser), ``target [R, K, d]``
     (``b_k``) and ``seen [R, K]`` (how many observations each arm has had, never
-    forgotten; it drives ``new_arm_bonus``). Subclasses say how a round's observations
+    forgotten; it drives ``new_arm_bonus``); with a prior (:meth:`set_prior`),
+    ``prior_gram [R, K, d, d]`` (``P_k``) and ``prior_target [R, K, d]`` (``t_k``), never
+    forgotten. Subclasses say how a round's observations
     enter (:meth:`_absorb`) and how the decision is scored (:meth:`_scores`).
 
     Args:
@@ -52,6 +64,56 @@ class GramRidgeLearner(Learner):
         self.register_buffer("gram", torch.zeros(num_trials, num_arms, dim, dim))
         self.register_buffer("target", torch.zeros(num_trials, num_arms, dim))
         self.register_buffer("seen", torch.zeros(num_trials, num_arms))
+        self.register_buffer("prior_gram", None)  # [R, K, d, d] once a prior is set
+        self.register_buffer("prior_target", None)  # [R, K, d]
+
+    def set_prior(self, gram: Tensor | None = None, target: Tensor | None = None) -> None:
+        """Add a prior that forgetting never removes: precision ``lam I + P_k`` and moment
+        ``t_k`` (prior mean ``(lam I + P_k)^{-1} t_k``).
+
+        Args:
+            gram: ``P [R, K, d, d]`` (symmetric; ``lam I + P`` positive definite), added
+                to any prior already set; ``None``: unchanged.
+            target: ``t [R, K, d]``, added likewise; ``None``: unchanged.
+        """
+        ref = self.gram
+        if gram is not None:
+            gram = gram.to(ref.device, ref.dtype).expand_as(ref)
+            old = self.prior_gram
+            self.prior_gram = gram.clone() if old is None else old + gram
+        if target is not None:
+            target = target.to(ref.device, ref.dtype).expand_as(self.target)
+            old = self.prior_target
+            self.prior_target = target.clone() if old is None else old + target
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """The rows as the learner's prior, which forgetting never removes:
+        ``P_k = w sum x x^T``, ``t_k = w sum u_k x`` over the rows that observed arm ``k``
+        (in float64, then the learner's dtype), so an arm the learner stops observing
+        returns to its warm-start prediction, not to 0. The rows count as observations of
+        ``seen``. One ``warm_weight`` only (a prior is not chosen on validation)."""
+        from torchroute.learners.warm_start import arm_scale
+
+        if warm.chooses:
+            raise ValueError(
+                f"{type(self).__name__} takes its warm start as its prior: give one warm_weight"
+            )
+        f64, dev = torch.float64, self.gram.device
+        x, w = rows.x.to(dev, f64), rows.weight.to(dev, f64)  # [n, d], [n, K]
+        y = torch.where(rows.weight[None].to(dev) > 0, rows.target.to(dev, f64), 0.0)
+        scale = warm.weights[0] * arm_scale(problem, dev)  # [R, K]
+        gram = torch.einsum("nk,nd,ne->kde", w, x, x)  # [K, d, d]
+        moment = torch.einsum("nk,rnk,nd->rkd", w, y, x)  # [R, K, d]
+        self.set_prior(scale[..., None, None] * gram[None], scale[..., None] * moment)
+        seen = (rows.weight > 0).sum(0).to(dev, self.seen.dtype)  # [K]
+        self.seen.add_(seen[None] * (scale > 0).to(self.seen.dtype))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        for name in ("prior_gram", "prior_target"):  # a saved prior: room for it first
+            saved = state_dict.get(prefix + name)
+            if saved is not None and getattr(self, name) is None:
+                setattr(self, name, torch.empty_like(saved, device=self.gram.device))
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     @classmethod
     def from_problem(cls, problem: Problem, **hparams: Any) -> GramRidgeLearner:
@@ -59,7 +121,8 @@ class GramRidgeLearner(Learner):
         return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
 
     def posterior(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Ridge means, ``V^{-1} x`` and ``x^T V^{-1} x`` with ``V = lam I + G``.
+        """Ridge means, ``V^{-1} x`` and ``x^T V^{-1} x`` with ``V = lam I + G`` (plus the
+        prior ``P``, and ``t + b`` for ``b``, when one is set).
 
         Args:
             x: contexts ``[R, B, d]`` (in the learner's dtype).
@@ -70,8 +133,14 @@ class GramRidgeLearner(Learner):
         """
         r, b, d = x.shape
         eye = torch.eye(d, dtype=x.dtype, device=x.device)
-        chol = torch.linalg.cholesky(self.gram + self.lam * eye)  # [R, K, d, d]
-        theta = torch.cholesky_solve(self.target[..., None], chol)[..., 0]  # [R, K, d]
+        precision = self.gram + self.lam * eye  # [R, K, d, d]
+        target = self.target
+        if self.prior_gram is not None:
+            precision = precision + self.prior_gram
+        if self.prior_target is not None:
+            target = target + self.prior_target
+        chol = torch.linalg.cholesky(precision)
+        theta = torch.cholesky_solve(target[..., None], chol)[..., 0]  # [R, K, d]
         rhs = x.transpose(1, 2)[:, None].expand(r, self.num_arms, d, b)
         solved = torch.cholesky_solve(rhs, chol)  # [R, K, d, B]
         mean = torch.einsum("rkd,rbd->rbk", theta, x)

@@ -17,6 +17,10 @@ source and hands the rows (:class:`WarmRows`) to :meth:`Learner.warm_start
   its replay and ``Z_k`` takes every row's last-layer features;
 - CABS-C / CABS-D: their pre-trained oracle as it is, and the rows for their regression
   solver and (CABS-D) their standard expert;
+- the forgetting ridge learners (discounted and sliding-window LinUCB / LinTS): the rows
+  become their prior, ``P_k = w sum x x^T``, ``t_k = w sum u_k x``
+  (:meth:`~torchroute.learners.gram_base.GramRidgeLearner.warm_start`), which forgetting
+  never removes: an arm they stop observing returns to its warm-start prediction, not to 0;
 - any other learner (the default): the rows replayed through its own ``update`` (full
   feedback), in chunks of 64 contexts, once (:func:`replay_through_update`).
 

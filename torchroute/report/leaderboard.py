@@ -3,7 +3,9 @@
 Learners fall into three families by their config in ``<out_dir>/config.yaml`` (never
 instantiated; the class found by :func:`~torchroute.run.classes.learner_class`): **static**
 (a class whose ``role`` is static, a router that never learns online, or reference, the
-random router), **warm online** (``warm_start`` set) and **cold online** (the rest). Per cost regime
+random router), **warm online** (``warm_start`` set, or a class that
+:attr:`~torchroute.learners.Learner.starts_warm`, such as an online learner built on a
+router fitted on train) and **cold online** (the rest). Per cost regime
 (:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole stream; with scenario
 columns ``avg_utility_before``/``avg_utility_after``, the rounds before and after the change
 too), each learner's cell is the mean utility over the regime's trials +- its standard error
@@ -45,7 +47,8 @@ PHASES = {"whole": "avg_utility", "before": "avg_utility_before", "after": "avg_
 def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]:
     """``{learner: family}`` from ``out_dir/config.yaml``: ``static`` for the learners whose
     class's :attr:`~torchroute.learners.Learner.role` is static or reference (the random
-    router), else ``warm online`` when the node sets ``warm_start``, else ``cold online``
+    router), else ``warm online`` when the node sets ``warm_start`` or the class
+    :attr:`~torchroute.learners.Learner.starts_warm`, else ``cold online``
     (also when the class is unknown)."""
     nodes: Mapping = {}
     path = Path(out_dir) / "config.yaml"
@@ -60,7 +63,7 @@ def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]
         cls = learner_class(node)
         if cls is not None and cls.role in ("static", "reference"):
             out[name] = "static"
-        elif node.get("warm_start") is not None:
+        elif node.get("warm_start") is not None or (cls is not None and cls.starts_warm):
             out[name] = "warm online"
         else:
             out[name] = "cold online"

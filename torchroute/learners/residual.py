@@ -1,0 +1,408 @@
+"""Online learners on top of a static router: they learn only what the router gets wrong.
+
+:class:`ResidualLinUCB` and :class:`ResidualLinTS` predict each model's quality as a static
+anchor router's prediction (``base``, fitted on the train split, its hyper-parameters
+chosen on validation as for the router's own row) plus a linear correction,
+
+    y_k(x) = base_k(x) + theta_k . x,
+
+and play ``argmax_k y_k(x) - rho c_k(x)`` with the costs ``c_k`` the base router uses (the
+known per-model prices where the train split has them, else its ridge prediction).
+``x`` is the run's feature vector, which by default is the unit-norm embedding plus a bias
+column, so the correction is ``theta_k . [x', 1]``. ``theta_k`` has prior mean 0 and
+covariance ``I / lam``; the confidence width (UCB) or the posterior draw (TS) is over the
+correction only. The correction learns the observed quality minus the base prediction,
+``Feedback.score - base_k(x)`` (without ``Feedback.score``: ``u + rho c_k(x)``, exact
+where the utility was not clipped).
+
+Before any update every arm's correction is 0 with the same covariance, so the
+correction-plus-bonus is one number for all arms of a query; the scores add it centred
+(its largest value over the arms subtracted, which moves no argmax), so it adds exactly 0
+and :class:`ResidualLinUCB` makes the base router's choices bit for bit, tie-breaks
+included (:class:`ResidualLinTS` with ``v = 0`` too; with ``v > 0`` it samples from its
+prior).
+
+A model the base router never saw (``Problem.hidden_arms``: a scenario's new model) is
+predicted as the mean of the observed models' predictions for the query, and its
+correction's prior covariance is ``I / lam + s^2 e e^T``: ``e`` the bias column and
+``s^2`` the variance across the observed models of their predicted scores (mean over the
+train rows), how far a model is from the average one. Its bound starts above an average
+model's by that width, so it is tried; once observed, its bias coefficient learns its own
+offset and it is kept only where it is better. (Without a bias column, ``E = I / m`` with
+``m`` the mean ``|x|^2`` replaces ``e e^T``.)
+
+Forgetting: ``gamma < 1`` (the statistics of :class:`~torchroute.learners.discounted.
+DiscountedLinUCB`) or ``window`` (:class:`~torchroute.learners.sliding_window.
+SlidingWindowLinUCB`) on the correction; the correction then decays to its prior mean 0,
+that is to the base router (and a new model to the mean of the others), never to a
+prediction of 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from torchroute.checks import check_number
+from torchroute.functional.availability import mask_scores
+from torchroute.functional.random import Source, normal
+from torchroute.functional.ridge import ridge_predict, ridge_width
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.learners.anchors import BestArmClassifier, _FittedRouter
+from torchroute.learners.base import Learner
+from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
+from torchroute.learners.gram_base import GramRidgeLearner
+from torchroute.learners.linear import LinTS, LinUCB, tie_probs
+from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
+from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
+
+
+def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
+    """The base router named by ``base`` for ``problem``.
+
+    ``base``: the name of a packaged learner config (``"mlp_router"``, ``"knn_val"``,
+    ``"mf_router"``, ``"logistic_router"``), a config node (a mapping with a ``_target_``,
+    such as the run's own anchor, ``${learners.mlp}``), the factory Hydra made of one, or a
+    built router. Raises ``ValueError`` (one line naming ``base``) for anything else.
+    """
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import config_dir
+
+    node = base
+    if isinstance(base, str):
+        path = config_dir() / "learner" / f"{base}.yaml"
+        if not path.is_file():
+            raise ValueError(f"{who}: base must name a static router config, got {base!r}")
+        node = OmegaConf.to_container(OmegaConf.load(path))
+    if isinstance(node, dict) and "_target_" in node:
+        node = instantiate({**node, "_partial_": True})
+    router = node(problem) if callable(node) and not isinstance(node, Learner) else node
+    if not isinstance(router, _FittedRouter) or isinstance(router, BestArmClassifier):
+        raise ValueError(
+            f"{who}: base must be a static router that predicts every model's score "
+            f"(mlp_router, knn_val, mf_router, logistic_router), got {type(router).__name__}"
+        )
+    return router
+
+
+def spread_of_models(base: _FittedRouter, features: Tensor) -> float:
+    """``s^2``: the variance across the observed models of the base router's predicted
+    scores, averaged over ``features [n, d]`` and over the trials (their chosen candidates
+    and observed models)."""
+    known = torch.ones(base.num_trials, base.num_arms, dtype=torch.bool)
+    if base.hidden is not None:
+        known = ~base.hidden.cpu()
+    masks, which = known.unique(dim=0, return_inverse=True)  # [U, K], [R]
+    with torch.no_grad():
+        pred = base.candidate_scores(features.to(base.rho.dtype)).double().cpu()  # [C, n, K]
+    mask = masks[:, None].double()  # [U, 1, K]
+    count = mask.sum(-1)  # [U, 1]
+    mean = (pred[:, None] * mask).sum(-1) / count  # [C, U, n]
+    dev = (pred[:, None] - mean[..., None]).pow(2) * mask
+    var = (dev.sum(-1) / (count - 1).clamp_min(1.0)).mean(-1)  # [C, U]
+    return float(var[base.choice.cpu(), which].mean())
+
+
+def new_model_covariance(features: Tensor, lam: float, spread: float) -> Tensor:
+    """``I / lam + s^2 E`` ``[d, d]`` float64 (``E = e e^T`` on the bias column, a column
+    equal to 1 on every row of ``features [n, d]``; else ``I / mean |x|^2``)."""
+    x = features.double()
+    d = x.shape[1]
+    eye = torch.eye(d, dtype=torch.float64)
+    ones = (x == 1).all(0).cpu()
+    if bool(ones.any()):
+        e = torch.zeros(d, dtype=torch.float64)
+        e[int(ones.nonzero()[-1])] = 1.0
+        spread_dir = torch.outer(e, e)
+    else:
+        spread_dir = eye / float(x.pow(2).sum(-1).mean())
+    return eye / lam + spread * spread_dir
+
+
+def principal_basis(features: Tensor, rank: int) -> Tensor:
+    """The top ``rank`` principal directions of ``features [n, d]`` (centred), ``[d, rank]``
+    float64 (``rank = 0``: ``[d, 0]``, the correction is then its bias alone)."""
+    x = features.double().cpu()
+    if rank > min(x.shape):
+        raise ValueError(f"projection must be <= {min(x.shape)} (train rows, features), got {rank}")
+    _, _, vh = torch.linalg.svd(x - x.mean(0), full_matrices=False)
+    return vh[:rank].T.contiguous()
+
+
+class _Residual(Learner):
+    """Shared parts: the base value, the correction's statistics and its update.
+
+    Submodules: ``base`` (the static router, fixed) and ``correction`` (the learner of the
+    corrections ``theta_k``: LinUCB / LinTS, or their discounted or sliding-window forms,
+    on the targets ``score - base_k(x)``). Buffers are theirs.
+    """
+
+    family: ClassVar[str] = "residual"
+    starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
+    #: the correction learners: plain, discounted, sliding window (set by subclasses)
+    _kinds: ClassVar[tuple[type, type, type]]
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        base: _FittedRouter,
+        train: TrainSplit | None,
+        lam: float,
+        gamma: float,
+        window: int | None,
+        projection: int | None,
+        **score_hp: float,
+    ) -> None:
+        super().__init__(num_trials, num_arms)
+        name = type(self).__name__
+        check_number(name, "dim", dim, ge=1, integer=True)
+        check_number(name, "lam", lam, gt=0)
+        check_number(name, "gamma", gamma, gt=0, le=1)
+        if base.num_trials != num_trials or base.num_arms != num_arms:
+            raise ValueError(f"{name}: base was built for other trials or arms")
+        self.dim, self.lam = int(dim), float(lam)
+        self.base = base
+        # phi(x) = [x U, 1] with U the top principal directions of the train features
+        self.register_buffer("basis", None, persistent=False)  # [d, r] (fixed, from train)
+        if projection is not None:
+            check_number(name, "projection", projection, ge=0, integer=True)
+            if train is None:
+                raise ValueError(f"{name}: projection needs the train split")
+            self.basis = principal_basis(train.features, int(projection)).float()
+            dim = int(projection) + 1
+        self.phi_dim = int(dim)
+        plain, discounted, windowed = self._kinds
+        if window is not None and gamma < 1:
+            raise ValueError(f"{name}: give gamma < 1 or a window, not both")
+        if window is not None:
+            check_number(name, "window", window, ge=1, integer=True)
+            corr = windowed(num_trials, num_arms, dim, window=window, lam=lam, **score_hp)
+        elif gamma < 1:
+            corr = discounted(num_trials, num_arms, dim, gamma=gamma, lam=lam, **score_hp)
+        else:
+            corr = plain(num_trials, num_arms, dim, lam=lam, **score_hp)
+        self.correction = corr
+        self.spread = 0.0
+        if base.hidden is not None and bool(base.hidden.any()):
+            if train is None:
+                raise ValueError(f"{name}: a model the base never saw needs the train split")
+            self._new_model_prior(train.features)
+
+    @classmethod
+    def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _Residual:
+        """``base`` (see :func:`build_base`) fitted on ``problem``'s train split, then
+        ``cls(R, K, d, base, problem.train, **hp)``."""
+        router = build_base(base, problem, cls.__name__)
+        return cls(problem.num_trials, problem.num_arms, problem.dim, router, problem.train, **hp)
+
+    def phi(self, x: Tensor) -> Tensor:
+        """The correction's features: ``x [..., d]`` itself, or ``[x U, 1]`` with a
+        ``projection`` (``[..., r + 1]``)."""
+        if self.basis is None:
+            return x
+        z = x @ self.basis.to(x.dtype)
+        return torch.cat([z, z.new_ones(*z.shape[:-1], 1)], -1)
+
+    def _new_model_prior(self, train_x: Tensor) -> None:
+        """The hidden arms' correction covariance ``I / lam + s^2 E`` (the module doc), from
+        the train features ``train_x [n, d]``."""
+        self.spread = spread_of_models(self.base, train_x)
+        cov = new_model_covariance(self.phi(train_x.double()), self.lam, self.spread)  # [p, p]
+        hidden = self.base.hidden[..., None, None].to(self.rounds.device)  # [R, K, 1, 1]
+        corr = self.correction
+        if isinstance(corr, GramRidgeLearner):
+            extra = torch.linalg.inv(cov) - self.lam * torch.eye(self.phi_dim, dtype=cov.dtype)
+            corr.set_prior(gram=torch.where(hidden, extra.to(corr.gram), 0.0))
+        else:
+            corr.a_inv = torch.where(hidden, cov.to(corr.a_inv), corr.a_inv).contiguous()
+
+    def base_value(self, context: Context) -> tuple[Tensor, Tensor, Tensor]:
+        """The base router's quality predictions (a model it never saw: the mean of the
+        others), costs and values ``y - rho c``, each ``[R, B, K]``, computed as the
+        router's own ``act`` computes them."""
+        base = self.base
+        with torch.no_grad():
+            y_hat, c_hat = base.predict(context)
+            if base.hidden is not None:
+                known = (~base.hidden)[:, None].to(y_hat.dtype)  # [R, 1, K]
+                mean = (y_hat * known).sum(-1, keepdim=True) / known.sum(-1, keepdim=True)
+                y_hat = torch.where(base.hidden[:, None], mean, y_hat)
+            value = y_hat - base.rho.to(y_hat.dtype)[:, None, None] * c_hat
+        return y_hat, c_hat, value
+
+    def predict_quality(self, context: Context) -> Tensor:
+        """The predicted quality ``base_k(x) + x^T theta_k`` (the correction's posterior
+        mean, no bonus), ``x [R, B, d]`` -> ``[R, B, K]``."""
+        y_hat, _, _ = self.base_value(context)
+        x = self.phi(context.x.to(self._dtype()))
+        corr = self.correction
+        if isinstance(corr, GramRidgeLearner):
+            mean = corr.posterior(x)[0]
+        else:
+            mean = ridge_predict(corr.theta, x)
+        return y_hat.to(mean.dtype) + mean
+
+    def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
+        """The correction plus its bonus or draw, ``[R, B, K]``."""
+        raise NotImplementedError
+
+    def _scores(self, context: Context, generator: Source) -> Tensor:
+        """``base value + (correction - its largest value over the arms)``, masked."""
+        _, _, value = self.base_value(context)
+        delta = self._correction_scores(self.phi(context.x.to(self._dtype())), generator)
+        delta = delta - delta.amax(-1, keepdim=True)
+        return mask_scores(value.to(delta.dtype) + delta, context.available)
+
+    def _dtype(self) -> torch.dtype:
+        corr = self.correction
+        return corr.gram.dtype if isinstance(corr, GramRidgeLearner) else corr.theta.dtype
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """``argmax_k`` of the scores (random tie-break): ``x [R, B, d]`` -> one-hot
+        ``probs [R, B, K]``, ``action [R, B]`` (and the ``scores``)."""
+        self._check_context(context)
+        scores = self._scores(context, generator)
+        action = argmax_random_ties(scores, generator)
+        probs = one_hot_probs(action, self.num_arms, context.x.dtype)
+        return Decision(probs=probs, action=action, scores=scores)
+
+    def update(
+        self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
+    ) -> dict[str, Tensor]:
+        """The correction learns ``score - base_k(x)`` on the observed cells. Returns ``{}``."""
+        self._check_context(context)
+        self._check_feedback(context, feedback)
+        y_hat, c_hat, _ = self.base_value(context)
+        observed = feedback.observed
+        if feedback.score is not None:
+            quality = feedback.score
+        else:  # the utility's inverse where it was not clipped
+            quality = feedback.reward + self.base.rho[:, None, None].to(c_hat.dtype) * c_hat
+        target = torch.where(observed, quality.to(y_hat.dtype) - y_hat, 0.0)
+        residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
+        phi = Context(x=self.phi(context.x.to(self._dtype())))
+        self.correction.update(phi, decision, residual, generator)
+        self._tick(context)
+        return {}
+
+
+class ResidualLinUCB(_Residual):
+    """LinUCB on the corrections of a static router (the module doc).
+
+    Score ``base_k(x) - rho c_k(x) + x^T theta_k + alpha sqrt(x^T A_k^{-1} x)`` with
+    ``A_k = lam I + sum x x^T`` over the arm's observations (discounted by ``gamma`` per
+    round, or the last ``window`` contexts: then the D-LinUCB / sliding-window widths).
+
+    Args:
+        num_trials, num_arms, dim: ``R``, ``K``, ``d``.
+        base: the static router (``_FittedRouter``: MLP, kNN, MF, logistic), fitted.
+        train: the train split (needed when the base has hidden arms: the new-model prior).
+        alpha: width of the confidence bonus.
+        lam: the correction's prior precision (a larger value trusts the base longer).
+        gamma: forgetting factor in ``(0, 1]`` (1: none).
+        window: the contexts the correction remembers (``None``: all).
+        projection: ``r``: the correction reads ``phi(x) = [x U, 1]``, ``U [d, r]`` the top
+            ``r`` principal directions of the train features (``0``: its bias alone);
+            ``None`` (the default): ``x`` itself.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+    """
+
+    _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        base: _FittedRouter,
+        train: TrainSplit | None = None,
+        alpha: float = 1.0,
+        lam: float = 10.0,
+        gamma: float = 1.0,
+        window: int | None = None,
+        projection: int | None = None,
+    ) -> None:
+        check_number(type(self).__name__, "alpha", alpha, ge=0)
+        super().__init__(
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            alpha=float(alpha),
+        )  # fmt: skip
+        self.alpha = float(alpha)
+
+    def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
+        corr = self.correction
+        if isinstance(corr, GramRidgeLearner):
+            return corr._scores(x, generator)
+        return corr._scores(x)
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """Exact: uniform over the arms tied at the top score, ``[R, B, K]`` float64."""
+        self._check_context(context)
+        scores = decision.scores
+        if scores is None:
+            scores = self._scores(context, generator)
+        return tie_probs(scores, decision.action)
+
+
+class ResidualLinTS(_Residual):
+    """Linear Thompson sampling on the corrections of a static router (the module doc).
+
+    Each arm's draw is ``base_k(x) - rho c_k(x) + N(x^T theta_k, v^2 x^T A_k^{-1} x)``;
+    with ``v = 0`` no normal is drawn (the greedy residual learner).
+
+    Args: as :class:`ResidualLinUCB`, with the posterior scale ``v`` for ``alpha``.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+    """
+
+    _kinds = (LinTS, DiscountedLinTS, SlidingWindowLinTS)
+
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        base: _FittedRouter,
+        train: TrainSplit | None = None,
+        v: float = 0.5,
+        lam: float = 10.0,
+        gamma: float = 1.0,
+        window: int | None = None,
+        projection: int | None = None,
+    ) -> None:
+        check_number(type(self).__name__, "v", v, ge=0)
+        super().__init__(
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=float(v)
+        )
+        self.v = float(v)
+
+    def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
+        corr = self.correction
+        if isinstance(corr, GramRidgeLearner):
+            mean, _, quad = corr.posterior(x)
+            width = quad.sqrt()
+        else:
+            mean = ridge_predict(corr.theta, x)  # [R, B, K]
+            width = ridge_width(corr.a_inv, x)
+        if self.v == 0:
+            return mean
+        noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
+        return mean + self.v * width * noise
+
+
+__all__ = ["ResidualLinTS", "ResidualLinUCB", "build_base"]
