@@ -243,6 +243,7 @@ def test_a_delayed_run_resumes_bit_for_bit(table, tmp_path):
         ({"lag": 3}, "feedback.lag is not a key"),
         ({"mode": "partial"}, "feedback.mode must be 'bandit' or 'full'"),
         (3, "feedback must be 'bandit', 'full' or a mapping"),
+        ("partial", "feedback must be 'bandit', 'full' or a mapping"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_the_key(table, feedback, message):

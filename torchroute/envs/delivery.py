@@ -68,7 +68,7 @@ class FeedbackOption:
         Raises:
             FeedbackOptionError: one line naming ``feedback.<key>`` and what was expected.
         """
-        if isinstance(spec, str):
+        if isinstance(spec, str) and spec in MODES:
             spec = {"mode": spec}
         if not isinstance(spec, Mapping):
             raise FeedbackOptionError(
