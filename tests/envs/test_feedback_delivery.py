@@ -210,6 +210,17 @@ def test_without_the_option_the_env_is_as_before(table):
     assert _env(table, {"delay": 3}).fingerprint()["feedback"] != "bandit"
 
 
+def test_selected_trials_keep_their_rated_rounds_and_noise(table):
+    option = {"mode": "full", "rate": 0.5, "noise": 0.1}
+    env = _env(table, option)
+    part = env.select_trials([2, 1])
+    assert torch.equal(part.feedback_arrives, env.feedback_arrives[[2, 1]])
+    whole, _ = _run(env)
+    piece, _ = _run(part)
+    for a, b in zip(whole.calls, piece.calls):
+        assert torch.equal(a[4][[2, 1]], b[4]) and torch.equal(a[3][[2, 1]], b[3])
+
+
 def test_a_delayed_run_resumes_bit_for_bit(table, tmp_path):
     env = _env(table, {"delay": 5, "rate": 0.5, "noise": 0.1})
     whole = EXP3.from_problem(env.problem())

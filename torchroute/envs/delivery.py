@@ -136,7 +136,7 @@ class FeedbackSchedule:
         self.option, self.horizon, self.binary = option, int(horizon), bool(binary)
         labels = pd.DataFrame({"seed": seeds.cpu().numpy()})
         self._rate_keys = trial_keys(labels, 0, "feedback_rate")
-        self._noise_keys = trial_keys(labels, 0, "feedback_noise").to(device)
+        self._noise = TrialRNG(trial_keys(labels, 0, "feedback_noise").to(device))
         rated = TrialRNG(self._rate_keys).uniform((seeds.numel(), self.horizon), torch.float64)
         rated = rated < option.rate  # [R, T]
         rated[:, max(self.horizon - option.delay, 0) :] = False  # arrives after the end
@@ -148,7 +148,7 @@ class FeedbackSchedule:
         out = object.__new__(FeedbackSchedule)
         out.option, out.horizon, out.binary = self.option, self.horizon, self.binary
         out._rate_keys = self._rate_keys[index]
-        out._noise_keys = self._noise_keys[index.to(self._noise_keys.device)]
+        out._noise = self._noise.select(index)
         out.arrives = self.arrives[index]
         out._arrives_on = self._arrives_on[index.to(self._arrives_on.device)]
         return out
@@ -158,11 +158,12 @@ class FeedbackSchedule:
         noise = self.option.noise
         if noise == 0.0:
             return scores
-        draws = TrialRNG(self._noise_keys, counter=t)
+        draws = self._noise
+        draws.counter = t  # round t's draws, whatever was drawn before (resume included)
         if self.binary:
-            flip = draws.uniform(tuple(scores.shape), torch.float64).to(scores.device) < noise
+            flip = draws.uniform(tuple(scores.shape), torch.float64) < noise
             return torch.where(flip, 1.0 - scores, scores)
-        shift = draws.normal(tuple(scores.shape), torch.float64).to(scores.device)
+        shift = draws.normal(tuple(scores.shape), torch.float64)
         return (scores + noise * shift.to(scores.dtype)).clamp(0.0, 1.0)
 
     def rated(self, t: int) -> Tensor:
