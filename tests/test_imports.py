@@ -31,7 +31,7 @@ LAYERS: dict[str, int] = {
     "functional": 1,  # pure tensor math
     # 2: the objects of one round: types, tables, learners, envs, the feature map
     **dict.fromkeys(["types", "data", "learners", "envs", "features", ""], 2),
-    "loop": 3,  # the simulation loop
+    **dict.fromkeys(["loop", "feedback_queue"], 3),  # the simulation loop, its pending feedback
     "run": 4,  # a config -> a finished run folder
     # 5: what reads or serves runs, and the commands built on run
     **dict.fromkeys(["serve", "ope", "report", "devicecheck", "sweep", "gap"], 5),

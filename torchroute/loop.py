@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.envs.base import Env
 from torchroute.errors import NonFiniteError
+from torchroute.feedback_queue import PendingFeedback
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.heartbeat import Heartbeat, show_bar
 from torchroute.learners.base import Learner
@@ -71,7 +72,11 @@ def simulate(
     """Run ``learner`` on ``env`` for ``env.horizon`` rounds.
 
     Per round: ``context -> learner.act -> env.step -> learner.update``, all batched over
-    ``R`` trials with no host sync. Every ``log_every`` rounds the running metrics are
+    ``R`` trials with no host sync. With an env whose feedback comes late or for some
+    requests only (``env.feedback_delay``, ``env.feedback_arrives``), the round's batch is
+    kept pending (:class:`PendingFeedback`) and handed to ``learner.update`` in the round
+    its feedback arrives; a trial whose decision is never rated is not updated by it.
+    Every ``log_every`` rounds the running metrics are
     synced once, checked for NaN/inf together with the learner's state, recorded in the
     curves and sent to ``tracker``; every ``ckpt_every`` rounds (and at the end) a
     checkpoint is written atomically to ``ckpt_path``. ``resume_from`` continues a run
@@ -101,7 +106,8 @@ def simulate(
             (:class:`~torchroute.heartbeat.Heartbeat`).
         desc: progress-bar label (also names the learner in errors).
         on_round: called with ``(t, context, decision, feedback)`` every round, after
-            ``env.step`` and before ``learner.update`` (e.g. to log the decisions).
+            ``env.step`` and before ``learner.update`` (e.g. to log the decisions); the
+            feedback is the round's, as it will arrive.
 
     Returns:
         A :class:`SimulationResult`.
@@ -119,9 +125,10 @@ def simulate(
     generator = _source(rng, env, seed)
     metrics = RunningMetrics(env.num_trials, env.device, env.curve_keys)
     name = desc or type(learner).__name__
+    pending = PendingFeedback(env)
     start = 0
     if resume_from is not None:
-        start = _restore(resume_from, learner, env, generator, metrics, config)
+        start = _restore(resume_from, learner, env, generator, metrics, config, pending)
 
     def checkpoint(t: int) -> None:
         if ckpt_path is not None:
@@ -136,6 +143,7 @@ def simulate(
                     "env_fingerprint": env.fingerprint(),
                     "metrics": metrics.state_dict(),
                     "config": config or {},
+                    **pending.checkpoint_entry(),
                 },
             )
 
@@ -148,7 +156,7 @@ def simulate(
         feedback, outcome = env.step(context, decision, generator)
         if on_round is not None:
             on_round(t, context, decision, feedback)
-        stats = learner.update(context, decision, feedback, generator)
+        stats = pending.update(learner, t, (context, decision, feedback), generator)
         metrics.add(outcome)
         if stats:
             metrics.add_learner_stats(stats)
@@ -221,7 +229,7 @@ def _source_state(source: torch.Generator | TrialRNG) -> dict[str, Any]:
     return {"generator": source.get_state()}
 
 
-def _restore(path, learner, env, generator, metrics, config) -> int:
+def _restore(path, learner, env, generator, metrics, config, pending) -> int:
     payload = load_checkpoint(path)
     if payload.get("config", {}) != (config or {}):
         raise CheckpointError(
@@ -255,6 +263,7 @@ def _restore(path, learner, env, generator, metrics, config) -> int:
         else:
             generator.set_state(payload["generator"])
         metrics.load_state_dict(payload["metrics"])
+        pending.load_state_dict(payload.get("pending"))
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {path} does not fit this run: {exc}") from exc
     return done

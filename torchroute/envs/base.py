@@ -72,6 +72,12 @@ class Env(ABC):
             them): the env's rounds can then be written as a decision log (one row per
             decision: context, arm, propensity, and :meth:`logged_feedback`'s score and
             cost). Subset envs keep ``False``.
+        feedback_delay: rounds between a decision and the round the loop hands its
+            feedback to ``learner.update`` (0: the same round).
+        feedback_arrives: ``[R, T]`` bool on the CPU, whether the feedback of round ``t``
+            ever reaches the learner (``None``: every round's does); the loop reads it
+            without a device sync. The feedback ``step`` returns for a round that is never
+            rated observes nothing (``observed`` all ``False``).
     """
 
     num_trials: int
@@ -79,6 +85,8 @@ class Env(ABC):
     horizon: int
     curve_keys: tuple[str, ...] = ("regret",)
     single_choice: bool = False
+    feedback_delay: int = 0
+    feedback_arrives: Tensor | None = None
 
     def logged_feedback(
         self, context: Context, decision: Decision, feedback: Feedback
@@ -87,12 +95,16 @@ class Env(ABC):
         decision log records them (for envs with :attr:`single_choice`).
 
         Default: ``feedback.score`` (the reward when the env has no separate score) and
-        ``feedback.cost`` (zero when it has none) at ``decision.action``.
+        ``feedback.cost`` (zero when it has none) at ``decision.action``; NaN (no feedback,
+        as a decision log marks a request never rated) where the chosen arm is not
+        observed.
         """
         action = decision.action[..., None]  # [R, B, 1]
         score = feedback.reward if feedback.score is None else feedback.score
         cost = torch.zeros_like(score) if feedback.cost is None else feedback.cost
-        return score.gather(-1, action)[..., 0], cost.gather(-1, action)[..., 0]
+        seen = feedback.observed.gather(-1, action)[..., 0]
+        score, cost = score.gather(-1, action)[..., 0], cost.gather(-1, action)[..., 0]
+        return score.masked_fill(~seen, torch.nan), cost.masked_fill(~seen, torch.nan)
 
     @property
     @abstractmethod

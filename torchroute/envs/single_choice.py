@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from torchroute.data.table import RoutingTable
 from torchroute.envs.base import Env
+from torchroute.envs.delivery import FeedbackOption, FeedbackSchedule
 from torchroute.functional.random import Source
 from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
@@ -43,7 +44,10 @@ class SingleChoiceEnv(Env):
         horizon: rounds ``T``; the whole split when ``None``.
         features: ``[n, d]`` bandit features for every table row (defaults to the
             table's embeddings).
-        feedback: ``"bandit"`` (the played arm and the requested ones) or ``"full"``.
+        feedback: ``"bandit"`` (the played arm and the requested ones) or ``"full"``, or a
+            mapping ``{mode, delay, rate, noise}`` (:mod:`torchroute.envs.delivery`):
+            feedback that arrives ``delay`` rounds late, for a ``rate`` of the requests,
+            with noise on the scores the learner sees (the results stay on the true ones).
         device: where every tensor lives.
         dtype: floating dtype of contexts and rewards.
         scenario: a list of events (a new model, drift, a price change;
@@ -88,7 +92,7 @@ class SingleChoiceEnv(Env):
         split: str | Sequence[str] = "test",
         horizon: int | None = None,
         features: Tensor | None = None,
-        feedback: Literal["bandit", "full"] = "bandit",
+        feedback: Literal["bandit", "full"] | Mapping[str, Any] = "bandit",
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         scenario: Any = None,
@@ -108,8 +112,7 @@ class SingleChoiceEnv(Env):
             raise ValueError("rho and seeds must name at least one trial")
         if (rho_t < 0).any() or not torch.isfinite(rho_t).all():
             raise ValueError(f"rho must be finite and >= 0, got {rho_t.tolist()}")
-        if feedback not in ("bandit", "full"):
-            raise ValueError(f"feedback must be 'bandit' or 'full', got {feedback!r}")
+        option = FeedbackOption.from_config(feedback)
         feats = table.embeddings if features is None else torch.as_tensor(features)
         if feats is None:
             raise ValueError(
@@ -133,7 +136,8 @@ class SingleChoiceEnv(Env):
         self.table = table
         self.split = split
         self.horizon = horizon
-        self.feedback = feedback
+        self.feedback = option.mode
+        self.feedback_option = option
         self.num_trials = rho_t.numel()
         self.num_arms = table.num_arms
         self.dim = feats.shape[1]
@@ -158,6 +162,14 @@ class SingleChoiceEnv(Env):
         self._arm_sums = torch.zeros(2, self.num_trials, self.num_arms, dtype=torch.float64)
         self._arm_sums = self._arm_sums.to(device)  # [2, R, K]
         self._round = 0  # the round of the last context() call
+        self.feedback_schedule: FeedbackSchedule | None = None
+        if not option.immediate:
+            binary = bool(((table.scores == 0) | (table.scores == 1)).all())
+            self.feedback_schedule = FeedbackSchedule(
+                option, seeds_t, horizon, binary, self._stream.device
+            )
+            self.feedback_delay = option.delay
+            self.feedback_arrives = self.feedback_schedule.arrives
         self.scenario: Scenario | None = None
         if events:
             from torchroute.envs.scenario import RECOVER_TOLERANCE, Scenario
@@ -212,6 +224,9 @@ class SingleChoiceEnv(Env):
         if self.scenario is not None:
             env.scenario = self.scenario.select(on)
             env._trace = self._trace[on]
+        if self.feedback_schedule is not None:
+            env.feedback_schedule = self.feedback_schedule.select(idx)
+            env.feedback_arrives = env.feedback_schedule.arrives
         return env
 
     def problem(self) -> Problem:
@@ -313,11 +328,17 @@ class SingleChoiceEnv(Env):
             # a model that does not exist yet is neither observed nor the best choice
             observed &= context.available
             best = utility_.masked_fill(~context.available, float("-inf"))
+        seen_utility, seen_scores = utility_, scores
+        if self.feedback_schedule is not None:  # late, for some requests, with noise
+            seen_scores = self.feedback_schedule.seen_scores(self._round, scores)
+            seen_utility = utility(seen_scores, costs, self.rho[:, None, None])
+            observed &= self.feedback_schedule.rated(self._round)
+            only_played = only_played and self.feedback_option.rate == 1.0
         zero = utility_.new_zeros(())
         feedback = Feedback(
-            reward=torch.where(observed, utility_, zero),
+            reward=torch.where(observed, seen_utility, zero),
             observed=observed,
-            score=torch.where(observed, scores, zero),
+            score=torch.where(observed, seen_scores, zero),
             cost=torch.where(observed, costs, zero),
             only_played=only_played,
         )
@@ -439,7 +460,7 @@ class SingleChoiceEnv(Env):
             "table": self.table.fingerprint(),
             "split": list(self.split) if not isinstance(self.split, str) else self.split,
             "horizon": self.horizon,
-            "feedback": self.feedback,
+            "feedback": self.feedback_option.fingerprint(),
             "seeds": self.seeds.tolist(),
             "rho": self.rho.detach().cpu().double().tolist(),
         } | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})
