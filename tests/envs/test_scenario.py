@@ -140,6 +140,40 @@ def test_results_before_after_and_recover_columns(tiny_table):
     assert summary["recover_trials"].tolist() == [2, 1, 2]
 
 
+def test_cost_and_accuracy_per_phase_by_hand(tiny_table):
+    # trial 0 always plays arm3 (its price x4 from round 10), trial 1 arm1 (its score -0.3)
+    scenario = [
+        {"kind": "price", "arm": "arm3", "at": 0.5, "factor": 4.0},
+        {"kind": "drift", "arm": "arm1", "at": 0.5, "score_shift": -0.3},
+    ]
+    env = _env(tiny_table, scenario)
+    rows = []
+    summary = simulate(
+        BestSingleArm(2, 4, torch.eye(4)[[3, 1]]),
+        env,
+        progress=False,
+        log_every=7,
+        on_round=lambda t, ctx, d, fb: rows.append(ctx.index[:, 0].tolist()),
+    ).summary
+    c = 10
+    for r, arm in enumerate((3, 1)):
+        index = [row[r] for row in rows]
+        scores = [float(tiny_table.scores[i, arm]) for i in index]
+        costs = [float(tiny_table.costs[i, arm]) for i in index]
+        if arm == 1:
+            scores = scores[:c] + [min(max(s - 0.3, 0.0), 1.0) for s in scores[c:]]
+        else:
+            costs = costs[:c] + [4.0 * x for x in costs[c:]]
+        expected = {
+            "accuracy_before": sum(scores[:c]) / c,
+            "accuracy_after": sum(scores[c:]) / (len(index) - c),
+            "avg_cost_before": sum(costs[:c]) / c,
+            "avg_cost_after": sum(costs[c:]) / (len(index) - c),
+        }
+        for column, value in expected.items():
+            assert summary[column][r] == pytest.approx(value, rel=1e-6), (r, column)
+
+
 def test_no_scenario_adds_no_column_and_no_mask(tiny_table):
     env = _env(tiny_table, None)
     assert env.context(0).available is None and env.problem().hidden_arms is None
