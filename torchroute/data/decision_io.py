@@ -34,8 +34,10 @@ def decisions_to_frame(log: DecisionLog) -> pd.DataFrame:
     frame["cost"] = log.cost.numpy()
     if log.learner is not None:
         frame["learner"] = list(log.learner)
-    if log.rho is not None:
-        frame["rho"] = log.rho.numpy()
+    for name in ("rho", "seed", "trial"):
+        value = getattr(log, name)
+        if value is not None:
+            frame[name] = value.numpy()
     return frame
 
 

@@ -166,6 +166,7 @@ class RunOptions:
     ckpt_every: int | None
     resume: str | None
     log_decisions: bool
+    log_contexts: bool
     progress: bool
     report: bool
     report_sections: tuple[str, ...]
@@ -226,6 +227,7 @@ class RunOptions:
         device = str(c.get("device", "cpu"))
         check_device_name(device)
         log_decisions = _flag(c, "log_decisions", False)
+        log_contexts = _flag(c, "log_contexts", False)
         loop_seed = c.get("loop_seed", 0)
         if not isinstance(loop_seed, int) or isinstance(loop_seed, bool):
             raise ConfigError(f"loop_seed must be an integer, got {loop_seed!r}")
@@ -260,6 +262,7 @@ class RunOptions:
             ckpt_every=ckpt_every,
             resume=None if not c.get("resume") else str(c["resume"]),
             log_decisions=log_decisions,
+            log_contexts=log_contexts,
             progress=_flag(c, "progress", True),
             report=_flag(c, "report", True),
             report_sections=_report_sections(c.get("report_sections")),
