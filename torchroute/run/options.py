@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from torchroute.errors import ConfigError, SectionError
+from torchroute.run.report_regimes import RuleSpec, check_regime_rule
 
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
@@ -170,6 +171,7 @@ class RunOptions:
     progress: bool
     report: bool
     report_sections: tuple[str, ...]
+    report_regimes: RuleSpec
     overwrite: bool
 
     @classmethod
@@ -266,6 +268,7 @@ class RunOptions:
             progress=_flag(c, "progress", True),
             report=_flag(c, "report", True),
             report_sections=_report_sections(c.get("report_sections")),
+            report_regimes=check_regime_rule(c.get("report_regimes")),
             overwrite=_flag(c, "overwrite", False),
         )
 
