@@ -169,7 +169,8 @@ class SingleChoiceEnv(Env):
 
             if recover_tolerance is None:
                 recover_tolerance = RECOVER_TOLERANCE
-            self.scenario = Scenario(events, table.arm_names, self._best_arms(), horizon)
+            best = self._best_arms(events)
+            self.scenario = Scenario(events, table.arm_names, best, horizon)
             self.scenario = self.scenario.to(device)
             after = horizon - self.scenario.change
             if recover_window is not None and not 1 <= int(recover_window) <= after // 2:
@@ -184,11 +185,12 @@ class SingleChoiceEnv(Env):
             # each trial's utility per round, for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
 
-    def _best_arms(self) -> Tensor:
-        """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
-        from torchroute.envs.scenario import best_arms
+    def _best_arms(self, events: Sequence[Any]) -> dict[str, Tensor]:
+        """What ``arm: best`` means per ``best_at``: ``[R]`` each trial's arm of largest
+        mean train utility at its rho, or the validation split's at the run's middle rho."""
+        from torchroute.envs.scenario import best_arms_of
 
-        return best_arms(self.table, self.rho)
+        return best_arms_of(events, self.table, self.rho)
 
     @property
     def device(self) -> torch.device:
