@@ -116,3 +116,18 @@ def test_the_rule_from_the_command_line_or_the_runs_config(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--regimes must be auto, cabs, tertiles" in err[0]
     assert (run / "report.md").read_text() == before
+
+
+def test_a_bad_rule_in_the_runs_config_or_a_simulate_override_is_one_line(tmp_path, capsys):
+    from tests.conftest import LINUCB_NODE, tiny_run_config
+    from torchroute.run import RunOptions
+
+    run = _dollar_run(tmp_path / "run")
+    (run / "config.yaml").write_text("report_regimes: fourths\n")
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.yaml: report_regimes must be auto" in err[0]
+    assert not (run / "report.md").exists()
+    cfg = tiny_run_config(tmp_path / "sim", {"linucb": LINUCB_NODE}, "report_regimes=[800,300]")
+    with pytest.raises(ConfigError, match=r"^report_regimes must be auto"):
+        RunOptions.from_config(cfg)

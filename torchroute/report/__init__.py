@@ -252,11 +252,13 @@ def _assign_regimes(
 
 
 def _configured(run_dir: str | Path) -> RuleSpec:
-    """The ``report_regimes`` key of ``run_dir/config.yaml`` (``auto`` without one)."""
+    """The ``report_regimes`` key of ``run_dir/config.yaml`` (``auto`` without one, or when
+    the file cannot be read: the rest of the report does without it too)."""
     path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
+    try:
+        value = OmegaConf.to_container(OmegaConf.load(path)).get("report_regimes")
+    except Exception:  # a missing or unreadable config only costs the run's own rule
         return "auto"
-    value = OmegaConf.to_container(OmegaConf.load(path)).get("report_regimes")
     return check_regime_rule(value, f"{path}: report_regimes")
 
 
