@@ -77,6 +77,51 @@ def test_logged_decisions_are_the_learners_and_leave_results_alone(tmp_path):
         assert set(log.learner) == {"squarecb"}
 
 
+def test_a_log_names_seed_and_trial_and_keeps_contexts_only_when_asked(tmp_path):
+    """By default a run's log has no features or embedding; ``log_contexts=true`` writes
+    the features the learner saw (the run's feature map of each logged query)."""
+    lean, full = tmp_path / "lean", tmp_path / "full"
+    grid = ("rhos=[0,100]", "seeds=[5,7]", "log_decisions=true")
+    run_config(_config(lean, *grid))
+    cfg = _config(full, *grid, "log_contexts=true")
+    run_config(cfg)
+    features = build_env(RunOptions.from_config(cfg), torch.device("cpu")).features
+    table = make_table()
+    # trials are rhos x seeds, rho first: (0, 5), (0, 7), (100, 5), (100, 7)
+    for trial, (rho, seed) in enumerate(((0.0, 5), (0.0, 7), (100.0, 5), (100.0, 7))):
+        name = f"trial{trial}.parquet"
+        small = load_decisions(lean / "decisions" / "squarecb" / name)
+        big = load_decisions(full / "decisions" / "squarecb" / name)
+        assert small.features is None and small.embedding is None
+        assert small.seed.tolist() == [seed] * small.num_decisions
+        assert small.trial.tolist() == [trial] * small.num_decisions
+        assert small.rho.tolist() == [rho] * small.num_decisions
+        rows = [table.query_ids.index(q) for q in big.query_ids]
+        torch.testing.assert_close(big.features, features[rows].double())
+        assert big.query_ids == small.query_ids and big.action.tolist() == small.action.tolist()
+    size = (lean / "decisions" / "squarecb" / "trial0.parquet").stat().st_size
+    assert size < (full / "decisions" / "squarecb" / "trial0.parquet").stat().st_size
+
+
+def test_evaluate_and_warm_start_name_the_option_a_lean_log_lacks(tmp_path, capsys):
+    from torchroute.cli import main
+    from torchroute.learners.warm_start import logged_rows
+
+    out = tmp_path / "lean"
+    cfg = _config(out, "log_decisions=true")
+    run_config(cfg)
+    path = out / "decisions" / "squarecb" / "trial0.parquet"
+    capsys.readouterr()
+    args = ["evaluate", f"logs={path}", "targets=[random]", f"out_dir={tmp_path / 'ope'}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "log_contexts=true" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "ope" / "ope.csv").exists()
+    problem = build_env(RunOptions.from_config(cfg), torch.device("cpu")).env.problem()
+    with pytest.raises(ValueError, match=r"features' column .*log_contexts=true"):
+        logged_rows(problem, load_decisions(path), 10.0, "learners.linucb", str(path))
+
+
 def test_log_decisions_with_resume_is_refused(tmp_path):
     cfg = _config(tmp_path / "x", "log_decisions=true", f"resume={tmp_path / 'c.pt'}")
     with pytest.raises(ConfigError, match="log_decisions=true cannot go with resume"):
@@ -87,7 +132,8 @@ def test_log_decisions_with_resume_is_refused(tmp_path):
 
 def test_low_rank_experts_log_their_decisions(tmp_path):
     """LowRankExperts declares single_choice: its rounds become logs with the features the
-    learner saw and, as score, the chosen expert's exact quality (R_a(q) + 1) / 2."""
+    learner saw (its only context, kept without log_contexts) and, as score, the chosen
+    expert's exact quality (R_a(q) + 1) / 2."""
     out = tmp_path / "lre"
     cfg = _config(out, "log_decisions=true", "env=low_rank_experts", "rounds=6")
     cfg.data = None

@@ -75,6 +75,46 @@ def test_round_trip_through_save(tmp_path: Path):
         assert torch.allclose(back.score, log.score, equal_nan=True)
 
 
+def test_seed_and_trial_round_trip_and_must_be_whole_numbers(tmp_path: Path):
+    log = decisions_from_frame(_frame().assign(seed=[3, 3, 3, 3], trial=[7, 7, 7, 7]))
+    assert log.seed.tolist() == [3, 3, 3, 3] and log.trial.tolist() == [7, 7, 7, 7]
+    for name in ("x.parquet", "x.csv"):
+        back = load_decisions(save_decisions(log, tmp_path / name))
+        assert back.seed.tolist() == [3, 3, 3, 3] and back.trial.tolist() == [7, 7, 7, 7]
+    for column, bad, what in (("seed", 1.5, "whole number"), ("trial", -1, "out of range")):
+        frame = _frame().assign(**{column: [0, bad, 0, 0]})
+        with pytest.raises(DecisionLogError, match=rf"row 2 .*'{column}'.*{what}"):
+            decisions_from_frame(frame, source="log.csv")
+
+
+def test_a_dense_log_is_written_losslessly_in_well_under_its_raw_bytes(tmp_path: Path):
+    # 1,793 decisions over 11 models with a dense distribution each (a SquareCB-like policy
+    # computed in float32, as a run's learners do, and logged as float64)
+    n, k = 1793, 11
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(n, k, generator=g), 1).double()
+    action = torch.multinomial(probs, 1, generator=g)[:, 0]
+    frame = pd.DataFrame(
+        {
+            "request_id": [str(i) for i in range(n)],
+            "query_id": [f"q{i}" for i in range(n)],
+            "arm": [f"m{a}" for a in action.tolist()],
+            "propensity": probs.gather(1, action[:, None])[:, 0].numpy(),
+            "arms": [[f"m{j}" for j in range(k)]] * n,
+            "probabilities": probs.tolist(),
+            "score": torch.randint(0, 2, (n,), generator=g).double().numpy(),
+            "cost": (torch.rand(n, generator=g).double() * 1e-3).numpy(),
+        }
+    )
+    log = decisions_from_frame(frame)
+    path = save_decisions(log, tmp_path / "dense.parquet")
+    back = load_decisions(path)
+    assert torch.equal(back.probabilities, log.probabilities)
+    assert torch.equal(back.cost, log.cost) and torch.equal(back.propensity, log.propensity)
+    # the probabilities alone are n * k * 8 = 157,784 raw bytes
+    assert path.stat().st_size < 0.75 * n * k * 8
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

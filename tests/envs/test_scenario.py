@@ -8,9 +8,14 @@ import math
 import pytest
 import torch
 
-from tests.conftest import make_table, naive_best_arms
+from tests.conftest import make_priced_table, make_table, naive_best_arms
 from torchroute.envs import SingleChoiceEnv
-from torchroute.envs.scenario import ScenarioError, rounds_to_recover
+from torchroute.envs.scenario import (
+    ScenarioError,
+    new_model_names,
+    parse_scenario,
+    rounds_to_recover,
+)
 from torchroute.learners import BestSingleArm, LinUCB, RandomRouter
 from torchroute.loop import simulate
 from torchroute.types import Decision
@@ -138,6 +143,95 @@ def test_results_before_after_and_recover_columns(tiny_table):
     got = torch.tensor(summary["rounds_to_recover"].to_numpy())
     torch.testing.assert_close(got, expected, equal_nan=True)
     assert summary["recover_trials"].tolist() == [2, 1, 2]
+
+
+def test_cost_and_accuracy_per_phase_by_hand(tiny_table):
+    # trial 0 always plays arm3 (its price x4 from round 10), trial 1 arm1 (its score -0.3)
+    scenario = [
+        {"kind": "price", "arm": "arm3", "at": 0.5, "factor": 4.0},
+        {"kind": "drift", "arm": "arm1", "at": 0.5, "score_shift": -0.3},
+    ]
+    env = _env(tiny_table, scenario)
+    rows = []
+    summary = simulate(
+        BestSingleArm(2, 4, torch.eye(4)[[3, 1]]),
+        env,
+        progress=False,
+        log_every=7,
+        on_round=lambda t, ctx, d, fb: rows.append(ctx.index[:, 0].tolist()),
+    ).summary
+    c = 10
+    for r, arm in enumerate((3, 1)):
+        index = [row[r] for row in rows]
+        scores = [float(tiny_table.scores[i, arm]) for i in index]
+        costs = [float(tiny_table.costs[i, arm]) for i in index]
+        if arm == 1:
+            scores = scores[:c] + [min(max(s - 0.3, 0.0), 1.0) for s in scores[c:]]
+        else:
+            costs = costs[:c] + [4.0 * x for x in costs[c:]]
+        expected = {
+            "accuracy_before": sum(scores[:c]) / c,
+            "accuracy_after": sum(scores[c:]) / (len(index) - c),
+            "avg_cost_before": sum(costs[:c]) / c,
+            "avg_cost_after": sum(costs[c:]) / (len(index) - c),
+        }
+        for column, value in expected.items():
+            assert summary[column][r] == pytest.approx(value, rel=1e-6), (r, column)
+
+
+def _val_best(table, rho: float) -> int:
+    """The arm of largest mean validation utility at ``rho``, by a loop over arms."""
+    rows = table.rows("val")
+    means = [
+        float((table.scores[rows, k] - rho * table.costs[rows, k]).clamp(0, 1).mean())
+        for k in range(table.num_arms)
+    ]
+    return means.index(max(means))
+
+
+def test_best_at_validation_is_one_arm_for_every_trial_at_the_middle_rho():
+    table = make_priced_table()
+    rho = [0.0, 0.0, 20.0, 100.0, 100.0]  # distinct 0, 20, 100: the middle is 20
+    per_rho = naive_best_arms(table, rho)
+    assert len(set(per_rho)) > 1  # arm: best would change a different model per rho
+    event = {"kind": "new_model", "arm": "best", "at": 0.5, "best_at": "validation"}
+    env = _env(table, [event], rho=rho, seeds=[0, 1, 0, 0, 1])
+    arm = _val_best(table, 20.0)
+    assert env.problem().hidden_arms.tolist() == [[k == arm for k in range(4)]] * 5
+    assert new_model_names([event], table, rho) == [table.arm_names[arm]]
+    # the trials of one piece of the run keep the run's arm
+    piece = env.select_trials([3])
+    assert piece.problem().hidden_arms.tolist() == [[k == arm for k in range(4)]]
+    # the default is each trial's own best on the train split, as before
+    plain = _env(table, [{"kind": "new_model", "arm": "best", "at": 0.5}], rho=rho, seeds=[0] * 5)
+    assert plain.problem().hidden_arms.long().argmax(1).tolist() == per_rho
+
+
+def test_best_at_keeps_the_fingerprint_of_events_without_it():
+    plain = parse_scenario([{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.1}])
+    assert plain[0].fingerprint() == {"kind": "drift", "arm": "best", "at": 0.5, "value": -0.1}
+    chosen = parse_scenario(
+        [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.1, "best_at": "validation"}]
+    )
+    assert chosen[0].fingerprint()["best_at"] == "validation"
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (
+            {"arm": "best", "best_at": "test"},
+            r"scenario\[0\]\.best_at must be one of train, validation",
+        ),
+        (
+            {"arm": "arm1", "best_at": "validation"},
+            r"scenario\[0\]\.best_at chooses the arm of 'arm: best'",
+        ),
+    ],
+)
+def test_a_bad_best_at_names_the_key(event, message):
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario([{"kind": "new_model", "at": 0.5, **event}])
 
 
 def test_no_scenario_adds_no_column_and_no_mask(tiny_table):

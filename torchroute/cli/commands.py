@@ -124,7 +124,9 @@ def _report_what_finished(opts) -> None:
     if not finished_learners(opts.out_dir):
         return
     try:
-        text = write_report([opts.out_dir], sections=opts.report_sections)
+        text = write_report(
+            [opts.out_dir], sections=opts.report_sections, regimes=opts.report_regimes
+        )
     except Exception as exc:  # the run's own error is the one to show
         log.warning("no report of the finished learners: %s", one_line(exc))
         return
@@ -160,11 +162,16 @@ def report(args: argparse.Namespace) -> None:
     """``torchroute report``: tables and plots of a finished run folder."""
     from torchroute.report import write_report
     from torchroute.report.sections import choose_sections
+    from torchroute.run.report_regimes import check_regime_rule
     from torchroute.serve.startup import trusted_prefixes
 
     trusted = trusted_prefixes(args.trust)
     sections = choose_sections(args.section, args.dirs, trusted) if args.section else None
-    print(write_report(args.dirs, out_dir=args.out, reference=args.reference, sections=sections))
+    regimes = None if args.regimes is None else check_regime_rule(args.regimes, "--regimes")
+    text = write_report(
+        args.dirs, out_dir=args.out, reference=args.reference, sections=sections, regimes=regimes
+    )
+    print(text)
 
 
 #: overrides that turn pretrain's tracking off (``logger`` is also a config group name, so

@@ -33,6 +33,7 @@ def finish(opts: RunOptions, results: pd.DataFrame, companions: Sequence[RunOpti
                 reference=reference,
                 sections=opts.report_sections,
                 companions=[c.out_dir for c in companions],
+                regimes=opts.report_regimes,
             )
         )
     return "\n".join(lines)

@@ -148,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="a plug-in package whose report sections the run may declare; repeatable",
     )
+    p.add_argument(
+        "--regimes",
+        default=None,
+        metavar="RULE",
+        help="the cost regimes: auto, cabs (rho <= 300 / >= 800), tertiles (of the run's "
+        "rhos) or LOW_MAX,HIGH_MIN (default: the run's report_regimes, else auto)",
+    )
     p.set_defaults(func=commands.report)
     p = sub.add_parser(
         "data", help="inspect a table, or convert it to the generic format", add_help=False

@@ -52,6 +52,13 @@ class CellChecker:
                 self.fail(i, column, f"{v!r} is out of range; expected{_range(lo, hi, open_lo)}")
         return torch.tensor(values, dtype=torch.float64)
 
+    def integers(self, column: str) -> Tensor:
+        """The whole numbers ``>= 0`` of ``column`` as ``[n]`` long."""
+        values = self.floats(column, lo=0.0, hi=None)
+        for i in torch.nonzero(values != values.round()).flatten()[:1].tolist():
+            self.fail(i, column, f"{float(values[i])!r} is not a whole number >= 0")
+        return values.long()
+
     def lists(self, column: str, kind: type) -> list[list]:
         """The list cells of ``column`` (native lists or JSON text), each element a ``kind``."""
         out = []

@@ -14,6 +14,7 @@ The format (Parquet with native list columns, or CSV with list cells JSON-encode
     probabilities  list<float64>, the behaviour policy's probability of each of ``arms``
     score, cost    float64, null when no feedback arrived
     learner, rho   optional metadata
+    seed, trial    optional metadata: the trial's stream seed and its index in the run
 
 Other columns are ignored. :func:`load_decisions` checks every cell and raises a one-line
 :class:`DecisionLogError` naming the file, the row and the column.
@@ -53,6 +54,7 @@ class DecisionLog:
         query_ids, text: ``n`` strings each, or ``None``.
         timestamp: ``[n]`` float64 or ``None``.
         learner: the behaviour learner's name per row, or ``None``; rho: ``[n]`` or ``None``.
+        seed, trial: ``[n]`` long (the simulated trial's stream seed and index) or ``None``.
         source: where the log came from (errors name it).
     """
 
@@ -70,6 +72,8 @@ class DecisionLog:
     timestamp: Tensor | None = None
     learner: tuple[str, ...] | None = None
     rho: Tensor | None = None
+    seed: Tensor | None = None
+    trial: Tensor | None = None
     source: str = "<in-memory log>"
 
     @property
@@ -199,6 +203,8 @@ def decisions_from_frame(
         timestamp=check.floats("timestamp", lo=None, hi=None) if "timestamp" in frame else None,
         learner=tuple(check.strings("learner")) if "learner" in frame else None,
         rho=check.floats("rho", lo=0.0, hi=None) if "rho" in frame else None,
+        seed=check.integers("seed") if "seed" in frame else None,
+        trial=check.integers("trial") if "trial" in frame else None,
         source=source,
     )
 

@@ -10,10 +10,12 @@ A scenario is a list of events, each replayed identically for every learner and 
 
 ``arm`` names a model of the table, or ``best``: per trial, the arm with the largest mean
 utility ``clip(Y - rho C, 0, 1)`` on the train split at that trial's ``rho`` (so each cost
-regime changes its own best arm). ``at`` is a fraction of the rounds in ``(0, 1)``; the
-event starts at round ``floor(at T)`` (0-based). The change round of the results
-(``avg_utility_before`` / ``avg_utility_after``, ``rounds_to_recover``) is the earliest
-event's.
+regime changes its own best arm); with ``best_at: validation``, the arm with the largest
+mean utility on the validation split at the run's middle rho (:func:`middle_rho`), one arm
+for every trial, so a curve over rho shows one world. ``at`` is a fraction of the rounds
+in ``(0, 1)``; the event starts at round ``floor(at T)`` (0-based). The change round of the
+results (``avg_utility_before`` / ``avg_utility_after``, ``rounds_to_recover``) is the
+earliest event's.
 
 Each kind is a small class in a file of :mod:`torchroute.envs.events` named after it (what
 the event hides, how it changes scores and costs): a new kind is a file added there. A run
@@ -74,7 +76,8 @@ class Scenario:
     Args:
         events: the parsed events (:func:`parse_scenario`).
         arm_names: the table's ``K`` arm names.
-        best: ``[R]`` the best arm of each trial (what ``arm: best`` means).
+        best: ``[R]`` the best arm of each trial (what ``arm: best`` means), or per
+            ``best_at`` value its ``[R]`` arms (:func:`best_arms_of`).
         horizon: ``T``.
 
     Attributes:
@@ -84,8 +87,14 @@ class Scenario:
     """
 
     def __init__(
-        self, events: Sequence[Event], arm_names: Sequence[str], best: Tensor, horizon: int
+        self,
+        events: Sequence[Event],
+        arm_names: Sequence[str],
+        best: Tensor | Mapping[str, Tensor],
+        horizon: int,
     ) -> None:
+        chosen = {"train": best} if isinstance(best, Tensor) else dict(best)
+        best = chosen["train"]
         names = list(arm_names)
         self.events = tuple(events)
         self.horizon = int(horizon)
@@ -93,7 +102,7 @@ class Scenario:
         self.starts: list[int] = []
         for i, event in enumerate(self.events):
             if event.arm == "best":
-                arm = best.long().clone()
+                arm = chosen[event.best_at].long().clone()
             elif event.arm in names:
                 arm = torch.full_like(best, names.index(event.arm), dtype=torch.long)
             else:
@@ -184,34 +193,53 @@ def _check_one_arrival(first: int, second: int, both: Tensor, names: Sequence[st
     )
 
 
-def best_arms(table: Any, rho: Tensor) -> Tensor:
-    """``[R]`` the arm of largest mean train utility ``clip(Y - rho C, 0, 1)`` at each
+def best_arms(table: Any, rho: Tensor, split: str = "train") -> Tensor:
+    """``[R]`` the arm of largest mean utility ``clip(Y - rho C, 0, 1)`` on ``split`` at each
     ``rho [R]`` (what ``arm: best`` means).
 
     Raises:
-        ValueError: the table has no train split.
+        ValueError: the table has no such split.
     """
-    if "train" not in table.split:
+    if split not in table.split:
         raise ValueError(
-            f"scenario: arm 'best' is chosen on the train split, but {table.source} "
+            f"scenario: arm 'best' is chosen on the {split} split, but {table.source} "
             "has none; name the model instead"
         )
-    rows = torch.as_tensor(table.rows("train"))
+    rows = torch.as_tensor(table.rows(split))
     scores = table.scores[rows].double()
     costs = table.costs[rows].double()
     mean = utility(scores[None], costs[None], rho.double().cpu()[:, None, None])
     return mean.mean(1).argmax(-1)
 
 
+def middle_rho(rho: Tensor) -> float:
+    """The run's middle rho: the median of its distinct rhos (the lower of the two middle
+    ones for an even count, so always a rho the run has)."""
+    values = torch.unique(rho.double().cpu())  # sorted
+    return float(values[(values.numel() - 1) // 2])
+
+
+def best_arms_of(events: Sequence[Event], table: Any, rho: Tensor) -> dict[str, Tensor]:
+    """``{best_at: [R] arms}`` of the ``best_at`` values ``events`` use: ``train`` (always,
+    each trial's own) and ``validation`` (one arm at :func:`middle_rho`, for every trial)."""
+    out = {"train": best_arms(table, rho)}
+    if any(e.arm == "best" and e.best_at == "validation" for e in events):
+        middle = torch.tensor([middle_rho(rho)], dtype=torch.float64)
+        out["validation"] = best_arms(table, middle, split="val").expand(rho.numel())
+    return out
+
+
 def new_model_names(spec: Any, table: Any, rho: Sequence[float]) -> list[str]:
     """The models a ``scenario:`` config adds mid-stream in any trial of the ``rho`` grid
-    (a named arm, or each rho's ``best``), in table order; ``[]`` without such an event."""
+    (a named arm, or the ``best`` of each rho or of the validation split), in table order;
+    ``[]`` without such an event."""
     events = [e for e in parse_scenario(spec) if e.hides]
     names = list(table.arm_names)
     new: set[str] = {e.arm for e in events if e.arm != "best"}
     if any(e.arm == "best" for e in events):
-        best = best_arms(table, torch.as_tensor(list(rho), dtype=torch.float64))
-        new |= {names[int(k)] for k in best.unique()}
+        chosen = best_arms_of(events, table, torch.as_tensor(list(rho), dtype=torch.float64))
+        for event in (e for e in events if e.arm == "best"):
+            new |= {names[int(k)] for k in chosen[event.best_at].unique()}
     return [n for n in names if n in new]
 
 

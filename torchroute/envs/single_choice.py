@@ -26,6 +26,10 @@ from torchroute.types import Context, Decision, Feedback, Outcome, Problem, Trai
 if TYPE_CHECKING:
     from torchroute.envs.scenario import Scenario
 
+#: the outcome keys split at a scenario's change -> the results column of their means
+#: (``<column>_before``, ``<column>_after``)
+PHASE_COLUMNS = {"utility": "avg_utility", "cost": "avg_cost", "score": "accuracy"}
+
 
 class SingleChoiceEnv(Env):
     """Replays the queries of one split of a routing table to ``R`` batched trials.
@@ -65,7 +69,8 @@ class SingleChoiceEnv(Env):
     there yet, the problem names the new models (``Problem.hidden_arms``; the train split
     keeps their prices but scores them 0, what the live router assumes of a model added
     through ``/models``), the regret is against the best available arm, and the results
-    gain ``avg_utility_before``, ``avg_utility_after`` (per trial) and
+    gain ``avg_utility_before``, ``avg_utility_after``, ``avg_cost_*``, ``accuracy_*``
+    (per trial, the chosen arm's means before and from the change) and
     ``rounds_to_recover`` (on the mean utility of the trials that share a ``rho``, the same
     in each of them; ``recover_trials`` says how many;
     :func:`~torchroute.envs.scenario.rounds_to_recover`).
@@ -176,7 +181,8 @@ class SingleChoiceEnv(Env):
 
             if recover_tolerance is None:
                 recover_tolerance = RECOVER_TOLERANCE
-            self.scenario = Scenario(events, table.arm_names, self._best_arms(), horizon)
+            best = self._best_arms(events)
+            self.scenario = Scenario(events, table.arm_names, best, horizon)
             self.scenario = self.scenario.to(device)
             after = horizon - self.scenario.change
             if recover_window is not None and not 1 <= int(recover_window) <= after // 2:
@@ -191,11 +197,12 @@ class SingleChoiceEnv(Env):
             # each trial's utility per round, for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
 
-    def _best_arms(self) -> Tensor:
-        """``[R]`` each trial's arm of largest mean train utility at its rho (``best``)."""
-        from torchroute.envs.scenario import best_arms
+    def _best_arms(self, events: Sequence[Any]) -> dict[str, Tensor]:
+        """What ``arm: best`` means per ``best_at``: ``[R]`` each trial's arm of largest
+        mean train utility at its rho, or the validation split's at the run's middle rho."""
+        from torchroute.envs.scenario import best_arms_of
 
-        return best_arms(self.table, self.rho)
+        return best_arms_of(events, self.table, self.rho)
 
     @property
     def device(self) -> torch.device:
@@ -352,11 +359,7 @@ class SingleChoiceEnv(Env):
         }
         if self.scenario is not None:
             after = self._round >= self.scenario.change
-            zero = torch.zeros_like(chosen)
-            outcome |= {
-                "utility_before": zero if after else chosen,
-                "utility_after": chosen if after else zero,
-            }
+            outcome |= _phase_split(outcome, after)
             if self._round == 0:
                 # each run writes a trace of its own: the env built once is shared by the
                 # learners of a run, and its tensors by the worker processes of ``jobs``
@@ -388,8 +391,9 @@ class SingleChoiceEnv(Env):
         return out
 
     def _scenario_columns(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
-        """``avg_utility_before`` / ``avg_utility_after`` (means over the rounds before and
-        from the change), ``rounds_to_recover`` of the trials' ``rho`` group and
+        """``avg_utility_before`` / ``avg_utility_after``, ``avg_cost_*`` and ``accuracy_*``
+        (means over the rounds before and from the change of the chosen arm's utility, cost
+        and score), ``rounds_to_recover`` of the trials' ``rho`` group and
         ``recover_trials`` (the group's size), each ``[R]`` (NaN before there are rounds to
         average)."""
         from torchroute.envs.scenario import rounds_to_recover
@@ -401,9 +405,12 @@ class SingleChoiceEnv(Env):
         group = self._recover_groups().to(self.rho.device)  # [R]
         size = torch.bincount(group)[group]
         window = self.recover_window
-        return {
-            "avg_utility_before": sums["utility_before"] / before if before else nan,
-            "avg_utility_after": sums["utility_after"] / after if after else nan,
+        phases = {
+            f"{column}_{phase}": sums[f"{key}_{phase}"] / n if n else nan
+            for key, column in PHASE_COLUMNS.items()
+            for phase, n in (("before", before), ("after", after))
+        }
+        return phases | {
             "rounds_to_recover": rounds_to_recover(
                 trace,
                 group,
@@ -464,3 +471,15 @@ class SingleChoiceEnv(Env):
             "seeds": self.seeds.tolist(),
             "rho": self.rho.detach().cpu().double().tolist(),
         } | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})
+
+
+def _phase_split(outcome: dict[str, Tensor], after: bool) -> dict[str, Tensor]:
+    """``<key>_before`` and ``<key>_after`` of each :data:`PHASE_COLUMNS` key: the round's
+    ``[R, B]`` value in its phase, zero in the other (summed with the rest, no sync)."""
+    out = {}
+    for key in PHASE_COLUMNS:
+        value = outcome[key]
+        zero = torch.zeros_like(value)
+        out[f"{key}_before"] = zero if after else value
+        out[f"{key}_after"] = value if after else zero
+    return out

@@ -95,7 +95,7 @@ def logged_rows(
     if log.features is None:
         raise ValueError(
             f"{who}: warm_start={path!r} needs a decision log with a 'features' column "
-            "(the serve export or a run's log_decisions output)"
+            "(the serve export, or a simulate run's with log_decisions=true log_contexts=true)"
         )
     if log.features.shape[1] != problem.dim:
         raise ValueError(

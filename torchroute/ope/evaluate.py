@@ -259,7 +259,8 @@ def _context(log: DecisionLog, source: str) -> torch.Tensor:
     if log.embedding is not None:
         return log.embedding
     raise EvaluateError(
-        f"{source}: targets need the contexts the router saw: a 'features' or 'embedding' column"
+        f"{source}: targets need the contexts the router saw: a 'features' or 'embedding' "
+        "column (a simulate run writes them with log_decisions=true log_contexts=true)"
     )
 
 

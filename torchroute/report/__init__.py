@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from omegaconf import OmegaConf
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
 from torchroute.report.arms import attach_arm_names, run_arm_names
@@ -29,9 +30,17 @@ from torchroute.report.escape import escape_learners, markdown_name
 from torchroute.report.figures import save_figure
 from torchroute.report.headline import OPENING, headline, learner_classes
 from torchroute.report.partial import partial_note, partial_results
-from torchroute.report.regimes import REGIMES, cost_regime, regime_table, relative_regret
+from torchroute.report.regimes import (
+    REGIMES,
+    cost_regime,
+    regime_rule,
+    regime_table,
+    relative_regret,
+    with_regimes,
+)
 from torchroute.report.sections import Section, load_sections
 from torchroute.results_file import check_reference, check_results_columns, read_run_csv
+from torchroute.run.report_regimes import RuleSpec, check_regime_rule
 from torchroute.run.report_sections import DEFAULT_SECTIONS
 
 log = logging.getLogger(__name__)
@@ -104,6 +113,7 @@ def write_report(
     reference: str | None = None,
     sections: Sequence[str] | None = None,
     companions: Sequence[str | Path] = (),
+    regimes: RuleSpec | None = None,
 ) -> str:
     """Write ``report.md``, ``summary.csv`` and PNG plots; return the markdown text.
 
@@ -119,6 +129,10 @@ def write_report(
             ``None``: :data:`~torchroute.run.report_sections.DEFAULT_SECTIONS`.
         companions: out_dirs of the companion runs of ``dirs`` (``companions`` key): each
             gets its own report, appended under its own heading.
+        regimes: the rule of the cost regimes (:func:`~torchroute.report.regimes.
+            regime_rule`: ``auto``, ``cabs``, ``tertiles`` or ``(low_max, high_min)``);
+            ``None``: the first run's ``report_regimes`` key, else ``auto``. The report
+            says which rule it used.
 
     Raises:
         ResultsFileError: a damaged results or curves file, or an unknown ``reference``.
@@ -127,6 +141,7 @@ def write_report(
     section_functions = load_sections(sections)
     notes: list[str] = []
     results, curves = map(escape_learners, load_results(dirs, notes))  # names as text
+    results, curves = _assign_regimes(results, curves, regimes, dirs[0])
     out = check_writable_folder(out_dir or dirs[0], "--out" if out_dir else "the run folder")
     extra = [(Path(c), *map(escape_learners, load_results([c]))) for c in companions]
     classes = {markdown_name(k): v for d in dirs for k, v in learner_classes(d).items()}
@@ -170,8 +185,7 @@ def write_report(
         lines += [
             "## Average utility per cost regime",
             "",
-            "low: rho <= 300, medium: 300 < rho < 800, high: rho >= 800 "
-            f"({results['seed'].nunique()} seeds, "
+            f"{results.attrs['regime_rule']} ({results['seed'].nunique()} seeds, "
             f"rho in {sorted(results['rho'].unique().tolist())})",
             "",
             utility.to_markdown(floatfmt=".4f"),
@@ -213,13 +227,39 @@ def write_report(
     for section in section_functions:
         lines += section(results, curves, out)
     for folder, *_ in extra:
-        text = write_report([folder], sections=sections)
+        text = write_report([folder], sections=sections, regimes=regimes)
         if text.startswith(OPENING):  # its sentences are in this report's opening already
             text = text[text.index("\n## ") + 1 :]
         lines += [f"## Companion run {folder.name} ({folder})", "", text.replace("## ", "### ")]
     text = "\n".join(lines + images) + "\n"
     write_text_atomic(out / "report.md", text)
     return text
+
+
+def _assign_regimes(
+    results: pd.DataFrame, curves: pd.DataFrame, given: RuleSpec | None, run_dir: str | Path
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The results and curves with the ``regime`` of each trial under the run's rule (the
+    sentence naming it in ``results.attrs["regime_rule"]``); unchanged without ``rho``."""
+    if "rho" not in results:
+        return results, curves
+    rule = regime_rule(results["rho"], given if given is not None else _configured(run_dir))
+    results = results.assign(regime=results["rho"].map(rule.of))
+    results.attrs["regime_rule"] = rule.describe()
+    if "rho" in curves:
+        curves = curves.assign(regime=curves["rho"].map(rule.of))
+    return results, curves
+
+
+def _configured(run_dir: str | Path) -> RuleSpec:
+    """The ``report_regimes`` key of ``run_dir/config.yaml`` (``auto`` without one, or when
+    the file cannot be read: the rest of the report does without it too)."""
+    path = Path(run_dir) / "config.yaml"
+    try:
+        value = OmegaConf.to_container(OmegaConf.load(path)).get("report_regimes")
+    except Exception:  # a missing or unreadable config only costs the run's own rule
+        return "auto"
+    return check_regime_rule(value, f"{path}: report_regimes")
 
 
 def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
@@ -238,7 +278,7 @@ def _plot_pareto(results: pd.DataFrame, path: Path) -> None:
 def _plot_curves(curves: pd.DataFrame, column: str, path: Path) -> None:
     """One panel per cost regime (when the curves carry ``rho``), else one panel."""
     if "rho" in curves:
-        frame = curves.assign(regime=curves["rho"].map(cost_regime))
+        frame = with_regimes(curves)
         regimes = [r for r in REGIMES if r in set(frame["regime"])]
     else:
         frame, regimes = curves.assign(regime="all"), ["all"]

@@ -111,10 +111,15 @@ def cabs_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> 
 
     The paper's numbers and relations appear only for results measured on its table
     (:func:`measured_on_paper_table`); on another table the section has the relative
-    regret alone, with a line saying why.
+    regret alone, with a line saying why. Its regimes are the paper's (``rho <= 300``,
+    ``rho >= 800``), not the run's ``report_regimes``.
     """
     if "rho" not in results or not results["learner"].astype(str).str.startswith("cabs").any():
         return []
+    # the paper's regimes (its fixed cuts), whatever rule the rest of the report follows
+    results = results.assign(regime=results["rho"].map(cost_regime))
+    if "rho" in curves:
+        curves = curves.assign(regime=curves["rho"].map(cost_regime))
     if measured_on_paper_table(results):
         lines = ["", "## CABS: measured vs paper (RouterBench; Table 1 and Table 8, all-MiniLM)"]
         lines += ["", *_markdown(paper_comparison(results, "avg_utility"))]

@@ -5,12 +5,13 @@ instantiated; the class found by :func:`~torchroute.run.classes.learner_class`):
 (a class whose ``role`` is static, a router that never learns online, or reference, the
 random router), **warm online** (``warm_start`` set, or a class that
 :attr:`~torchroute.learners.Learner.starts_warm`, such as an online learner built on a
-router fitted on train) and **cold online** (the rest). Per cost regime
-(:func:`~torchroute.report.regimes.cost_regime`) and phase (the whole stream; with scenario
-columns ``avg_utility_before``/``avg_utility_after``, the rounds before and after the change
-too), each learner's cell is the mean utility over the regime's trials +- its standard error
-(trials' standard deviation / sqrt(n)); the best of each family is in bold. The oracle row
-(every query's best arm, an upper bound) is ``avg_utility + avg_regret``. AIQ comes from
+router fitted on train) and **cold online** (the rest). Per cost regime (the run's rule,
+:func:`~torchroute.report.regimes.regime_rule`, named under the title) and phase (the whole
+stream; with scenario columns ``avg_utility_before``/``avg_utility_after``, the rounds
+before and after the change too), each learner's cell is the mean utility over the
+regime's trials +- its standard error (trials' standard deviation / sqrt(n)); the best of
+each family is in bold. The oracle row (every query's best arm, an upper bound) is
+``avg_utility + avg_regret``. AIQ comes from
 :func:`~torchroute.report.routing.routing_metrics`.
 
 The **baseline** of each regime is the static router with the highest mean ``val_utility``
@@ -36,7 +37,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from torchroute.report.regimes import REGIMES, cost_regime
+from torchroute.report.regimes import regimes_present, with_regimes
 from torchroute.run.classes import learner_class
 
 TITLE = "## Leaderboard: static anchors, cold and warm online learners"
@@ -71,7 +72,7 @@ def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]
 
 
 def _with_regimes(results: pd.DataFrame) -> pd.DataFrame:
-    return results.assign(regime=results["rho"].map(cost_regime))
+    return with_regimes(results)
 
 
 def cell_stats(results: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -197,9 +198,12 @@ def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Pa
         return []
     learners = sorted(results["learner"].unique())
     families = learner_families(out_dir, learners)
-    regimes = [r for r in REGIMES if (results["rho"].map(cost_regime) == r).any()]
+    regimes = regimes_present(results)
     columns = [*regimes, "all"]
-    lines = ["", TITLE, "", baseline_line(results, families, regimes), ""]
+    lines = ["", TITLE, ""]
+    if "regime_rule" in results.attrs:
+        lines += [results.attrs["regime_rule"], ""]
+    lines += [baseline_line(results, families, regimes), ""]
     lines += [verdict(results, families, regimes), ""]
     if "avg_utility_after" in results and results["avg_utility_after"].notna().any():
         lines[-1:] = ["", verdict(results, families, regimes, "avg_utility_after"), ""]

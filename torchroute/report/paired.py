@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from torchroute.errors import InputError
-from torchroute.report.regimes import REGIMES, cost_regime
+from torchroute.report.regimes import REGIMES, with_regimes
 
 #: the columns that name a trial of a run (shared by every learner of the run)
 TRIAL_KEYS = ("seed", "rho")
@@ -47,8 +47,9 @@ def paired_differences(
         metric: the result column differenced.
 
     Returns:
-        one row per regime of :data:`REGIME_ROWS` that has trials (``low``: rho <= 300,
-        ``medium``: 300 < rho < 800, ``high``: rho >= 800, ``all``), columns ``mean``,
+        one row per regime of :data:`REGIME_ROWS` that has trials (the results'
+        ``regime`` column, else the run's rule, :func:`~torchroute.report.regimes.
+        regime_rule`; and ``all``), columns ``mean``,
         ``se`` (``sd / sqrt(n)``, NaN for a single trial) and ``n`` (trials).
 
     Raises:
@@ -57,7 +58,9 @@ def paired_differences(
     diff = (_by_trial(results, a, metric) - _by_trial(results, b, metric)).dropna()
     if diff.empty:
         raise InputError(f"learners {a!r} and {b!r} share no (seed, rho) trial")
-    regime = diff.index.get_level_values("rho").map(cost_regime)
+    frame = with_regimes(results)
+    regime_of = dict(zip(frame["rho"], frame["regime"], strict=True))
+    regime = diff.index.get_level_values("rho").map(regime_of)
     out = {}
     for name in REGIME_ROWS:
         part = diff if name == "all" else diff[regime == name]

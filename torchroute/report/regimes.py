@@ -1,25 +1,113 @@
-"""The CABS cost regimes and the regret relative to a reference learner (every section)."""
+"""The cost regimes of a run and the regret relative to a reference learner (every section).
+
+A run's trials fall into three cost regimes, ``low``, ``medium`` and ``high``, by their
+``rho``: ``rho <= low_max`` is low, ``rho >= high_min`` high, the rest medium. Where the
+cuts come from is the run's rule (:func:`regime_rule`, the ``report_regimes`` key or
+``torchroute report --regimes``):
+
+- ``cabs``: the fixed cuts of the CABS paper's tables, ``rho <= 300`` and ``rho >= 800``
+  (a table whose costs are in its unit: RouterBench, the Open LLM table);
+- ``tertiles``: the run's distinct rhos sorted and split into three groups as equal as
+  they can be (the first group the largest), whatever the unit of the table's costs;
+- ``[low_max, high_min]``: the user's own cuts;
+- ``auto`` (the default): ``cabs``, unless ``tertiles`` puts the run's rhos into more
+  regimes than ``cabs`` does (rhos 0..300 on a table of dollar costs: one regime by the
+  CABS cuts, three by tertiles). Every preset's rho grid keeps the CABS cuts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+
+from torchroute.run.report_regimes import RuleSpec, check_regime_rule
 
 #: the cost regimes, in order
 REGIMES = ("low", "medium", "high")
+#: the CABS paper's cuts ``(low_max, high_min)``
+CABS_CUTS = (300.0, 800.0)
 
 
 def cost_regime(rho: float) -> str:
     """CABS cost regimes: low ``rho <= 300``, medium ``300 < rho < 800``, high ``rho >= 800``."""
-    if rho <= 300:
-        return "low"
-    return "medium" if rho < 800 else "high"
+    return RegimeRule("cabs", *CABS_CUTS).of(rho)
+
+
+@dataclass(frozen=True)
+class RegimeRule:
+    """The cuts of one run's cost regimes and the rule that chose them.
+
+    Attributes:
+        name: ``cabs``, ``tertiles`` or ``cuts`` (the user's).
+        low_max: the largest rho of the low regime.
+        high_min: the smallest rho of the high regime.
+    """
+
+    name: str
+    low_max: float
+    high_min: float
+
+    def of(self, rho: float) -> str:
+        """The regime of one ``rho``."""
+        if rho <= self.low_max:
+            return "low"
+        return "high" if rho >= self.high_min else "medium"
+
+    def describe(self) -> str:
+        """One sentence for the report: the rule and its cuts."""
+        how = {
+            "cabs": "the CABS paper's fixed cuts",
+            "tertiles": "tertiles of the run's rhos",
+            "cuts": "the cuts report_regimes gave",
+        }[self.name]
+        low, high = f"{self.low_max:g}", f"{self.high_min:g}"
+        return f"Cost regimes by {how}: low: rho <= {low}, medium: between, high: rho >= {high}."
+
+
+def regime_rule(rhos: Iterable[float], rule: RuleSpec | None = None) -> RegimeRule:
+    """The regime cuts of a run whose trials have ``rhos`` under ``rule`` (module docstring;
+    ``None``: ``auto``)."""
+    spec = check_regime_rule(rule)
+    if isinstance(spec, tuple):
+        return RegimeRule("cuts", *spec)
+    cabs = RegimeRule("cabs", *CABS_CUTS)
+    values = np.unique(np.asarray([float(r) for r in rhos], dtype=np.float64))
+    if spec == "cabs" or values.size == 0:
+        return cabs
+    low, _, high = np.array_split(values, 3)
+    high_min = float(high[0]) if high.size else float("inf")
+    tertiles = RegimeRule("tertiles", float(low[-1]), high_min)
+    if spec == "auto" and _count(cabs, values) >= _count(tertiles, values):
+        return cabs
+    return tertiles
+
+
+def _count(rule: RegimeRule, rhos: np.ndarray) -> int:
+    """How many regimes ``rule`` puts ``rhos`` into."""
+    return len({rule.of(float(r)) for r in rhos})
+
+
+def with_regimes(frame: pd.DataFrame, rule: RuleSpec | None = None) -> pd.DataFrame:
+    """``frame`` with a ``regime`` column: the one it has (the report sets it once for the
+    run's rule), else from its ``rho`` by :func:`regime_rule` over its own rhos."""
+    if "regime" in frame:
+        return frame
+    cuts = regime_rule(frame["rho"], rule)
+    return frame.assign(regime=frame["rho"].map(cuts.of))
+
+
+def regimes_present(frame: pd.DataFrame) -> list[str]:
+    """The regimes of :data:`REGIMES` that some row of ``frame`` (with ``regime``) has."""
+    present = set(with_regimes(frame)["regime"])
+    return [r for r in REGIMES if r in present]
 
 
 def regime_table(results: pd.DataFrame, value: str = "avg_utility") -> pd.DataFrame:
     """Mean of ``value`` per learner (rows) and cost regime (columns), plus ``all``."""
-    frame = results.assign(regime=results["rho"].map(cost_regime))
+    frame = with_regimes(results)
     table = frame.pivot_table(index="learner", columns="regime", values=value, aggfunc="mean")
     table = table.reindex(columns=[r for r in REGIMES if r in table.columns])
     table["all"] = frame.groupby("learner")[value].mean()
@@ -33,7 +121,8 @@ def relative_regret(curves: pd.DataFrame, reference: str, by: Sequence[str] = ()
         curves: ``curves.csv`` rows with ``learner, rho, seed, round, cum_regret`` (and
             ``run`` when they gather several runs: trials are matched within a run).
         reference: the learner subtracted.
-        by: more grouping columns (``"regime"``: the cost regime of each rho).
+        by: more grouping columns (``"regime"``: the cost regime of each rho, the curves'
+            ``regime`` column when they have one).
 
     Returns:
         one row per ``(*by, learner, round)`` with the mean ``relative``.
@@ -43,8 +132,18 @@ def relative_regret(curves: pd.DataFrame, reference: str, by: Sequence[str] = ()
     merged = curves.merge(ref, on=keys, suffixes=("", "_ref"))
     merged["relative"] = merged["cum_regret"] - merged["cum_regret_ref"]
     if "regime" in by:
-        merged["regime"] = merged["rho"].map(cost_regime)
+        merged = with_regimes(merged)
     return merged.groupby([*by, "learner", "round"], as_index=False)["relative"].mean()
 
 
-__all__ = ["REGIMES", "cost_regime", "regime_table", "relative_regret"]
+__all__ = [
+    "CABS_CUTS",
+    "REGIMES",
+    "RegimeRule",
+    "cost_regime",
+    "regime_rule",
+    "regime_table",
+    "regimes_present",
+    "relative_regret",
+    "with_regimes",
+]

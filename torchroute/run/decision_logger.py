@@ -34,13 +34,22 @@ class DecisionRecorder:
             from its ``problem()``, query ids from its ``table`` when it has one, rho from
             its trial labels, score and cost from its ``logged_feedback``).
         learner: the behaviour learner's name (the log's ``learner`` column).
+        contexts: also keep each decision's bandit features and the table's embedding
+            (the ``features`` and ``embedding`` columns: ``(d + e) x 8`` bytes a decision,
+            ~6 MB per 1,793-round trial with a 384-d encoder). Without them a log holds
+            the decision, probabilities, feedback, rho, seed, trial and query id. An env
+            without a table (no query id) always logs its features, the only context.
+        first_trial: the run's index of the env's first trial (the ``trial`` column).
 
     Shapes:
-        Each call stores ``x [R, B, d]``, ``probs [R, B, K]``, ``action [R, B]`` and the
-        chosen arm's score and cost ``[R, B]``; :meth:`logs` gives ``R`` logs of ``T B`` rows.
+        Each call stores ``probs [R, B, K]``, ``action [R, B]``, the chosen arm's score and
+        cost ``[R, B]`` (and ``x [R, B, d]`` with ``contexts``); :meth:`logs` gives ``R``
+        logs of ``T B`` rows.
     """
 
-    def __init__(self, env: Env, learner: str) -> None:
+    def __init__(
+        self, env: Env, learner: str, contexts: bool = False, first_trial: int = 0
+    ) -> None:
         if not env.single_choice:
             raise OptionError(
                 f"{type(env).__name__} does not route each decision to one arm "
@@ -52,7 +61,10 @@ class DecisionRecorder:
         self.learner = learner
         trials = env.trials()
         self.rho = trials["rho"].tolist() if "rho" in trials else [None] * env.num_trials
+        self.seed = trials["seed"].tolist() if "seed" in trials else [None] * env.num_trials
+        self.first_trial = first_trial
         self.table = getattr(env, "table", None)
+        self.contexts = contexts or self.table is None
         self._rounds: list[dict[str, Tensor]] = []
 
     def __call__(self, t: int, context: Context, decision: Decision, feedback: Feedback) -> None:
@@ -61,7 +73,6 @@ class DecisionRecorder:
             raise OptionError("decision logs hold one arm per decision, not subsets")
         score, cost = self.env.logged_feedback(context, decision, feedback)  # [R, B] each
         row = {
-            "x": context.x.detach(),
             "probs": decision.probs.detach(),
             "action": decision.action,
             "score": score.detach(),
@@ -69,8 +80,10 @@ class DecisionRecorder:
         }
         if context.index is not None:
             row["index"] = context.index
-        if context.embedding is not None:
-            row["embedding"] = context.embedding.detach()
+        if self.contexts:
+            row["x"] = context.x.detach()
+            if context.embedding is not None:
+                row["embedding"] = context.embedding.detach()
         self._rounds.append(row)
 
     def logs(self) -> list[DecisionLog]:
@@ -90,7 +103,7 @@ class DecisionRecorder:
             query_ids = None
             if "index" in data and self.table is not None:
                 query_ids = tuple(self.table.query_ids[i] for i in data["index"][r].tolist())
-            rho = self.rho[r]
+            rho, seed = self.rho[r], self.seed[r]
             out.append(
                 DecisionLog(
                     request_ids=ids,
@@ -100,11 +113,13 @@ class DecisionRecorder:
                     score=data["score"][r].double(),
                     cost=data["cost"][r].double(),
                     probabilities=probs,
-                    features=data["x"][r].double(),
+                    features=data["x"][r].double() if "x" in data else None,
                     embedding=data["embedding"][r].double() if "embedding" in data else None,
                     query_ids=query_ids,
                     learner=(self.learner,) * total,
                     rho=None if rho is None else torch.full((total,), float(rho)),
+                    seed=None if seed is None else torch.full((total,), int(seed)),
+                    trial=torch.full((total,), self.first_trial + r),
                     source=f"<{self.learner} trial {r}>",
                 )
             )
@@ -112,7 +127,11 @@ class DecisionRecorder:
 
 
 def log_decisions(
-    learner: Learner, env: Env, name: str | None = None, **simulate_kwargs: Any
+    learner: Learner,
+    env: Env,
+    name: str | None = None,
+    contexts: bool = True,
+    **simulate_kwargs: Any,
 ) -> tuple[list[DecisionLog], SimulationResult]:
     """Run ``learner`` on ``env`` as the behaviour policy and log its decisions.
 
@@ -121,12 +140,15 @@ def log_decisions(
         env: an env that declares ``single_choice`` (e.g.
             :class:`~torchroute.envs.SingleChoiceEnv`, :class:`~torchroute.envs.LowRankExperts`).
         name: the learner's name in the logs (default: its class name).
+        contexts: keep the features and embeddings (:class:`DecisionRecorder`); in memory
+            they cost nothing on disk, and ``torchroute evaluate`` reads its targets' contexts
+            from them.
         simulate_kwargs: passed to :func:`torchroute.loop.simulate` (``seed``, ``rng``, ...).
 
     Returns:
         ``R`` decision logs (one per trial) and the simulation's result.
     """
-    recorder = DecisionRecorder(env, name or type(learner).__name__)
+    recorder = DecisionRecorder(env, name or type(learner).__name__, contexts=contexts)
     simulate_kwargs.setdefault("progress", False)
     result = simulate(learner, env, on_round=recorder, **simulate_kwargs)
     return recorder.logs(), result

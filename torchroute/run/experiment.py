@@ -281,7 +281,9 @@ def _run_piece(
     env = job.piece_env(piece)
     learner = learner if learner is not None else learner_for(opts, name, env)
     recorder = tracker or LogRecorder()
-    decisions = DecisionRecorder(env, name) if opts.log_decisions else None
+    decisions = None
+    if opts.log_decisions:
+        decisions = DecisionRecorder(env, name, opts.log_contexts, first_trial=piece.start)
     result = simulate(
         learner,
         env,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from torchroute.errors import ConfigError, SectionError
+from torchroute.run.report_regimes import RuleSpec, check_regime_rule
 
 _DTYPES = ("float32", "float64")
 _RNGS = ("shared", "per_trial")
@@ -166,9 +167,11 @@ class RunOptions:
     ckpt_every: int | None
     resume: str | None
     log_decisions: bool
+    log_contexts: bool
     progress: bool
     report: bool
     report_sections: tuple[str, ...]
+    report_regimes: RuleSpec
     overwrite: bool
 
     @classmethod
@@ -226,6 +229,7 @@ class RunOptions:
         device = str(c.get("device", "cpu"))
         check_device_name(device)
         log_decisions = _flag(c, "log_decisions", False)
+        log_contexts = _flag(c, "log_contexts", False)
         loop_seed = c.get("loop_seed", 0)
         if not isinstance(loop_seed, int) or isinstance(loop_seed, bool):
             raise ConfigError(f"loop_seed must be an integer, got {loop_seed!r}")
@@ -260,9 +264,11 @@ class RunOptions:
             ckpt_every=ckpt_every,
             resume=None if not c.get("resume") else str(c["resume"]),
             log_decisions=log_decisions,
+            log_contexts=log_contexts,
             progress=_flag(c, "progress", True),
             report=_flag(c, "report", True),
             report_sections=_report_sections(c.get("report_sections")),
+            report_regimes=check_regime_rule(c.get("report_regimes")),
             overwrite=_flag(c, "overwrite", False),
         )
 

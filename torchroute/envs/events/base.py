@@ -16,6 +16,10 @@ from torch import Tensor
 
 from torchroute.errors import UserError
 
+#: where ``arm: best`` is chosen: each trial's train split at its rho, or the validation
+#: split at the run's middle rho (one arm for every trial)
+BEST_AT = ("train", "validation")
+
 
 class ScenarioError(UserError, ValueError):
     """A scenario event with a missing, unknown or out-of-range key; names the key."""
@@ -24,7 +28,9 @@ class ScenarioError(UserError, ValueError):
 @dataclass(frozen=True)
 class Event:
     """One change: the arm (a model name, or ``best``), its start as a fraction of the rounds
-    and its size.
+    and its size; for ``arm: best``, where the best arm is chosen (``best_at``: ``train``,
+    each trial's own at its rho, or ``validation``, one for every trial at the run's middle
+    rho).
 
     Subclasses set :attr:`kind`, their own config keys (:attr:`keys`, read into ``value`` by
     :meth:`parse_value`) and what the change does: :attr:`hides` (the arm does not exist
@@ -43,6 +49,7 @@ class Event:
     arm: str
     at: float
     value: float = 0.0
+    best_at: str = "train"
 
     @classmethod
     def from_config(cls, where: str, item: Mapping[str, Any]) -> Event:
@@ -52,7 +59,7 @@ class Event:
             ScenarioError: one line naming ``<where>.<key>`` and what was expected.
         """
         keys = ("arm", "at", *cls.keys)
-        unknown = sorted(set(item) - {"kind", *keys})
+        unknown = sorted(set(item) - {"kind", "best_at", *keys})
         if unknown:
             raise ScenarioError(
                 f"{where}.{unknown[0]} is not a key of a {cls.kind} event (keys: {', '.join(keys)})"
@@ -66,7 +73,16 @@ class Event:
         at = number(where, "at", item["at"])
         if not 0.0 < at < 1.0:
             raise ScenarioError(f"{where}.at must be a fraction of the rounds in (0, 1), got {at}")
-        return cls(arm, at, cls.parse_value(where, item))
+        best_at = item.get("best_at", "train")
+        if best_at not in BEST_AT:
+            raise ScenarioError(
+                f"{where}.best_at must be one of {', '.join(BEST_AT)}, got {best_at!r}"
+            )
+        if "best_at" in item and arm != "best":
+            raise ScenarioError(
+                f"{where}.best_at chooses the arm of 'arm: best'; this event names {arm!r}"
+            )
+        return cls(arm, at, cls.parse_value(where, item), best_at)
 
     @classmethod
     def parse_value(cls, where: str, item: Mapping[str, Any]) -> float:
@@ -80,7 +96,8 @@ class Event:
 
     def fingerprint(self) -> dict[str, Any]:
         """The event as plain values (resume compares them)."""
-        return {"kind": self.kind, "arm": self.arm, "at": self.at, "value": self.value}
+        out = {"kind": self.kind, "arm": self.arm, "at": self.at, "value": self.value}
+        return out if self.best_at == "train" else out | {"best_at": self.best_at}
 
 
 def number(where: str, key: str, value: Any) -> float:
@@ -90,4 +107,4 @@ def number(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-__all__ = ["Event", "ScenarioError", "number"]
+__all__ = ["BEST_AT", "Event", "ScenarioError", "number"]
