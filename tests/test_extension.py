@@ -566,7 +566,7 @@ def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch
     """A plug-in learner is served like a shipped one once its package is trusted
     (``--trust``, ``trusted=``); without it the run folder's ``_target_`` is refused, not
     imported."""
-    import torchroute.serve
+    import torchroute.serve.trial
     from torchroute.cli import main
     from torchroute.run import ConfigError
     from torchroute.serve import load_router
@@ -595,13 +595,14 @@ def test_the_plugin_learner_is_served_from_its_run(plugin, tmp_path, monkeypatch
         capsys.readouterr().err
     )
     loaded = []
+    open_trials = torchroute.serve.trial.open_trials
 
-    def load_then_stop(*args, **kwargs):
-        loaded.append(load_router(*args, **kwargs))
+    def open_then_stop(*args, **kwargs):
+        loaded.append(open_trials(*args, **kwargs))
         raise Started
 
-    monkeypatch.setattr(torchroute.serve, "load_router", load_then_stop)
+    monkeypatch.setattr(torchroute.serve.trial, "open_trials", open_then_stop)
     with pytest.raises(Started):
         main([*serve, "--trust", "graph_ext"])
-    assert type(loaded[0].learner).__name__ == "NeighbourLearner"
+    assert type(loaded[0].routers[0].learner).__name__ == "NeighbourLearner"
     loaded[0].close()
