@@ -80,6 +80,14 @@ class Router:
             probability ``epsilon``, to a model drawn uniformly instead of the learner's
             choice, and the logged propensity is ``(1 - epsilon) p + epsilon / K``
             (:mod:`~torchroute.serve.exploration`); 0: the learner's choice always.
+
+    Attributes:
+        storage: the :class:`~torchroute.serve.router_store.RouterStore` (``log``, the
+            checkpoint at ``state_path``).
+        requests: the :class:`~torchroute.serve.pending_requests.PendingRequests`
+            (``pending``: request id -> its item, oldest first).
+        learning: the :class:`~torchroute.serve.feedback_learner.FeedbackLearner` (the
+            ``learner`` and its ``problem``).
     """
 
     #: the part that learns (a subclass may serve its learners with another)
@@ -145,6 +153,8 @@ class Router:
         self.requests = PendingRequests(
             self.storage, self._item, max_pending=int(max_pending), pending_ttl=pending_ttl
         )
+        self.state_path, self.log = self.storage.state_path, self.storage.log
+        self.pending = self.requests.requests  # request id -> its item, oldest first
         self.learning = self.learner_part(
             learner.cpu(),
             factory,
@@ -226,46 +236,6 @@ class Router:
     def problem(self) -> Problem:
         """The one-trial problem served (grown by :meth:`add_model`)."""
         return self.learning.problem
-
-    @property
-    def factory(self) -> Callable[[Problem], Learner]:
-        """Builds a fresh learner for a problem."""
-        return self.learning.factory
-
-    @property
-    def log(self) -> Any:
-        """The decision log (:class:`~torchroute.serve.log.RouterLog`)."""
-        return self.storage.log
-
-    @property
-    def state_path(self) -> Path | None:
-        """The checkpoint file (``None``: nothing written)."""
-        return self.storage.state_path
-
-    @property
-    def pending(self) -> dict[str, dict[str, Any]]:
-        """Pending request id -> its item, oldest first."""
-        return self.requests.requests
-
-    @property
-    def max_pending(self) -> int:
-        """Requests kept waiting for feedback."""
-        return self.requests.max_pending
-
-    @property
-    def pending_ttl(self) -> float | None:
-        """Seconds a request waits for feedback (``None``: no expiry)."""
-        return self.requests.pending_ttl
-
-    @property
-    def checkpoint_every(self) -> int:
-        """Feedbacks between two checkpoints."""
-        return self.learning.checkpoint_every
-
-    @property
-    def _events(self) -> int:
-        """The last state event the learner's state holds."""
-        return self.storage.events
 
     def route(
         self,
@@ -447,6 +417,11 @@ class Router:
             self.storage.close()
 
     # -- internals (called with the lock held where they touch state) --------------------
+
+    @property
+    def _events(self) -> int:
+        """The last state event the learner's state holds."""
+        return self.storage.events
 
     def _open(self) -> None:
         """Load the last checkpoint, replay the events logged after it, take back the
