@@ -1,18 +1,20 @@
 """A live router: one trial of a learner answering queries, learning from delayed feedback.
 
-:class:`Router` is the façade; its jobs live beside it: :mod:`~torchroute.serve.admission`
-(pending requests), :mod:`~torchroute.serve.learning` (feedback joined by id, the update) and
-:mod:`~torchroute.serve.router_state` (the checkpoint, the store's writes, the restore).
+:class:`Router` routes and composes three parts it owns, each built with what it needs:
+:class:`~torchroute.serve.router_store.RouterStore` (the decision log, the checkpoint),
+:class:`~torchroute.serve.pending_requests.PendingRequests` (requests waiting for feedback:
+admission, expiry, drops, withdrawal) and :class:`~torchroute.serve.feedback_learner.
+FeedbackLearner` (the learner: feedback joined by id, the update, a model added).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,29 +25,23 @@ from torch import Tensor
 from torchroute.checks import check_number
 from torchroute.errors import InputError
 from torchroute.learners.base import Learner
-from torchroute.serve.admission import Admission
+from torchroute.serve.arms import pad_arms
 from torchroute.serve.checks import check_embeddings, check_feedback, check_texts
 from torchroute.serve.exploration import check_epsilon
 from torchroute.serve.exploration import explore as explore_floor
-from torchroute.serve.learning import Learning
-from torchroute.serve.log import (
-    RouteRow,
-)
+from torchroute.serve.feedback_learner import FeedbackLearner
+from torchroute.serve.fingerprint import learner_settings, mix_seed, state_fingerprint
+from torchroute.serve.log import STATUS_NAMES, RouteRow
+from torchroute.serve.pending_requests import PendingRequests
 from torchroute.serve.propensity import routing_probs
-from torchroute.serve.router_state import (
-    RouterState,
-    StoreError,
-    learner_settings,
-    mix_seed,
-    state_fingerprint,
-)
+from torchroute.serve.router_store import RouterStore, StoreError
 from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
 
 log = logging.getLogger(__name__)
 
 
-class Router(RouterState, Admission, Learning):
+class Router:
     """Routes live queries with one trial (``R = 1``) of a learner; learns from feedback.
 
     ``route`` embeds a batch of ``B`` queries (or takes their embeddings), turns them into
@@ -84,7 +80,18 @@ class Router(RouterState, Admission, Learning):
             probability ``epsilon``, to a model drawn uniformly instead of the learner's
             choice, and the logged propensity is ``(1 - epsilon) p + epsilon / K``
             (:mod:`~torchroute.serve.exploration`); 0: the learner's choice always.
+
+    Attributes:
+        storage: the :class:`~torchroute.serve.router_store.RouterStore` (``log``, the
+            checkpoint at ``state_path``).
+        requests: the :class:`~torchroute.serve.pending_requests.PendingRequests`
+            (``pending``: request id -> its item, oldest first).
+        learning: the :class:`~torchroute.serve.feedback_learner.FeedbackLearner` (the
+            ``learner`` and its ``problem``).
     """
+
+    #: the part that learns (a subclass may serve its learners with another)
+    learner_part: type[FeedbackLearner] = FeedbackLearner
 
     def __init__(
         self,
@@ -112,15 +119,12 @@ class Router(RouterState, Admission, Learning):
         check_number("Router", "propensity_draws", propensity_draws, ge=1, integer=True)
         if pending_ttl is not None:
             check_number("Router", "pending_ttl", pending_ttl, gt=0)
-        self.learner, self.factory, self.problem = learner.cpu(), factory, problem
         self.features, self.encode = features, encode
         self.embed_dim = self._embed_dim(problem, features)
         self.rho = float(problem.rho[0])
         self.seed = int(seed)
-        self.max_pending, self.pending_ttl = int(max_pending), pending_ttl
-        self.checkpoint_every, self.propensity_draws = checkpoint_every, propensity_draws
+        self.propensity_draws = propensity_draws
         self.explore = check_epsilon(explore)
-        self.state_path = None if state_path is None else Path(state_path)
         self.full_feedback = learner.feedback == "full"
         if self.full_feedback:
             log.warning(
@@ -141,9 +145,26 @@ class Router(RouterState, Admission, Learning):
             "initial_state": state_fingerprint(learner),
         }
         self.generator = torch.Generator()
-        self.pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._encode_lock = threading.Lock()
+        self.storage = RouterStore(
+            None if state_path is None else Path(state_path), self.fingerprint
+        )
+        self.requests = PendingRequests(
+            self.storage, self._item, max_pending=int(max_pending), pending_ttl=pending_ttl
+        )
+        self.state_path, self.log = self.storage.state_path, self.storage.log
+        self.pending = self.requests.requests  # request id -> its item, oldest first
+        self.learning = self.learner_part(
+            learner.cpu(),
+            factory,
+            problem,
+            rho=self.rho,
+            seed=self.seed,
+            store=self.storage,
+            pending=self.requests,
+            checkpoint_every=checkpoint_every,
+        )
         self._open()
 
     @classmethod
@@ -190,20 +211,31 @@ class Router(RouterState, Admission, Learning):
             self.explore = check_epsilon(explore)
         if max_pending is not None:
             check_number("Router", "max_pending", max_pending, ge=1, integer=True)
-            self.max_pending = int(max_pending)
+            self.requests.max_pending = int(max_pending)
         if checkpoint_every is not None:
             check_number("Router", "checkpoint_every", checkpoint_every, ge=1, integer=True)
-            self.checkpoint_every = int(checkpoint_every)
+            self.learning.checkpoint_every = int(checkpoint_every)
         if propensity_draws is not None:
             check_number("Router", "propensity_draws", propensity_draws, ge=1, integer=True)
             self.propensity_draws = int(propensity_draws)
         if pending_ttl is not None:
             check_number("Router", "pending_ttl", pending_ttl, gt=0)
-        self.pending_ttl = pending_ttl
+        self.requests.pending_ttl = pending_ttl
 
     @property
     def arm_names(self) -> tuple[str, ...]:
+        """The ``K`` models served, in the learner's order."""
         return self.problem.arm_names
+
+    @property
+    def learner(self) -> Learner:
+        """The served learner (one trial)."""
+        return self.learning.learner
+
+    @property
+    def problem(self) -> Problem:
+        """The one-trial problem served (grown by :meth:`add_model`)."""
+        return self.learning.problem
 
     def route(
         self,
@@ -231,7 +263,7 @@ class Router(RouterState, Admission, Learning):
         hashes = None if texts is None else [_sha256(t) for t in texts]
         with self._lock:
             now = time.time()
-            self.generator.manual_seed(mix_seed(self.seed, "route", self._routes))
+            self.generator.manual_seed(mix_seed(self.seed, "route", self.requests.routes))
             decision = self.learner.act(context, self.generator)
             if decision.is_subset:
                 raise InputError(f"{type(self.learner).__name__} routes subsets; not served")
@@ -256,7 +288,7 @@ class Router(RouterState, Admission, Learning):
                 )
                 for b, a in enumerate(action)
             ]
-            self._admit(rows, now)
+            self.requests.admit(rows, now)
         return [
             {"request_id": r.request_id, "model": r.model, "propensity": r.propensity} for r in rows
         ]
@@ -286,13 +318,10 @@ class Router(RouterState, Admission, Learning):
         """
         score, cost = self._check_feedback(request_ids, scores, costs, models)
         with self._lock:
-            expired = self._expired(time.time())
-            if expired:
-                self._write(self.log.expire, expired)
-                self._drop(expired, [])
-            rows, report = self._join(request_ids, models)
+            self.requests.expire(time.time())
+            rows, report = self.learning.join(request_ids, models)
             if rows:
-                self._learn([request_ids[i] for i in rows], score[rows], cost[rows])
+                self.learning.learn([request_ids[i] for i in rows], score[rows], cost[rows])
         return report
 
     def add_model(self, name: str, price: float) -> None:
@@ -303,15 +332,7 @@ class Router(RouterState, Admission, Learning):
         check_number("add_model", "price", price, ge=0)
         with self._lock:
             check_model_name(name, self.arm_names)
-            old = self.learner, self.problem
-            self._add_arm(name, float(price))
-            try:
-                self._write(self.log.add_model, self._events + 1, name, float(price), time.time())
-            except StoreError:
-                self.learner, self.problem = old
-                raise
-            self._events += 1
-            self._save(self.state_path)
+            self.learning.add_model(name, float(price))
 
     def status(self) -> dict[str, Any]:
         """Models, rho, the learner, and the counts of pending, answered, dropped requests."""
@@ -322,14 +343,118 @@ class Router(RouterState, Admission, Learning):
                 "rho": self.rho,
                 "models": list(self.arm_names),
                 "prices": None if prices is None else prices.tolist(),
-                "pending": len(self.pending),
-                "feedback": self.feedback_count,
-                "expired": self.expired_count,
-                "dropped": self.dropped_count,
-                "withdrawn": self.withdrawn_count,
+                "pending": len(self.requests.requests),
+                "feedback": self.learning.feedback_count,
+                "expired": self.requests.expired_count,
+                "dropped": self.requests.dropped_count,
+                "withdrawn": self.requests.withdrawn_count,
             }
 
+    def ranked(self, request_id: str) -> list[tuple[str, float]]:
+        """Every served model with its probability for a pending request, most probable
+        first (ties in the order of the models); ``[]`` when ``request_id`` is not pending.
+
+        The probabilities are those logged at decision time (``probabilities [K']``, zero
+        for models added since).
+        """
+        with self._lock:
+            item = self.requests.requests.get(request_id)
+            if item is None:
+                return []
+            probs = pad_arms(item["probs"], len(self.arm_names)).tolist()  # [K]
+            order = sorted(range(len(probs)), key=lambda a: (-probs[a], a))
+            return [(self.arm_names[a], float(probs[a])) for a in order]
+
+    def routed_model(self, request_id: str) -> str | None:
+        """The model a pending request was routed to (``None``: not pending)."""
+        with self._lock:
+            item = self.requests.requests.get(request_id)
+            return None if item is None else self.arm_names[item["arm"]]
+
+    def request_status(self, request_id: str) -> str | None:
+        """``pending``, ``answered``, ``expired``, ``dropped`` or ``withdrawn`` (``None``:
+        never routed here)."""
+        with self._lock:
+            code = self.storage.log.statuses([request_id]).get(request_id)
+        return None if code is None else STATUS_NAMES[code]
+
+    def withdraw(self, request_ids: Sequence[str]) -> None:
+        """Take pending requests out without learning (their routed model never answered)."""
+        self.store(lambda db: None, request_ids)
+
+    def store(
+        self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()
+    ) -> Any:
+        """Run ``statements(db)`` on the decision log and withdraw the pending ids among
+        ``withdraw``, in one transaction under the router's lock (a layer above writes its
+        own tables so: the gateway's ledger). Returns what ``statements`` returns.
+
+        Raises:
+            StoreError: the log cannot be written; nothing changed.
+        """
+        with self._lock:
+            return self.requests.withdraw(statements, withdraw)
+
+    def query(self, query: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``query(db)`` on the decision log under the router's lock (a layer above reads
+        its own tables so)."""
+        with self._lock:
+            return self.storage.log.select(query)
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Checkpoint the learner's state atomically to ``path`` (default: ``state_path``)."""
+        target = path or self.state_path
+        if target is None:
+            raise ValueError("save needs a path: this router has no state_path")
+        with self._lock:
+            return self.learning.checkpoint(Path(target))
+
+    def close(self) -> None:
+        """Checkpoint the state and close the log."""
+        with self._lock:
+            if self.state_path is not None and self.storage.events > self.storage.checkpointed:
+                self.learning.checkpoint(self.state_path)
+            self.storage.close()
+
     # -- internals (called with the lock held where they touch state) --------------------
+
+    @property
+    def _events(self) -> int:
+        """The last state event the learner's state holds."""
+        return self.storage.events
+
+    def _open(self) -> None:
+        """Load the last checkpoint, replay the events logged after it, take back the
+        pending requests and the counts."""
+        store, learning = self.storage, self.learning
+        payload = store.read_checkpoint()
+        start = 0 if payload is None else learning.load(payload, f"router state {self.state_path}")
+        store.events = start
+        for event in store.log.events(after=start):
+            if event.kind == "model":
+                learning.add_arm(event.name, event.price)
+            else:
+                items = [self._item(row) for row in event.rows]
+                learning.update(items, torch.from_numpy(event.score), torch.from_numpy(event.cost))
+            store.events = event.seq
+        store.checkpointed = start
+        counts = store.log.counts()
+        self.requests.restore(store.log.pending(), counts, store.log.num_routes())
+        learning.feedback_count = learning.feedback_at_checkpoint = counts["answered"]
+        if store.events > start and self.state_path is not None:
+            learning.checkpoint(self.state_path)
+
+    def _item(self, row: RouteRow) -> dict[str, Any]:
+        """The pending item of a routed row: ``x [d]``, ``embedding [e]``, ``arm``,
+        ``probs [K']`` (the problem's dtype) and ``t``."""
+        dtype = self.problem.dtype
+        return {
+            "x": torch.from_numpy(row.x).to(dtype),
+            "embedding": torch.from_numpy(row.embedding).to(dtype),
+            "arm": row.arm,
+            "probs": torch.from_numpy(row.probabilities).to(dtype),
+            "t": row.timestamp,
+        }
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
         """The width ``e`` of the embeddings :meth:`route` takes."""
@@ -353,3 +478,6 @@ class Router(RouterState, Admission, Learning):
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+__all__ = ["Router", "StoreError"]

@@ -21,11 +21,12 @@ import torch
 from torch import Tensor
 
 from torchroute.errors import InputError, ScoreRangeError
+from torchroute.serve.fingerprint import mix_seed
 from torchroute.serve.log import RouteRow
 from torchroute.serve.router import Router, _sha256
-from torchroute.serve.router_state import mix_seed
+from torchroute.serve.subset_learner import SubsetFeedbackLearner
 from torchroute.serve.subset_propensity import subset_propensity
-from torchroute.types import Context, Decision, Feedback, Problem
+from torchroute.types import Context, Problem
 
 
 class SubsetRouter(Router):
@@ -50,6 +51,8 @@ class SubsetRouter(Router):
         factory, features, encode, state_path, seed, ...: as :class:`Router`.
         problem: the one-trial :class:`~torchroute.envs.subset.SubsetProblem`.
     """
+
+    learner_part = SubsetFeedbackLearner
 
     def __init__(self, learner, factory, problem: Problem, **kwargs: Any) -> None:
         self.context_names = tuple(getattr(problem, "context_names", ()) or ())
@@ -95,7 +98,7 @@ class SubsetRouter(Router):
         with self._lock:
             now, rows = time.time(), []
             for b in range(emb.shape[0]):  # one context per act: the subset protocol
-                self.generator.manual_seed(mix_seed(self.seed, "route", self._routes + b))
+                self.generator.manual_seed(mix_seed(self.seed, "route", self.requests.routes + b))
                 context = Context(x=x[b][None, None])
                 decision = self.learner.act(context, self.generator)
                 propensity, _ = subset_propensity(
@@ -117,7 +120,7 @@ class SubsetRouter(Router):
                         draws,
                     )
                 )
-            self._admit(rows, now)
+            self.requests.admit(rows, now)
         return [
             {
                 "request_id": r.request_id,
@@ -184,25 +187,3 @@ class SubsetRouter(Router):
         item = super()._item(row)
         item["draws"] = torch.tensor(row.draws, dtype=torch.long)
         return item
-
-    def _update(self, items: list[dict[str, Any]], score: Tensor, cost: Tensor) -> Tensor:
-        """One learner update per request, in order (no undo); returns the set rewards ``[n]``.
-
-        Update ``i`` of event ``self._events + 1`` draws from a generator seeded by both.
-        """
-        dtype, k = self.problem.dtype, self.learner.num_arms
-        for i, item in enumerate(items):
-            zeros = torch.zeros(1, 1, k, dtype=dtype)
-            feedback = Feedback(
-                reward=zeros,
-                observed=torch.zeros_like(zeros, dtype=torch.bool),
-                set_reward=score[i].to(dtype).view(1, 1),
-            )
-            decision = Decision(probs=item["probs"][None, None], action=item["draws"][None, None])
-            seed = mix_seed(self.seed, "update", self._events + 1, i)
-            context = Context(x=item["x"][None, None])
-            self.learner.update(context, decision, feedback, torch.Generator().manual_seed(seed))
-        state = self.learner.state_dict().values()
-        if not all(torch.isfinite(v).all() for v in state if isinstance(v, Tensor)):
-            raise FloatingPointError("the learner's state became NaN or infinite")
-        return score.double()
