@@ -13,7 +13,8 @@ import torch
 
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
-from torchroute.learners.warm_start import WarmStart, apply_warm_start
+from torchroute.learners.warm_options import WarmStart
+from torchroute.run.warm import apply_warm_start
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
 F64 = torch.float64
