@@ -12,6 +12,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from tests.simulate_argv import small_simulate
 from tests.test_bad_input import _run_dir
 from torchroute.cli import main
 from torchroute.learners import LinUCB
@@ -54,21 +55,6 @@ def _csv(path, text, ids=("q1", "q2", "q3")):
     return path
 
 
-def _simulate(out, *extra):
-    return [
-        "simulate",
-        "experiment=default",
-        f"out_dir={out}",
-        "data.num_queries=60",
-        "rhos=[0]",
-        "seeds=[0]",
-        "progress=false",
-        "report=false",
-        "~logger",
-        *extra,
-    ]
-
-
 def test_posting_a_model_of_price_1e308_is_a_422_not_a_500():
     router = Router.fresh(LinUCB.from_problem, ["a", "b"], rho=100.0, dim=2)
     client = TestClient(create_app(router, allowed_hosts=["*"]))
@@ -92,7 +78,7 @@ def test_posting_a_model_of_price_1e308_is_a_422_not_a_500():
 )
 def test_simulate_refuses_before_writing(tmp_path, capsys, extra, needles):
     out = tmp_path / "run"
-    _one_line(*_run(capsys, _simulate(out, *extra))[:2], *needles)
+    _one_line(*_run(capsys, small_simulate(out, *extra))[:2], *needles)
     assert not out.exists()
 
 
@@ -104,7 +90,7 @@ def test_a_blank_query_id_is_refused_by_inspect_and_simulate(tmp_path, capsys):
         code, err, _ = _run(capsys, ["data", "inspect", str(table), *WIDE])
         _one_line(code, err, "1 of 3 query ids are blank")
         out = tmp_path / "run"
-        argv = _simulate(out, "data=table", f"data.path={table}", "run_learners=[random]")
+        argv = small_simulate(out, "data=table", f"data.path={table}", "run_learners=[random]")
         argv += WIDE_DATA
         argv.remove("data.num_queries=60")
         _one_line(*_run(capsys, argv)[:2], "query ids are blank")

@@ -24,26 +24,13 @@ from tests.gateway.helpers import (
     start_gateway,
     write_backends,
 )
-from tests.gateway.stub_backend import ServerThread, stub_app
+from tests.gateway.stub_backend import ServerThread
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
 from torchroute.gateway.ledger import Ledger
 from torchroute.serve.limits import Limits
 
 MAX_RESPONSE = 64 << 10
-
-
-@pytest.fixture(scope="module")
-def stub():
-    with ServerThread(stub_app()) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def router():
-    router = build_router()
-    yield router
-    router.close()
 
 
 @pytest.fixture(scope="module")

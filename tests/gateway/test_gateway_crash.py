@@ -3,46 +3,23 @@ counted twice (routes, feedback, spend)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gateway.helpers import ARMS, BOB, write_backends
+from tests.gateway.helpers import (
+    ARMS,
+    BOB,
+    kill_mid_stream,
+    start_gateway_process,
+    write_backends,
+)
 from tests.gateway.stub_backend import ServerThread, stub_app
 from torchroute.gateway.ledger import read_attempts
 from torchroute.serve.log import RouterLog, log_path
 
-ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"authorization": f"Bearer {BOB}"}
-
-
-def _start(state: Path, backends: Path, tmp: Path, tag: str) -> tuple[subprocess.Popen, str]:
-    port_file = tmp / f"port-{tag}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.gateway.gateway_server",
-            str(state),
-            str(backends),
-            str(port_file),
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    deadline = time.monotonic() + 120
-    while not port_file.exists():
-        assert proc.poll() is None, "the gateway did not start"
-        assert time.monotonic() < deadline, "the gateway did not start in 120 s"
-        time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port_file.read_text()}"
 
 
 def _chat(url: str, text: str, **body) -> httpx.Response:
@@ -55,7 +32,7 @@ def test_kill_9_mid_stream_then_restart_loses_and_doubles_nothing(tmp_path):
     state = tmp_path / "router.pt"
     with ServerThread(stub_app()) as stub:
         backends = write_backends(tmp_path / "backends.yaml", stub.url, timeout_s=30)
-        proc, url = _start(state, backends, tmp_path, "first")
+        proc, url = start_gateway_process(state, backends, tmp_path, "first")
         try:
             answered = _chat(url, "answered before the crash").json()["torchroute"]
             waiting = _chat(url, "waiting for its score").json()["torchroute"]
@@ -75,21 +52,13 @@ def test_kill_9_mid_stream_then_restart_loses_and_doubles_nothing(tmp_path):
                 "stream": True,
                 "messages": [{"role": "user", "content": "a long answer"}],
             }
-            with httpx.stream(
-                "POST", f"{url}/v1/chat/completions", json=payload, headers=AUTH, timeout=30
-            ) as response:
-                streamed = response.headers["x-request-id"]
-                lines = response.iter_lines()
-                received = [next(lines) for _ in range(6)]
-                assert any("answer from" in line for line in received)
-                proc.send_signal(signal.SIGKILL)  # mid-stream
-                proc.wait(30)
+            streamed = kill_mid_stream(proc, url, AUTH, json=payload)
         finally:
             if proc.poll() is None:
                 proc.kill()
         spent_before = answered["cost"] + waiting["cost"]
 
-        proc, url = _start(state, backends, tmp_path, "second")
+        proc, url = start_gateway_process(state, backends, tmp_path, "second")
         try:
             health = httpx.get(f"{url}/health").json()["routers"]["100"]
             # three routes: one answered, one pending with its cost, one withdrawn

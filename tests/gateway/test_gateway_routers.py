@@ -9,15 +9,9 @@ import httpx
 import pytest
 
 from tests.gateway.helpers import ARMS, build_router, write_backends
-from tests.gateway.stub_backend import ServerThread, stub_app
+from tests.gateway.stub_backend import ServerThread
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
-
-
-@pytest.fixture(scope="module")
-def stub():
-    with ServerThread(stub_app()) as server:
-        yield server
 
 
 def _sha(text: str) -> str:

@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
-from tests.gateway.helpers import ARMS, build_router, write_backends
-from tests.gateway.stub_backend import ServerThread, stub_app
+from tests.gateway.helpers import ARMS, write_backends
+from tests.gateway.stub_backend import ServerThread
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
 from torchroute.serve.limits import Limits
@@ -20,19 +20,6 @@ from torchroute.serve.limits import Limits
 SECRET = "sk-backend-Zq81Xv0pLmN4"
 JSON = {"content-type": "application/json"}
 GOOD = {"model": "router", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def stub():
-    with ServerThread(stub_app()) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def router():
-    router = build_router()
-    yield router
-    router.close()
 
 
 @pytest.fixture(scope="module")

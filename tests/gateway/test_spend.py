@@ -17,17 +17,11 @@ from fastapi.responses import StreamingResponse
 
 from tests.gateway.helpers import ALICE, ARMS, BOB, build_router, keys, start_gateway
 from tests.gateway.helpers import write_backends as write_backends_file
-from tests.gateway.stub_backend import ServerThread, stub_app
+from tests.gateway.stub_backend import ServerThread
 
 #: every model at one price (per million input / output tokens), so a call's most and its
 #: real cost do not depend on the model the router happens to pick
 PRICE_IN, PRICE_OUT = 10.0, 30.0
-
-
-@pytest.fixture(scope="module")
-def stub():
-    with ServerThread(stub_app()) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)

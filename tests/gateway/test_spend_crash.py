@@ -8,9 +8,8 @@ import signal
 import httpx
 import pytest
 
-from tests.gateway.helpers import ALICE, ARMS
+from tests.gateway.helpers import ALICE, ARMS, kill_mid_stream, start_gateway_process
 from tests.gateway.stub_backend import ServerThread, stub_app
-from tests.gateway.test_gateway_crash import _start
 from tests.gateway.test_spend import _backends, _body, _every_model, _hold, _relayed_cost, _stream
 from torchroute.gateway.ledger import read_attempts
 from torchroute.serve.log import RouterLog, log_path
@@ -28,7 +27,7 @@ def test_kill_9_mid_stream_charges_the_hold_under_its_key_on_the_next_start(tmp_
     state = tmp_path / "router.pt"
     with ServerThread(stub_app()) as stub:
         backends = _backends(tmp_path, stub)
-        proc, url = _start(state, backends, tmp_path, "first")
+        proc, url = start_gateway_process(state, backends, tmp_path, "first")
         try:
             _every_model(stub, "ok", words=6)
             text = "answered before the crash"
@@ -40,15 +39,7 @@ def test_kill_9_mid_stream_charges_the_hold_under_its_key_on_the_next_start(tmp_
             _every_model(stub, "ok", words=40, delay=0.1)  # a slow stream: 4 s
             cut_body, cut_tokens = _body("a long answer", 50), 50
             headers = {"authorization": f"Bearer {ALICE}", "content-type": "application/json"}
-            with httpx.stream(
-                "POST", f"{url}/v1/chat/completions", content=cut_body, headers=headers, timeout=30
-            ) as response:
-                cut = response.headers["x-request-id"]
-                lines = response.iter_lines()
-                received = [next(lines) for _ in range(6)]
-                assert any("answer from" in line for line in received)
-                proc.send_signal(signal.SIGKILL)  # mid-stream
-                proc.wait(30)
+            cut = kill_mid_stream(proc, url, headers, content=cut_body)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -61,7 +52,7 @@ def test_kill_9_mid_stream_charges_the_hold_under_its_key_on_the_next_start(tmp_
         assert CAP - before - held < _hold(probe, tokens) <= CAP - before
 
         _every_model(stub, "ok", words=6)
-        proc, url = _start(state, backends, tmp_path, "second")
+        proc, url = start_gateway_process(state, backends, tmp_path, "second")
         try:
             assert _alice_spend(url) == pytest.approx(before + held)
             status, _, _ = _stream(url, probe, ALICE)

@@ -252,3 +252,18 @@ def test_a_base_without_per_model_predictions_is_refused():
         build_base("linucb_typo", problem, "ResidualLinUCB")
     with pytest.raises(ValueError, match="base must be a static router"):
         build_base("random", problem, "ResidualLinUCB")
+
+
+@pytest.mark.parametrize(
+    ("build", "name", "value"),
+    [
+        (lambda base, value: ResidualLinUCB(R, K, D, base, alpha=value), "alpha", -0.5),
+        (lambda base, value: ResidualLinTS(R, K, D, base, v=value), "v", float("nan")),
+    ],
+)
+def test_the_score_hyper_parameter_is_checked_by_name_and_kept(build, name, value):
+    base = _base("knn")
+    with pytest.raises(ValueError, match=f"^Residual\\w+: {name} must be a finite number >= 0"):
+        build(base, value)
+    learner = build(base, 2)
+    assert getattr(learner, name) == 2.0 and isinstance(getattr(learner, name), float)

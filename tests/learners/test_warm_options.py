@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tests.simulate_argv import small_simulate
 from torchroute.cli import main
 from torchroute.learners.warm_options import WarmStart
 
@@ -46,22 +47,6 @@ def test_the_options_are_read_and_the_node_keeps_the_rest():
     assert WarmStart.from_node(NODE, "k")[0] == WarmStart()  # cold by default
 
 
-def _simulate(out, *extra):
-    return [
-        "simulate",
-        "experiment=default",
-        f"out_dir={out}",
-        "data.num_queries=60",
-        "rhos=[0]",
-        "seeds=[0]",
-        "progress=false",
-        "report=false",
-        "~logger",
-        "run_learners=[linucb,best_single]",
-        *extra,
-    ]
-
-
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
@@ -97,7 +82,7 @@ def test_simulate_refuses_a_bad_warm_start_before_writing(tmp_path, capsys, extr
     """Exit 2, one line naming the key and what was expected, and no run folder: the
     corrected rerun then starts in the same folder."""
     out = tmp_path / "run"
-    code = main(_simulate(out, *extra))
+    code = main(small_simulate(out, "run_learners=[linucb,best_single]", *extra))
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err

@@ -60,6 +60,22 @@ def argmax_random_ties(scores: Tensor, generator: Source = None, tol: float = 0.
     return torch.where(tied, noise, noise.new_full((), -1.0)).argmax(-1)
 
 
+def tie_probs(scores: Tensor, action: Tensor | None = None) -> Tensor:
+    """Uniform over the arms tied at the top of ``scores [R, B, K]`` -> ``[R, B, K]`` float64.
+
+    The distribution of :func:`argmax_random_ties`. With
+    ``action [R, B]``, a row whose ``action`` is not among the tied arms (another kernel
+    rounded the scores differently) is that action's one-hot vector.
+    """
+    tied = (scores >= scores.amax(-1, keepdim=True)).double()  # [R, B, K]
+    probs = tied / tied.sum(-1, keepdim=True)
+    if action is None:
+        return probs
+    chosen = torch.nn.functional.one_hot(action, scores.shape[-1]).double()
+    inside = (tied * chosen).sum(-1, keepdim=True) > 0  # [R, B, 1]
+    return torch.where(inside, probs, chosen)
+
+
 def one_hot_probs(action: Tensor, num_arms: int, dtype: torch.dtype) -> Tensor:
     """``[...]`` arm indices -> ``[..., K]`` one-hot distribution."""
     return torch.nn.functional.one_hot(action, num_arms).to(dtype)

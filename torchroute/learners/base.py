@@ -23,7 +23,7 @@ from torchroute.checks import check_number
 from torchroute.errors import InputError
 from torchroute.functional.availability import mask_scores, restrict_probs
 from torchroute.functional.random import Source
-from torchroute.functional.sampling import sample_categorical
+from torchroute.functional.sampling import sample_categorical, tie_probs
 from torchroute.types import Context, Decision, Feedback, Problem
 
 if TYPE_CHECKING:
@@ -294,6 +294,38 @@ def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Deci
         return restrict_decision(decision, context.available, generator)
 
     return wrapped
+
+
+class ArgmaxRouting(Learner):
+    """A learner whose ``act`` plays the argmax of its scores with random tie-breaks:
+    :meth:`routing_probs` in closed form, from the scores ``act`` reported.
+
+    A subclass defines :meth:`_argmax_scores` and returns those scores in
+    ``Decision.scores``; put it first among the bases (``class L(ArgmaxRouting, Base)``).
+    """
+
+    def routing_probs(
+        self,
+        context: Context,
+        decision: Decision,
+        generator: Source = None,
+        draws: int | None = None,
+    ) -> Tensor:
+        """Exact: uniform over the arms tied at the top score, ``[R, B, K]`` float64.
+
+        The scores are ``Decision.scores``, else recomputed by :meth:`_argmax_scores`; a row
+        whose action is not among the tied arms (another kernel rounded its scores) is that
+        action's one-hot vector. ``draws`` is unused.
+        """
+        self._check_context(context)
+        scores = decision.scores
+        if scores is None:
+            scores = self._argmax_scores(context, generator)
+        return tie_probs(scores, decision.action)
+
+    def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
+        """The masked scores ``[R, B, K]`` whose argmax ``act`` plays on ``x [R, B, d]``."""
+        raise NotImplementedError
 
 
 class FixedPolicy(Learner):

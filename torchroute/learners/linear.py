@@ -26,8 +26,10 @@ from torchroute.functional.sampling import (
     one_hot_probs,
     probability_floor,
     sample_categorical,
+    tie_probs,
 )
 from torchroute.functional.squarecb import squarecb_probs
+from torchroute.learners.base import ArgmaxRouting
 from torchroute.learners.fused_linucb import Kernel, check_kernel, fused_act, fused_update
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback
@@ -63,22 +65,6 @@ def _scale(value: float | Tensor, like: Tensor) -> float | Tensor:
     return value if not isinstance(value, Tensor) else value.to(like.dtype)[:, None, None]
 
 
-def tie_probs(scores: Tensor, action: Tensor | None = None) -> Tensor:
-    """Uniform over the arms tied at the top of ``scores [R, B, K]`` -> ``[R, B, K]`` float64.
-
-    The distribution of :func:`~torchroute.functional.sampling.argmax_random_ties`. With
-    ``action [R, B]``, a row whose ``action`` is not among the tied arms (another kernel
-    rounded the scores differently) is that action's one-hot vector.
-    """
-    tied = (scores >= scores.amax(-1, keepdim=True)).double()  # [R, B, K]
-    probs = tied / tied.sum(-1, keepdim=True)
-    if action is None:
-        return probs
-    chosen = torch.nn.functional.one_hot(action, scores.shape[-1]).double()
-    inside = (tied * chosen).sum(-1, keepdim=True) > 0  # [R, B, 1]
-    return torch.where(inside, probs, chosen)
-
-
 class _PerTrialRidge(RidgeLearner):
     """A ridge learner whose ``lam`` may also be given per trial (``R`` values).
 
@@ -107,7 +93,7 @@ class _PerTrialRidge(RidgeLearner):
             setattr(self, name, checked)
 
 
-class LinUCB(_PerTrialRidge):
+class LinUCB(ArgmaxRouting, _PerTrialRidge):
     """LinUCB (Li et al. 2010) with one ridge model per arm.
 
     Score ``x^T theta_k + alpha sqrt(x^T A_k^{-1} x)``; argmax with random tie-break
@@ -202,24 +188,11 @@ class LinUCB(_PerTrialRidge):
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
         return self._add_new_arm_bonus(scores)
 
-    def routing_probs(
-        self,
-        context: Context,
-        decision: Decision,
-        generator: Source = None,
-        draws: int | None = None,
-    ) -> Tensor:
-        """Exact: uniform over the arms tied at the top bound, ``[R, B, K]`` float64.
-
-        The bounds are those ``act`` computed with eager operators (``Decision.scores``),
-        else recomputed so; where a fused kernel rounded them so that its arm is not among
-        the tied ones, that arm's one-hot vector. ``generator`` and ``draws`` are unused.
-        """
-        self._check_context(context)
-        scores = decision.scores
-        if scores is None:
-            scores = mask_scores(self._scores(context.x.to(self.theta.dtype)), context.available)
-        return tie_probs(scores, decision.action)
+    def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
+        """The bounds ``act`` computes with eager operators, masked, ``[R, B, K]``; where a
+        fused kernel rounded them so that its arm is not among the tied ones,
+        :meth:`routing_probs` gives that arm's one-hot vector."""
+        return mask_scores(self._scores(context.x.to(self.theta.dtype)), context.available)
 
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None

@@ -51,10 +51,10 @@ from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.anchors import BestArmClassifier, _FittedRouter
-from torchroute.learners.base import Learner
+from torchroute.learners.base import ArgmaxRouting, Learner
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
-from torchroute.learners.linear import LinTS, LinUCB, tie_probs
+from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -159,8 +159,11 @@ class _Residual(Learner):
         projection: int | None,
         **score_hp: float,
     ) -> None:
-        super().__init__(num_trials, num_arms)
         name = type(self).__name__
+        for key, value in score_hp.items():  # alpha or v: checked first, then kept
+            check_number(name, key, value, ge=0)
+        score_hp = {key: float(value) for key, value in score_hp.items()}
+        super().__init__(num_trials, num_arms)
         check_number(name, "dim", dim, ge=1, integer=True)
         check_number(name, "lam", lam, gt=0)
         check_number(name, "gamma", gamma, gt=0, le=1)
@@ -188,6 +191,8 @@ class _Residual(Learner):
         else:
             corr = plain(num_trials, num_arms, dim, lam=lam, **score_hp)
         self.correction = corr
+        for key, value in score_hp.items():
+            setattr(self, key, value)
         self.spread = 0.0
         if base.hidden is not None and bool(base.hidden.any()):
             if train is None:
@@ -240,13 +245,17 @@ class _Residual(Learner):
         """The predicted quality ``base_k(x) + x^T theta_k`` (the correction's posterior
         mean, no bonus), ``x [R, B, d]`` -> ``[R, B, K]``."""
         y_hat, _, _ = self.base_value(context)
-        x = self.phi(context.x.to(self._dtype()))
+        mean, _ = self._correction_posterior(self.phi(context.x.to(self._dtype())))
+        return y_hat.to(mean.dtype) + mean
+
+    def _correction_posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The correction's posterior mean ``x^T theta_k`` and width ``sqrt(x^T A_k^{-1} x)``,
+        each ``[R, B, K]``, of the correction's features ``x [R, B, p]``."""
         corr = self.correction
         if isinstance(corr, GramRidgeLearner):
-            mean = corr.posterior(x)[0]
-        else:
-            mean = ridge_predict(corr.theta, x)
-        return y_hat.to(mean.dtype) + mean
+            mean, _, quad = corr.posterior(x)
+            return mean, quad.sqrt()
+        return ridge_predict(corr.theta, x), ridge_width(corr.a_inv, x)
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         """The correction plus its bonus or draw, ``[R, B, K]``."""
@@ -292,7 +301,7 @@ class _Residual(Learner):
         return {}
 
 
-class ResidualLinUCB(_Residual):
+class ResidualLinUCB(ArgmaxRouting, _Residual):
     """LinUCB on the corrections of a static router (the module doc).
 
     Score ``base_k(x) - rho c_k(x) + x^T theta_k + alpha sqrt(x^T A_k^{-1} x)`` with
@@ -330,12 +339,9 @@ class ResidualLinUCB(_Residual):
         window: int | None = None,
         projection: int | None = None,
     ) -> None:
-        check_number(type(self).__name__, "alpha", alpha, ge=0)
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
-            alpha=float(alpha),
-        )  # fmt: skip
-        self.alpha = float(alpha)
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, alpha=alpha
+        )
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         corr = self.correction
@@ -343,19 +349,9 @@ class ResidualLinUCB(_Residual):
             return corr._scores(x, generator)
         return corr._scores(x)
 
-    def routing_probs(
-        self,
-        context: Context,
-        decision: Decision,
-        generator: Source = None,
-        draws: int | None = None,
-    ) -> Tensor:
-        """Exact: uniform over the arms tied at the top score, ``[R, B, K]`` float64."""
-        self._check_context(context)
-        scores = decision.scores
-        if scores is None:
-            scores = self._scores(context, generator)
-        return tie_probs(scores, decision.action)
+    def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
+        """The masked scores ``act`` plays the argmax of, ``[R, B, K]``."""
+        return self._scores(context, generator)
 
 
 class ResidualLinTS(_Residual):
@@ -385,20 +381,12 @@ class ResidualLinTS(_Residual):
         window: int | None = None,
         projection: int | None = None,
     ) -> None:
-        check_number(type(self).__name__, "v", v, ge=0)
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=float(v)
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=v
         )
-        self.v = float(v)
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
-        corr = self.correction
-        if isinstance(corr, GramRidgeLearner):
-            mean, _, quad = corr.posterior(x)
-            width = quad.sqrt()
-        else:
-            mean = ridge_predict(corr.theta, x)  # [R, B, K]
-            width = ridge_width(corr.a_inv, x)
+        mean, width = self._correction_posterior(x)
         if self.v == 0:
             return mean
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
