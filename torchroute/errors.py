@@ -7,8 +7,8 @@ exception is a bug and keeps its traceback (exit 1).
 
 The concrete classes keep their historical base (``ValueError`` for most), so code that
 catches ``ValueError`` still catches them. They are defined here, one place for every part
-(each stays importable from the module that raises it); the gateway's, serve's, the
-scenario's and the ridge kernel's classes are still beside their code.
+(each stays importable from the module that raises it), the gateway's and serve's
+internal signals (a failed backend call, a spend over its cap) included.
 """
 
 from __future__ import annotations
@@ -16,23 +16,44 @@ from __future__ import annotations
 import errno
 
 __all__ = [
+    "BackendsError",
+    "BodyError",
+    "BudgetError",
+    "CallFailed",
     "CaseTimeout",
     "CheckpointError",
+    "ClientError",
     "ConfigError",
+    "ConnectError",
     "DecisionLogError",
+    "DuplicateModelError",
     "EvaluateError",
+    "FeedbackOptionError",
     "GapConfigError",
+    "GatewayArgsError",
+    "GatewayError",
+    "HTTPError",
     "InputError",
+    "KernelUnavailableError",
+    "KeysError",
+    "LimitError",
+    "LogError",
     "MultirunError",
     "NonFiniteError",
     "NotWritableError",
     "OptionError",
+    "ProtocolError",
     "ResultsFileError",
     "RunFolderMissing",
     "SavedProblemError",
+    "ScenarioError",
     "ScoreRangeError",
     "SectionError",
+    "ServeArgsError",
+    "StateInUse",
+    "StoreError",
     "TableError",
+    "UnknownModelError",
     "UnreachableTargetError",
     "UntrustedTarget",
     "UserError",
@@ -141,6 +162,111 @@ _USER_ERRNOS = {
     errno.EADDRINUSE,
     errno.EADDRNOTAVAIL,
 }
+
+
+# --- the errors of the ridge kernel, envs, serve and the gateway (importable from there too)
+
+
+class KernelUnavailableError(UserError, ValueError):
+    """The fused kernel could not be built or loaded (the message says why, in one line)."""
+
+
+class ScenarioError(UserError, ValueError):
+    """A scenario event with a missing, unknown or out-of-range key; names the key."""
+
+
+class FeedbackOptionError(UserError, ValueError):
+    """A ``feedback`` option with an unknown key or a value out of range; names the key."""
+
+
+class LimitError(UserError, ValueError):
+    """A request over a :class:`Limits` bound; ``status`` is 413 or 422."""
+
+    def __init__(self, message: str, status: int = 413) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LogError(UserError, ValueError):
+    """A decision log that cannot be used: another configuration, or unreadable."""
+
+
+class StoreError(RuntimeError):
+    """The decision log cannot be written (read-only folder, full disk): nothing changed."""
+
+
+class StateInUse(UserError, RuntimeError):
+    """The state is locked by another process (one line naming the folder and the pid)."""
+
+
+class ServeArgsError(UserError, ValueError):
+    """A flag of ``torchroute serve`` or ``gateway`` that cannot work; nothing was started,
+    written or deleted."""
+
+
+class UnknownModelError(UserError, ValueError):
+    """A model name the router does not serve."""
+
+
+class DuplicateModelError(UserError, ValueError):
+    """A model name the router already serves."""
+
+
+class GatewayArgsError(UserError, ValueError):
+    """A flag of ``torchroute gateway`` that cannot work; nothing was started."""
+
+
+class HTTPError(Exception):
+    """A backend call that failed below HTTP (base of the errors of this module)."""
+
+
+class ConnectError(HTTPError):
+    """No connection to the backend (refused, name not found, TLS handshake failed)."""
+
+
+class ProtocolError(HTTPError):
+    """The connection broke mid-call, or the backend's answer is not HTTP/1.1."""
+
+
+class BodyError(ValueError):
+    """A body that is not standard JSON text (a 400): one line naming the field."""
+
+
+class CallFailed(Exception):
+    """A backend call that gave no usable answer; ``outcome`` names why (logged)."""
+
+    def __init__(self, outcome: str, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome = outcome
+
+
+class ClientError(Exception):
+    """The backend refused the request itself (a 4xx not in ``BACKEND_FAULTS``): no
+    fallback."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"the backend answered {status}")
+        self.status, self.body = status, body
+
+
+class GatewayError(Exception):
+    """An error answered to the client: ``status`` and a one-line message."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+class KeysError(UserError, ValueError):
+    """A keys file that cannot be used (one line naming the file and the key)."""
+
+
+class BudgetError(Exception):
+    """A request that would take its key over its cap (answered 429, nothing called)."""
+
+
+class BackendsError(UserError, ValueError):
+    """A backends file that cannot be used (one line naming the file, model and key)."""
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -28,16 +28,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.errors import FeedbackOptionError as FeedbackOptionError
 from torchroute.functional.random import TrialRNG, trial_keys
 
 #: the feedback modes of a single-choice env
 MODES = ("bandit", "full")
 _KEYS = ("mode", "delay", "rate", "noise")
-
-
-class FeedbackOptionError(UserError, ValueError):
-    """A ``feedback`` option with an unknown key or a value out of range; names the key."""
 
 
 @dataclass(frozen=True)

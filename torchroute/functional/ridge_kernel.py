@@ -59,7 +59,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.errors import KernelUnavailableError as KernelUnavailableError
 
 #: The extension's sources: the LinUCB steps and the SquareCB-G solver (``graph_kernel.py``).
 _SOURCES = tuple(Path(__file__).with_name(n) for n in ("ridge_kernel.cpp", "graph_kernel.cpp"))
@@ -67,10 +67,6 @@ _FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-std=c++20")
 _NAMESPACE = "torchroute_ridge"  # the TORCH_LIBRARY namespace of ridge_kernel.cpp
 #: Elements of work below which a call stays on the calling thread (torch's ``GRAIN_SIZE``).
 GRAIN = 32768
-
-
-class KernelUnavailableError(UserError, ValueError):
-    """The fused kernel could not be built or loaded (the message says why, in one line)."""
 
 
 def cache_dir() -> Path:

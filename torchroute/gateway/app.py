@@ -41,6 +41,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from torchroute.errors import GatewayError as GatewayError
 from torchroute.gateway.backends import Backend
 from torchroute.gateway.event_stream import EventStreamResponse
 from torchroute.gateway.fallbacks import Candidate, attempt_row, candidates
@@ -79,14 +80,6 @@ SESSION_HEADER = "x-session-id"
 ENDPOINTS = (
     "POST /v1/chat/completions, POST /v1/feedback, GET /v1/models, GET /v1/usage, GET /health"
 )
-
-
-class GatewayError(Exception):
-    """An error answered to the client: ``status`` and a one-line message."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.kind = status, kind
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error") -> Response:

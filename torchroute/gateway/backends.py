@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from torchroute.errors import UserError
+from torchroute.errors import BackendsError as BackendsError
 from torchroute.serve.security import check_model_name
 
 _FIELDS = {
@@ -40,10 +40,6 @@ _FIELDS = {
     "price",
 }
 _REQUIRED = ("base_url", "model", "input_per_mtok", "output_per_mtok")
-
-
-class BackendsError(UserError, ValueError):
-    """A backends file that cannot be used (one line naming the file, model and key)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+from torchroute.errors import ConnectError as ConnectError
+from torchroute.errors import HTTPError as HTTPError
+from torchroute.errors import ProtocolError as ProtocolError
+
 T = TypeVar("T")
 
 #: bytes asked of the socket per read
@@ -38,18 +42,6 @@ READ_SIZE = 1 << 16
 #: the longest status line, header section, chunk-size or trailer line accepted
 MAX_LINE = 1 << 16
 USER_AGENT = "torchroute-gateway"
-
-
-class HTTPError(Exception):
-    """A backend call that failed below HTTP (base of the errors of this module)."""
-
-
-class ConnectError(HTTPError):
-    """No connection to the backend (refused, name not found, TLS handshake failed)."""
-
-
-class ProtocolError(HTTPError):
-    """The connection broke mid-call, or the backend's answer is not HTTP/1.1."""
 
 
 if sys.version_info >= (3, 11):

@@ -15,12 +15,10 @@ import math
 import re
 from typing import Any
 
+from torchroute.errors import BodyError as BodyError
+
 #: a ``\\u`` escape of a UTF-16 surrogate (the only way JSON text can carry a lone one)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-class BodyError(ValueError):
-    """A body that is not standard JSON text (a 400): one line naming the field."""
 
 
 class _Constant:

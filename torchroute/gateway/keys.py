@@ -29,20 +29,13 @@ from typing import Any
 
 import yaml
 
-from torchroute.errors import UserError
+from torchroute.errors import BudgetError as BudgetError
+from torchroute.errors import KeysError as KeysError
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: the fields of a key entry
 _FIELDS = ("sha256", "cap", "admin")
-
-
-class KeysError(UserError, ValueError):
-    """A keys file that cannot be used (one line naming the file and the key)."""
-
-
-class BudgetError(Exception):
-    """A request that would take its key over its cap (answered 429, nothing called)."""
 
 
 @dataclass(frozen=True)

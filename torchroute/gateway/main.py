@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torchroute.errors import UserError
+from torchroute.errors import GatewayArgsError as GatewayArgsError
 from torchroute.serve.flags import add_access_flags, add_router_flags, add_trial_flags
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,6 @@ TOKEN_ENV = "TORCHROUTE_GATEWAY_TOKEN"
 KEY_FILE = "gateway.token"
 #: the request limit of one ``/v1/`` call's batch (one conversation)
 MAX_BATCH = 256
-
-
-class GatewayArgsError(UserError, ValueError):
-    """A flag of ``torchroute gateway`` that cannot work; nothing was started."""
 
 
 def add_parser(sub: Any) -> None:

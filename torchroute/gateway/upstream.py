@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from torchroute.errors import CallFailed as CallFailed
+from torchroute.errors import ClientError as ClientError
 from torchroute.gateway.backends import Backend
 from torchroute.gateway.http1 import (
     ConnectError,
@@ -41,27 +43,10 @@ _DECODER = json.JSONDecoder()
 FINISH_S = 1.0
 
 
-class CallFailed(Exception):
-    """A backend call that gave no usable answer; ``outcome`` names why (logged)."""
-
-    def __init__(self, outcome: str, detail: str) -> None:
-        super().__init__(detail)
-        self.outcome = outcome
-
-
 # 4xx answers that are the backend's or the gateway's configuration's fault, not the
 # request's: its key refused (401, 403, 407), the model or path unknown there (404), its
 # rate limit (429). The gateway falls back on them as on a 5xx.
 BACKEND_FAULTS = frozenset({401, 403, 404, 407, 429})
-
-
-class ClientError(Exception):
-    """The backend refused the request itself (a 4xx not in ``BACKEND_FAULTS``): no
-    fallback."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(f"the backend answered {status}")
-        self.status, self.body = status, body
 
 
 @dataclass

@@ -7,15 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from torchroute.errors import InputError, ScoreRangeError, UserError
-
-
-class UnknownModelError(UserError, ValueError):
-    """A model name the router does not serve."""
-
-
-class DuplicateModelError(UserError, ValueError):
-    """A model name the router already serves."""
+from torchroute.errors import DuplicateModelError as DuplicateModelError
+from torchroute.errors import InputError, ScoreRangeError
+from torchroute.errors import UnknownModelError as UnknownModelError
 
 
 def check_texts(texts: Sequence[str]) -> list[str]:

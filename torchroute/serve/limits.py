@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchroute.checks import check_number
-from torchroute.errors import UserError
+from torchroute.errors import LimitError as LimitError
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,6 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_batch", "max_prompt_chars", "max_id_chars"):
             check_number("Limits", name, getattr(self, name), ge=1, integer=True)
-
-
-class LimitError(UserError, ValueError):
-    """A request over a :class:`Limits` bound; ``status`` is 413 or 422."""
-
-    def __init__(self, message: str, status: int = 413) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def check_batch(field: str, values: list | None, limits: Limits, flag: str) -> None:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from torchroute.errors import UserError
+from torchroute.errors import LogError as LogError
 
 PENDING, ANSWERED, EXPIRED, DROPPED, WITHDRAWN = 0, 1, 2, 3, 4
 STATUS_NAMES = {
@@ -91,10 +91,6 @@ def clean_temp_files(state_path: str | Path) -> list[Path]:
     for tmp in stale:
         tmp.unlink(missing_ok=True)
     return stale
-
-
-class LogError(UserError, ValueError):
-    """A decision log that cannot be used: another configuration, or unreadable."""
 
 
 @dataclass

@@ -10,16 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from torchroute.errors import StoreError as StoreError
 from torchroute.learners.base import Learner
 from torchroute.serve.log import RouterLog, clean_temp_files, log_path
 from torchroute.types import Problem
 
 #: the router's logger (its warnings keep one name whichever file they come from)
 log = logging.getLogger("torchroute.serve.router")
-
-
-class StoreError(RuntimeError):
-    """The decision log cannot be written (read-only folder, full disk): nothing changed."""
 
 
 class RouterStore:

@@ -14,11 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from torchroute.errors import UserError
-
-
-class StateInUse(UserError, RuntimeError):
-    """The state is locked by another process (one line naming the folder and the pid)."""
+from torchroute.errors import StateInUse as StateInUse
 
 
 def lock_path(state_path: Path) -> Path:

@@ -22,16 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torchroute.serve.from_run as from_run
-from torchroute.errors import UserError
+from torchroute.errors import ServeArgsError as ServeArgsError
 from torchroute.run.folder import RunFolder
 from torchroute.serve.log import LogError, RouterLog, log_path
 from torchroute.serve.router import Router
 from torchroute.serve.state_lock import StateLock
-
-
-class ServeArgsError(UserError, ValueError):
-    """A flag of ``torchroute serve`` or ``gateway`` that cannot work; nothing was started,
-    written or deleted."""
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,11 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from torchroute.errors import UserError
+from torchroute.errors import ScenarioError as ScenarioError
 
 #: where ``arm: best`` is chosen: each trial's train split at its rho, or the validation
 #: split at the run's middle rho (one arm for every trial)
 BEST_AT = ("train", "validation")
-
-
-class ScenarioError(UserError, ValueError):
-    """A scenario event with a missing, unknown or out-of-range key; names the key."""
 
 
 @dataclass(frozen=True)
