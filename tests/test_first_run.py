@@ -37,13 +37,15 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, capl
     for noise in ("GPU available", "Trainable params", "LeafSpec", "Epoch ", "it/s]"):
         assert noise not in console, noise
     lines = [m for m in caplog.messages if " trials x " in m]  # one per learner, both runs
-    assert len(lines) == 9 + 4, lines
+    assert len(lines) == 11 + 4, lines
     for name in ("random", "cabs_d", "hpg", "omd_approachability"):
         assert any(m.startswith(f"{name}: ") and " rounds, " in m for m in lines), name
     results = pd.read_csv(out / "results.csv")
     assert set(results["learner"]) == {
         "random",
         "best_single",
+        "knn_val",
+        "mlp_router",
         "epsilon_greedy",
         "linucb",
         "lints",

@@ -207,3 +207,16 @@ def test_roles_are_found_from_the_configs_in_a_fresh_process():
     static += ["MLPScoreRouter", "MFScoreRouter", "KNNScoreRouter", "BestArmClassifier"]
     assert {name: roles[name] for name in static} == dict.fromkeys(static, "static")
     assert roles["LinUCB"] == "online" and roles["RandomRouter"] == "reference"
+
+
+def test_a_static_router_is_never_the_baselines_best_bandit(tmp_path):
+    """A static anchor in the baselines family (knn, 0.95) is compared in the online-vs-static
+    sentence; the baselines' sentence names the best online bandit (linucb)."""
+    utility = {**UTILITY, "knn": [0.95, 0.95]}
+    run = _run_dir(tmp_path / "run", utility)
+    results = pd.read_csv(run / "results.csv")
+    classes = {**learner_classes(run), "knn": KNNRouter}
+    (line,) = [x for x in headline([(results, classes)]) if x.startswith("- **baselines**")]
+    assert "the baselines' best bandit linucb averages utility 0.720" in line
+    (cabs,) = [x for x in headline([(results, classes)]) if x.startswith("- **CABS**")]
+    assert "linucb (0.720, +0.030)" in cabs  # compared with the best bandit, not knn

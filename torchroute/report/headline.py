@@ -91,7 +91,11 @@ def single_choice_sentences(results: pd.DataFrame, classes: Classes) -> list[str
         families.setdefault(family_of(classes, learner), []).append(learner)
     trials = int(results.groupby("learner").size().max())
     full = _full_feedback(classes, list(means.index))
-    base = [n for n in families.get("baselines", []) if n not in (RANDOM, BEST_SINGLE, *full)]
+    base = [  # the best bandit: an online learner (static routers have their own sentence)
+        n
+        for n in families.get("baselines", [])
+        if n not in (RANDOM, BEST_SINGLE, *full) and role_of(classes, n) == "online"
+    ]
     best_base = max(base, key=lambda n: means[n]) if base else None
     sentences = []
     for family in ["baselines", *sorted(set(families) - {"baselines"})]:
