@@ -83,6 +83,8 @@ def test_cfg_prints_the_composed_config_and_runs_nothing(capsys, tmp_path, monke
     assert set(printed["learners"]) == {
         "random",
         "best_single",
+        "knn_val",
+        "mlp_router",
         "linucb",
         "linucb_full",
         "lints",

@@ -84,8 +84,9 @@ def test_simulate_without_experiment_gets_the_default_learners():
     assert list(cfg.learners) == expected
     assert cfg.learners.linucb.lam == 1.0 and cfg.learners.lints.v == 1.0  # library defaults
     paper = compose_config("simulate", ["experiment=default"])
-    assert list(paper.learners) == [*expected[:2], "epsilon_greedy", "linucb", "lints",
-                                    "linucb_full", "squarecb", "cabs_d", "hpg"]  # fmt: skip
+    assert list(paper.learners) == [*expected[:2], "knn_val", "mlp_router", "epsilon_greedy",
+                                    "linucb", "lints", "linucb_full", "squarecb", "cabs_d",
+                                    "hpg"]  # fmt: skip
     assert list(paper.companions) == ["default_subset"]
     assert (paper.learners.linucb.lam, paper.learners.linucb.alpha) == (10.0, 1.0)
     static = compose_config("simulate", ["experiment=routerbench_static"])
