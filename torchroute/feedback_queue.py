@@ -9,7 +9,7 @@ with neither it calls ``learner.update`` on the round's batch, as the loop alway
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -30,7 +30,9 @@ class PendingFeedback:
     later (a ring buffer of that many rounds), and only for the trials whose decision is
     rated (``env.feedback_arrives``).
 
-    In a round where some trials' decisions are rated and others' are not, the learner is
+    In a round where some trials' decisions are rated and others' are not, a learner that
+    :attr:`~torchroute.learners.Learner.learns_only_observed` is updated with the unrated
+    trials' ``observed`` masked out; any other learner is
     updated on the batch and every per-trial entry of its state (a leading ``R``
     dimension, an optimizer's moments included) is put back for the trials not rated, so
     that a learner that reads the played arm's reward without ``observed`` learns nothing
@@ -67,6 +69,11 @@ class PendingFeedback:
             return None
         if bool(rated.all()):
             return learner.update(*arrived, generator)
+        if learner.learns_only_observed:  # the unrated trials observe nothing
+            context, decision, feedback = arrived
+            keep = rated.to(feedback.observed.device)[:, None, None]
+            masked = replace(feedback, observed=feedback.observed & keep)
+            return learner.update(context, decision, masked, generator)
         return _update_rated(learner, arrived, rated, generator)
 
     def checkpoint_entry(self) -> dict[str, Any]:

@@ -101,6 +101,11 @@ class Learner(nn.Module):
     #: whether ``update`` changes what ``act`` does; ``False`` for a static router (fixed,
     #: or fitted once on the train split), which reports compare online learners against
     learns_online: ClassVar[bool] = True
+    #: whether ``update`` learns only from ``feedback.observed``: a trial whose observed
+    #: mask is all ``False`` keeps the state that decides (its ``rounds`` count aside), so
+    #: a decision without feedback can be masked out instead of undone (late or partial
+    #: feedback, :class:`torchroute.feedback_queue.PendingFeedback`)
+    learns_only_observed: ClassVar[bool] = False
     #: what reports make of it: ``"online"`` (it learns from the rounds), ``"static"``
     #: (fixed, or fitted once on the train split: what online learners are compared
     #: against) or ``"reference"`` (a yardstick every learner is compared with, such as the

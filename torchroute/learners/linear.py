@@ -74,6 +74,7 @@ class _PerTrialRidge(RidgeLearner):
     """
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
+    learns_only_observed = True  # weights = feedback.observed: a 0 leaves A^{-1}, b as they are
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, lam: PerTrial) -> None:
         lam = per_trial(type(self).__name__, "lam", lam, num_trials, gt=0)
@@ -390,6 +391,8 @@ class EpsilonGreedy(_PerTrialRidge):
             greedy choice (a model that has just arrived is then the greedy arm until it
             is observed); 0 (the default) adds nothing and no state.
     """
+
+    learns_only_observed = False  # its exploration rate decays with its rounds count
 
     per_trial_hparams = ("eps0", "lam")
 
