@@ -58,6 +58,11 @@ class Context(_TensorContainer):
         available: ``[R, B, K]`` bool, the arms that exist this round (a scenario's new
             model before it arrives is ``False``), or ``None`` when every arm does. Every
             learner gives an unavailable arm probability exactly 0 and never plays it.
+        prices: ``[R, B, K]``, each model's known price this round (its mean cost per
+            query in the table's cost unit, after any price change), or ``None`` when the
+            environment knows no prices or they never change (then ``Problem.prices``).
+        rho: ``[R, B]``, the trade-off of each request (utility per unit of cost), or
+            ``None``: each trial's own ``Problem.rho``.
 
     Example:
         >>> Context(x=torch.zeros(4, 1, 8)).num_trials
@@ -68,6 +73,8 @@ class Context(_TensorContainer):
     index: Tensor | None = None
     embedding: Tensor | None = None
     available: Tensor | None = None
+    prices: Tensor | None = None
+    rho: Tensor | None = None
 
     def __post_init__(self) -> None:
         _check("Context.x", self.x, 3, "[R, B, d]")
@@ -83,6 +90,12 @@ class Context(_TensorContainer):
             _check_lead("Context.available", self.available, lead, "[R, B, K] matching x")
             if self.available.dtype != torch.bool:
                 raise TypeError(f"Context.available must be bool, got {self.available.dtype}")
+        if self.prices is not None:
+            _check("Context.prices", self.prices, 3, "[R, B, K]")
+            _check_lead("Context.prices", self.prices, lead, "[R, B, K] matching x")
+        if self.rho is not None:
+            _check("Context.rho", self.rho, 2, "[R, B]")
+            _check_lead("Context.rho", self.rho, lead, "[R, B] matching x")
 
     @property
     def num_trials(self) -> int:
