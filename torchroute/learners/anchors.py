@@ -9,8 +9,10 @@ The hyper-parameter candidates (a list) are scored on the validation split
 fit, :func:`held_out`): each trial keeps the candidate whose router has the highest mean
 validation utility for its own ``rho``, and reports that mean as ``val_utility [R]`` (a
 ``results.csv`` column; NaN with a single candidate and no validation split). Fitting is
-full-batch Adam in torch, every candidate (and, for the best-arm classifier, every trial)
-at once.
+full-batch Adam in torch, every candidate (and, for the best-arm classifier, every
+distinct set of labels) at once. A score fit does not depend on the trials: it runs once
+per process for a config and train split (:mod:`torchroute.learners.fits`), so the
+residual learners' ``base`` reuses the run's own router's fit.
 
 - :class:`LogisticScoreRouter`: one logistic regression per model (the score in ``[0, 1]``
   as a soft label), L2 strength chosen on validation;
@@ -43,6 +45,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
+from torchroute.learners.fits import fingerprint, fitted, skipping
 from torchroute.learners.static import _StaticRouter, known_costs
 from torchroute.types import Context, Decision, Problem, TrainSplit
 
@@ -120,10 +123,18 @@ class _FittedRouter(_StaticRouter):
         grid = _candidates(f"{type(self).__name__}: {name}", value)
         return (grid, *held_out(train, val, len(grid)))
 
-    def _keep(self, **fitted: Tensor) -> None:
+    def _keep(self, **weights: Tensor) -> None:
         """Keep fitted weights as buffers outside the state_dict (detached)."""
-        for name, t in fitted.items():
+        for name, t in weights.items():
             self.register_buffer(name, t.detach(), persistent=False)
+
+    def _fit_once(self, train: TrainSplit, fit: Callable[[], dict[str, Tensor]], **hp: Any) -> None:
+        """Keep the weights ``fit()`` returns, fitted once per process for this class, the
+        hyper-parameters ``hp`` and the fit split's features and scores
+        (:func:`~torchroute.learners.fits.fitted`): a router of the same config on the same
+        train split (the residual learners' base, another piece of the trials) reuses them."""
+        key = (type(self).__qualname__, tuple(sorted(hp.items())))
+        self._keep(**fitted((*key, fingerprint(train.features, train.scores)), fit))
 
     def costs(self, x: Tensor) -> Tensor:
         """Known or predicted costs ``[..., K]`` for features ``x [..., d]``."""
@@ -184,8 +195,10 @@ def _mean_utility(split: TrainSplit, rho: Tensor, pick: Tensor) -> Tensor:
 
 
 def _adam(params: list[Tensor], loss_fn, steps: int, lr: float) -> None:
+    """``steps`` full-batch Adam steps on ``loss_fn()`` (none within
+    :func:`~torchroute.learners.fits.fits_skipped`, an option check)."""
     opt = torch.optim.Adam(params, lr=lr)
-    for _ in range(steps):
+    for _ in range(0 if skipping() else steps):
         opt.zero_grad()
         loss_fn().backward()
         opt.step()
@@ -247,19 +260,23 @@ class LogisticScoreRouter(_FittedRouter):
     ) -> None:
         super().__init__(num_trials, num_arms, dim, rho, train)
         grid, train, validation = self._grid("l2", l2, train, validation)
-        x = _with_bias(train.features.float())
-        w = torch.zeros(len(grid), x.shape[1], num_arms, requires_grad=True)
-        lam = torch.tensor(grid)[:, None, None]
-        _fit_scores(
-            x,
-            train.scores,
-            lambda: torch.einsum("nd,cdk->cnk", x, w),
-            lambda: [(lam * w[:, :-1].pow(2)).sum()],
-            [w],
-            steps,
-            lr,
-        )
-        self._keep(weights=w)  # [C, d + 1, K]
+
+        def fit() -> dict[str, Tensor]:
+            x = _with_bias(train.features.float())
+            w = torch.zeros(len(grid), x.shape[1], num_arms, requires_grad=True)
+            lam = torch.tensor(grid)[:, None, None]
+            _fit_scores(
+                x,
+                train.scores,
+                lambda: torch.einsum("nd,cdk->cnk", x, w),
+                lambda: [(lam * w[:, :-1].pow(2)).sum()],
+                [w],
+                steps,
+                lr,
+            )
+            return {"weights": w}  # [C, d + 1, K]
+
+        self._fit_once(train, fit, l2=grid, steps=int(steps), lr=float(lr))
         self.choose(validation, self.rho, len(grid))
 
     def candidate_scores(self, x: Tensor) -> Tensor:
@@ -291,23 +308,28 @@ class MLPScoreRouter(_FittedRouter):
         super().__init__(num_trials, num_arms, dim, rho, train)
         grid, train, validation = self._grid("weight_decay", weight_decay, train, validation)
         c, d = len(grid), train.features.shape[1]
-        g = torch.Generator().manual_seed(seed)
-        w1 = (torch.randn(c, d, hidden, generator=g) / d**0.5).requires_grad_()
-        b1 = torch.zeros(c, 1, hidden, requires_grad=True)
-        w2 = (torch.randn(c, hidden, num_arms, generator=g) / hidden**0.5).requires_grad_()
-        b2 = torch.zeros(c, 1, num_arms, requires_grad=True)
-        x = train.features.float()
-        lam = torch.tensor(grid)[:, None, None]
-        _fit_scores(
-            x,
-            train.scores,
-            lambda: self._logits(x, w1, b1, w2, b2),
-            lambda: [(lam * w1.pow(2)).sum(), (lam * w2.pow(2)).sum()],
-            [w1, b1, w2, b2],
-            steps,
-            lr,
-        )
-        self._keep(w1=w1, b1=b1, w2=w2, b2=b2)
+
+        def fit() -> dict[str, Tensor]:
+            g = torch.Generator().manual_seed(seed)
+            w1 = (torch.randn(c, d, hidden, generator=g) / d**0.5).requires_grad_()
+            b1 = torch.zeros(c, 1, hidden, requires_grad=True)
+            w2 = (torch.randn(c, hidden, num_arms, generator=g) / hidden**0.5).requires_grad_()
+            b2 = torch.zeros(c, 1, num_arms, requires_grad=True)
+            x = train.features.float()
+            lam = torch.tensor(grid)[:, None, None]
+            _fit_scores(
+                x,
+                train.scores,
+                lambda: self._logits(x, w1, b1, w2, b2),
+                lambda: [(lam * w1.pow(2)).sum(), (lam * w2.pow(2)).sum()],
+                [w1, b1, w2, b2],
+                steps,
+                lr,
+            )
+            return {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
+
+        hp = {"hidden": int(hidden), "steps": int(steps), "lr": float(lr), "seed": int(seed)}
+        self._fit_once(train, fit, weight_decay=grid, **hp)
         self.choose(validation, self.rho, c)
 
     @staticmethod
@@ -348,23 +370,28 @@ class MFScoreRouter(_FittedRouter):
         if min(ranks) < 1:
             raise ValueError(f"{type(self).__name__}: rank must be >= 1, got {ranks}")
         c, d, top = len(ranks), train.features.shape[1], max(ranks)
-        g = torch.Generator().manual_seed(seed)
-        # One model of the largest rank per candidate; a mask keeps the first ``rank`` dims.
-        mask = (torch.arange(top)[None] < torch.tensor(ranks)[:, None]).float()[:, None]  # [C,1,r]
-        p = (torch.randn(c, d, top, generator=g) / d**0.5).requires_grad_()
-        v = (torch.randn(c, top, num_arms, generator=g) / top**0.5).requires_grad_()
-        b = torch.zeros(c, 1, num_arms, requires_grad=True)
-        x = train.features.float()
-        _fit_scores(
-            x,
-            train.scores,
-            lambda: self._logits(x, p, v, b, mask),
-            lambda: [l2 * (p.pow(2).sum() + v.pow(2).sum())],
-            [p, v, b],
-            steps,
-            lr,
-        )
-        self._keep(p=p, v=v, b=b, rank_mask=mask)
+
+        def fit() -> dict[str, Tensor]:
+            g = torch.Generator().manual_seed(seed)
+            # One model of the largest rank per candidate; a mask keeps the first ``rank`` dims.
+            mask = (torch.arange(top)[None] < torch.tensor(ranks)[:, None]).float()[:, None]
+            p = (torch.randn(c, d, top, generator=g) / d**0.5).requires_grad_()
+            v = (torch.randn(c, top, num_arms, generator=g) / top**0.5).requires_grad_()
+            b = torch.zeros(c, 1, num_arms, requires_grad=True)
+            x = train.features.float()
+            _fit_scores(
+                x,
+                train.scores,
+                lambda: self._logits(x, p, v, b, mask),
+                lambda: [l2 * (p.pow(2).sum() + v.pow(2).sum())],
+                [p, v, b],
+                steps,
+                lr,
+            )
+            return {"p": p, "v": v, "b": b, "rank_mask": mask}  # mask [C, 1, r]
+
+        hp = {"l2": float(l2), "steps": int(steps), "lr": float(lr), "seed": int(seed)}
+        self._fit_once(train, fit, rank=tuple(ranks), **hp)
         self.choose(validation, self.rho, c)
 
     @staticmethod
@@ -424,9 +451,29 @@ class KNNScoreRouter(_FittedRouter):
         return torch.cat(out, 1)  # [C, n, K]
 
 
+def label_sets(label: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct rows of ``label [R, n]`` in the order they first occur, ``[U, n]``, and
+    each row's set ``[R]`` (``label == sets[group]``); ``label`` itself and ``arange(R)``
+    when every row differs."""
+    sets, inverse = label.unique(dim=0, return_inverse=True)  # sorted: [U, n], [R]
+    r, u = label.shape[0], sets.shape[0]
+    if u == r:
+        return label, torch.arange(r, device=label.device)
+    trial = torch.arange(r, device=label.device)
+    first = torch.full((u,), r, device=label.device).scatter_reduce(0, inverse, trial, "amin")
+    order = first.argsort()  # the sets by their first trial
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(u, device=label.device)
+    return label[first[order]], rank[inverse]
+
+
 class BestArmClassifier(_FittedRouter):
     """A linear softmax classifier of each trial's best arm (``argmax_k u_k`` for its ``rho``
     on the train split), plays the most probable arm.
+
+    Trials whose labels are the same (the seeds of one ``rho``) share one fit: every
+    distinct label set (:func:`label_sets`) is fitted once, all of them in one batched
+    Adam run.
 
     Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
     and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
@@ -449,17 +496,20 @@ class BestArmClassifier(_FittedRouter):
         x = _with_bias(train.features.float())
         u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
         label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
-        w = torch.zeros(len(grid), num_trials, x.shape[1], num_arms, requires_grad=True)
+        labels, group = label_sets(label)  # one fit per distinct label set (seeds of a rho)
+        num_sets = labels.shape[0]
+        w = torch.zeros(len(grid), num_sets, x.shape[1], num_arms, requires_grad=True)
         lam = torch.tensor(grid)[:, None, None, None]
 
         def loss() -> Tensor:
             logits = torch.einsum("nd,crdk->crnk", x, w)
-            ce = F.cross_entropy(logits.permute(0, 3, 1, 2), label.expand(len(grid), -1, -1))
-            return ce * len(grid) * num_trials + (lam * w[:, :, :-1].pow(2)).sum()
+            ce = F.cross_entropy(logits.permute(0, 3, 1, 2), labels.expand(len(grid), -1, -1))
+            return ce * len(grid) * num_sets + (lam * w[:, :, :-1].pow(2)).sum()
 
         _adam([w], loss, steps, lr)
         # [R, C, d + 1, K]: per trial, so in the state_dict with the trial dimension first
-        self.register_buffer("weights", w.detach().transpose(0, 1).contiguous())
+        fits = w.detach() if num_sets == num_trials else w.detach()[:, group]
+        self.register_buffer("weights", fits.transpose(0, 1).contiguous())
         self.choose(validation, self.rho, len(grid))
 
     def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:

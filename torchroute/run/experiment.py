@@ -8,7 +8,12 @@ with the tracker attached live. Otherwise every piece runs with its own env, lea
 checkpoint; rank 0 gathers the pieces of every rank, merges them, replays the merged logs
 into the tracker and writes ``runs/<learner>/``. A failure on any rank is raised on every
 rank (no rank waits forever). With ``jobs > 1`` the learners run in that many worker
-processes at once (:mod:`torchroute.run.jobs`), each as it would here.
+processes at once (:mod:`torchroute.run.jobs`), each as it would here; the parent then
+checks each learner by building it for the first trial alone with its static fits skipped
+(:func:`~torchroute.learners.fits.fits_skipped`), and only the worker fits it. A static
+router is fitted once per process (:func:`~torchroute.learners.fits.fitted`): the residual
+learners whose ``base`` is the run's own router config, and the pieces of a split run,
+reuse its fit.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from torchroute.envs.base import Env
 from torchroute.errors import ConfigError
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
+from torchroute.learners.fits import fits_skipped
 from torchroute.loop import simulate
 from torchroute.run.build import (
     Built,
@@ -166,11 +172,13 @@ def _run(
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
     learners: dict[str, Learner] = {}
+    check_env = first_env if opts.jobs == 1 else _one_trial(first_env)
     for name in opts.run_learners:  # each built (options checked) before anything is written
-        learner = learner_for(opts, name, first_env)
-        if opts.jobs == 1:  # with jobs > 1 the worker running it builds it again (same seed)
-            learners[name] = learner
-        del learner  # freed before the next one is built
+        if opts.jobs == 1:
+            learners[name] = learner_for(opts, name, first_env)
+        else:  # the worker running it builds (and fits) it: checked here, not fitted
+            with fits_skipped():
+                learner_for(opts, name, check_env)  # freed before the next one is built
     ranks.barrier()  # every rank validated before rank 0 writes
     if ranks.is_main:
         write_inputs(opts, env.problem(), built.feature_map, job.layout)
@@ -207,6 +215,15 @@ def _run(
         write_csv_atomic(opts.out_dir / "results.csv", results)
         write_csv_atomic(opts.out_dir / "curves.csv", pd.concat(curves, ignore_index=True))
     return results
+
+
+def _one_trial(env: Env) -> Env:
+    """The env of ``env``'s first trial, on which a parallel run checks its learners'
+    options (``env`` itself when it cannot select trials)."""
+    try:
+        return env.select_trials([0])
+    except NotImplementedError:
+        return env
 
 
 def run_learner(
