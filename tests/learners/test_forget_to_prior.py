@@ -102,3 +102,33 @@ def test_a_saved_prior_is_restored_into_a_cold_learner():
     cold.load_state_dict(warm.state_dict())
     probe = torch.randn(R, 3, D, generator=torch.Generator().manual_seed(4), dtype=F64)
     torch.testing.assert_close(cold.posterior(probe)[0], warm.posterior(probe)[0])
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_an_arm_no_longer_observed_returns_to_its_warm_prediction_not_to_zero(name):
+    """Arm 1 is observed (its scores 0.3 below train) for 8 rounds, then only arm 0 for 150
+    rounds: arm 1's prediction is then the warm start's alone (numpy), far from 0."""
+    make, _ = LEARNERS[name]
+    problem = _problem()
+    learner = make(problem).double()
+    apply_warm_start(learner, problem, WarmStart("train", (1.5,)), name)
+    g = torch.Generator().manual_seed(2)
+    for t in range(158):
+        arm = 1 if t < 8 else 0
+        x = torch.randn(R, 1, D, generator=g, dtype=F64)
+        observed = torch.zeros(R, 1, K, dtype=torch.bool)
+        observed[..., arm] = True
+        reward = torch.where(observed, torch.rand(R, 1, K, generator=g, dtype=F64) - 0.3, 0.0)
+        action = torch.full((R, 1), arm, dtype=torch.long)
+        feedback = Feedback(reward=reward, observed=observed)
+        learner.update(Context(x=x), Decision(observed.to(F64), action), feedback)
+    train = problem.train
+    xt = train.features.numpy()
+    probe = torch.randn(R, 5, D, generator=g, dtype=F64)
+    mean = learner.posterior(probe)[0].numpy()  # [R, 5, K]
+    for r in range(R):
+        u = np.clip(train.scores.numpy() - float(problem.rho[r]) * train.costs.numpy(), 0, 1)
+        warm = np.linalg.solve(LAM * np.eye(D) + 1.5 * xt.T @ xt, 1.5 * xt.T @ u[:, 1])
+        expected = probe[r].numpy() @ warm
+        np.testing.assert_allclose(mean[r, :, 1], expected, atol=1e-9)
+        assert np.abs(expected).max() > 0.05  # the warm prediction is not the zero prior's
