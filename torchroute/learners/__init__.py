@@ -6,6 +6,7 @@ from torchroute.learners.cabs_d import CABSD, NeuralSquareCB
 from torchroute.learners.hpg import HPG, ParameterFreeHPG
 from torchroute.learners.linear import EpsilonGreedy, FullFeedbackLinUCB, LinTS, LinUCB, SquareCB
 from torchroute.learners.neural import FullFeedbackNeuralUCB, NeuralUCB
+from torchroute.learners.neural_linear import NeuralLinearTS, NeuralLinearUCB
 from torchroute.learners.omd import ContextualOMDApproachability, OMDApproachability
 from torchroute.learners.policy_baselines import (
     EXP3,
@@ -14,6 +15,7 @@ from torchroute.learners.policy_baselines import (
     LogLinearPG,
 )
 from torchroute.learners.residual import ResidualLinTS, ResidualLinUCB
+from torchroute.learners.residual_squarecb import ResidualSquareCB
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.learners.simple import BestSingleArm, RandomRouter
 from torchroute.learners.static import KNNRouter, RegressorRouter
@@ -49,6 +51,8 @@ __all__ = [
     "LinUCB",
     "LogLinearPG",
     "MoEGating",
+    "NeuralLinearTS",
+    "NeuralLinearUCB",
     "NeuralSquareCB",
     "NeuralUCB",
     "OMDApproachability",
@@ -58,6 +62,7 @@ __all__ = [
     "RegressorRouter",
     "ResidualLinTS",
     "ResidualLinUCB",
+    "ResidualSquareCB",
     "RidgeLearner",
     "SquareCB",
     "SubsetLearner",

@@ -194,6 +194,16 @@ def _mean_utility(split: TrainSplit, rho: Tensor, pick: Tensor) -> Tensor:
     return u[None].expand(pick.shape[0], -1, -1, -1).gather(-1, pick)[..., 0].mean(-1)
 
 
+def _chosen(per_candidate: Callable[[Tensor], Tensor], x: Tensor, choice: Tensor) -> Tensor:
+    """``per_candidate`` (``[n, d]`` -> ``[C, n, h]``) of ``x [R, B, d]`` (in the router's
+    dtype) at each trial's candidate ``choice [R]`` -> ``[R, B, h]``."""
+    r, b, d = x.shape
+    out = per_candidate(x.reshape(r * b, d))  # [C, R * B, h]
+    out = out.reshape(out.shape[0], r, b, out.shape[-1])
+    index = choice.view(1, r, 1, 1).expand(1, r, b, out.shape[-1])
+    return out.gather(0, index)[0]
+
+
 def _adam(params: list[Tensor], loss_fn, steps: int, lr: float) -> None:
     """``steps`` full-batch Adam steps on ``loss_fn()`` (none within
     :func:`~torchroute.learners.fits.fits_skipped`, an option check)."""
@@ -341,6 +351,16 @@ class MLPScoreRouter(_FittedRouter):
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
         return torch.sigmoid(self._logits(x, self.w1, self.b1, self.w2, self.b2))
 
+    def candidate_representation(self, x: Tensor) -> Tensor:
+        """The last hidden layer ``relu(x W_1 + b_1)`` of every candidate, ``x [n, d]`` ->
+        ``[C, n, hidden]``."""
+        return torch.relu(torch.einsum("nd,cdh->cnh", x, self.w1) + self.b1)
+
+    def representation(self, x: Tensor) -> Tensor:
+        """Each trial's chosen candidate's last hidden layer, ``x [R, B, d]`` ->
+        ``[R, B, hidden]``."""
+        return _chosen(self.candidate_representation, x, self.choice)
+
 
 class MFScoreRouter(_FittedRouter):
     """Matrix factorisation: ``y^_k(x) = sigmoid(<v_k, P x> + b_k)`` (RouteLLM's MF router
@@ -402,6 +422,16 @@ class MFScoreRouter(_FittedRouter):
     def candidate_scores(self, x: Tensor) -> Tensor:
         """``x [n, d]`` -> ``[C, n, K]`` predicted scores of every candidate."""
         return torch.sigmoid(self._logits(x, self.p, self.v, self.b, self.rank_mask))
+
+    def candidate_representation(self, x: Tensor) -> Tensor:
+        """The query vector ``P x`` of every candidate (its dimensions past the candidate's
+        rank are 0), ``x [n, d]`` -> ``[C, n, max rank]``."""
+        return torch.einsum("nd,cdr->cnr", x, self.p) * self.rank_mask
+
+    def representation(self, x: Tensor) -> Tensor:
+        """Each trial's chosen candidate's query vector, ``x [R, B, d]`` ->
+        ``[R, B, max rank]``."""
+        return _chosen(self.candidate_representation, x, self.choice)
 
 
 class KNNScoreRouter(_FittedRouter):
