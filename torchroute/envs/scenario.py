@@ -12,7 +12,8 @@ A scenario is a list of events, each replayed identically for every learner and 
 utility ``clip(Y - rho C, 0, 1)`` on the train split at that trial's ``rho`` (so each cost
 regime changes its own best arm); with ``best_at: validation``, the arm with the largest
 mean utility on the validation split at the run's middle rho (:func:`middle_rho`), one arm
-for every trial, so a curve over rho shows one world. ``at`` is a fraction of the rounds
+for every trial, so a curve over rho shows one world; ``arm: priciest`` is the arm of
+largest mean cost on the train split (one for every trial). ``at`` is a fraction of the rounds
 in ``(0, 1)``; the event starts at round ``floor(at T)`` (0-based). The change round of the
 results (``avg_utility_before`` / ``avg_utility_after``, ``rounds_to_recover``) is the
 earliest event's.
@@ -33,9 +34,12 @@ from torch import Tensor
 
 from torchroute.envs.events import Event, ScenarioError, event_class
 from torchroute.functional.utility import utility
+from torchroute.types import TrainSplit
 
 #: how close (in utility) to its post-change best a learner's moving average must stay
 RECOVER_TOLERANCE = 0.01
+#: the ``arm`` of the model with the largest mean cost on the train split
+PRICIEST = "priciest"
 
 
 def parse_scenario(spec: Any) -> list[Event]:
@@ -101,14 +105,17 @@ class Scenario:
         self.arms: list[Tensor] = []
         self.starts: list[int] = []
         for i, event in enumerate(self.events):
-            if event.arm == "best":
-                arm = chosen[event.best_at].long().clone()
+            key = {"best": event.best_at, PRICIEST: PRICIEST}.get(event.arm)
+            if key is not None and key not in chosen:
+                raise ScenarioError(f"scenario[{i}].arm: no {key!r} arms were given")
+            if key is not None:
+                arm = chosen[key].long().clone()
             elif event.arm in names:
                 arm = torch.full_like(best, names.index(event.arm), dtype=torch.long)
             else:
                 raise ScenarioError(
                     f"scenario[{i}].arm: no model {event.arm!r} in the table (models: "
-                    f"{', '.join(names)}; or 'best')"
+                    f"{', '.join(names)}; or 'best', 'priciest')"
                 )
             start = math.floor(event.at * self.horizon)
             if not 1 <= start < self.horizon:
@@ -176,6 +183,25 @@ class Scenario:
             shifted = shifted or event.moves_scores
         return (scores.clamp(0.0, 1.0) if shifted else scores), costs
 
+    def change_groups(self) -> list[Tensor]:
+        """The trials that meet the same change (the same arm in every event), as lists of
+        trial positions ``[n_g]`` (long, ascending), ordered by their changed arms."""
+        if not self.arms:
+            return [torch.arange(self.hidden.shape[0], device=self.hidden.device)]
+        keys = torch.stack(self.arms, -1)  # [R, E]
+        _, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        return [(inverse == g).nonzero()[:, 0] for g in range(int(inverse.max()) + 1)]
+
+    def apply_to_split(self, split: TrainSplit, trial: int = 0) -> TrainSplit:
+        """``split`` (``scores``, ``costs`` ``[n, K]``) as it is once every event of trial
+        ``trial`` has started: a ``drift`` shifts its arm's scores (clipped to ``[0, 1]``),
+        a ``price`` scales its arm's costs; a new model's rows are kept as the table has
+        them (visible). Features and embeddings are the same tensors. What retraining after
+        the change would see; the env's own numbers are not touched."""
+        one = self.select(torch.tensor([int(trial)]))
+        scores, costs = one.apply(self.horizon - 1, split.scores[None], split.costs[None])
+        return TrainSplit(split.features, scores[0], costs[0], embeddings=split.embeddings)
+
     def fingerprint(self) -> list[dict[str, Any]]:
         """The events as plain values (resume compares them)."""
         return [event.fingerprint() for event in self.events]
@@ -219,13 +245,37 @@ def middle_rho(rho: Tensor) -> float:
     return float(values[(values.numel() - 1) // 2])
 
 
+def priciest_arm(table: Any) -> int:
+    """The arm of largest mean cost on the train split (what ``arm: priciest`` means).
+
+    Raises:
+        ScenarioError: the table has no train split, or no costs (every mean cost 0).
+    """
+    if "train" not in table.split:
+        raise ScenarioError(
+            f"scenario: arm 'priciest' is chosen on the train split, but {table.source} "
+            "has none; name the model instead"
+        )
+    rows = torch.as_tensor(table.rows("train"))
+    mean = table.costs[rows].double().mean(0)  # [K]
+    if not bool((mean > 0).any()):
+        raise ScenarioError(
+            f"scenario: arm 'priciest' needs a table with costs; {table.source} has none "
+            "(every model's mean train cost is 0)"
+        )
+    return int(mean.argmax())
+
+
 def best_arms_of(events: Sequence[Event], table: Any, rho: Tensor) -> dict[str, Tensor]:
     """``{best_at: [R] arms}`` of the ``best_at`` values ``events`` use: ``train`` (always,
-    each trial's own) and ``validation`` (one arm at :func:`middle_rho`, for every trial)."""
+    each trial's own) and ``validation`` (one arm at :func:`middle_rho`, for every trial);
+    with an ``arm: priciest`` event also ``priciest`` (:func:`priciest_arm`, every trial)."""
     out = {"train": best_arms(table, rho)}
     if any(e.arm == "best" and e.best_at == "validation" for e in events):
         middle = torch.tensor([middle_rho(rho)], dtype=torch.float64)
         out["validation"] = best_arms(table, middle, split="val").expand(rho.numel())
+    if any(e.arm == PRICIEST for e in events):
+        out[PRICIEST] = torch.full((rho.numel(),), priciest_arm(table), dtype=torch.long)
     return out
 
 
@@ -235,11 +285,12 @@ def new_model_names(spec: Any, table: Any, rho: Sequence[float]) -> list[str]:
     ``[]`` without such an event."""
     events = [e for e in parse_scenario(spec) if e.hides]
     names = list(table.arm_names)
-    new: set[str] = {e.arm for e in events if e.arm != "best"}
-    if any(e.arm == "best" for e in events):
+    new: set[str] = {e.arm for e in events if e.arm not in ("best", PRICIEST)}
+    if any(e.arm in ("best", PRICIEST) for e in events):
         chosen = best_arms_of(events, table, torch.as_tensor(list(rho), dtype=torch.float64))
-        for event in (e for e in events if e.arm == "best"):
-            new |= {names[int(k)] for k in chosen[event.best_at].unique()}
+        for event in (e for e in events if e.arm in ("best", PRICIEST)):
+            key = event.best_at if event.arm == "best" else PRICIEST
+            new |= {names[int(k)] for k in chosen[key].unique()}
     return [n for n in names if n in new]
 
 

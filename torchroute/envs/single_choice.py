@@ -24,6 +24,7 @@ from torchroute.functional.utility import utility
 from torchroute.types import Context, Decision, Feedback, Outcome, Problem, TrainSplit
 
 if TYPE_CHECKING:
+    from torchroute.envs.after_change import AfterChange
     from torchroute.envs.scenario import Scenario
 
 #: the outcome keys split at a scenario's change -> the results column of their means
@@ -267,6 +268,18 @@ class SingleChoiceEnv(Env):
             validation=validation,
             hidden_arms=hidden,
         )
+
+    def after_change(self) -> AfterChange | None:
+        """The trials' problems once the scenario's change has happened (train and
+        validation splits changed, a new model visible: what retraining would see,
+        :func:`~torchroute.envs.after_change.after_change`), or ``None`` without a
+        scenario. The env's own splits and numbers are not touched."""
+        if self.scenario is None:
+            return None
+        from torchroute.envs.after_change import after_change
+
+        splits = (self.full_feedback_split("train"), self.full_feedback_split("val"))
+        return after_change(self.problem(), self.scenario, *splits)
 
     def full_feedback_split(self, split: str) -> TrainSplit | None:
         """Features, scores, costs (and embeddings) of the table's ``split`` rows, or ``None``

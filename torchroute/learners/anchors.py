@@ -548,14 +548,20 @@ class BestArmClassifier(_FittedRouter):
         pick = torch.einsum("nd,rcdk->crnk", x, self.weights).argmax(-1, keepdim=True)
         return _mean_utility(validation, rho, pick)
 
-    def act(self, context: Context, generator: Source = None) -> Decision:
-        """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
-        self._check_context(context)
+    def values(self, context: Context) -> Tensor:
+        """The classifier's logits ``[R, B, K]`` (``-inf`` for a hidden arm: a model unknown
+        when fitted is never chosen)."""
         with torch.no_grad():
             w = self.weights[torch.arange(self.num_trials), self.choice]  # [R, d + 1, K]
             logits = torch.einsum("rbd,rdk->rbk", _with_bias(context.x.to(w.dtype)), w)
-        if self.hidden is not None:  # a model unknown when fitted is never chosen
+        if self.hidden is not None:
             logits = logits.masked_fill(self.hidden[:, None], float("-inf"))
+        return logits
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
+        self._check_context(context)
+        logits = self.values(context)
         action = argmax_random_ties(mask_scores(logits, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 

@@ -112,6 +112,10 @@ class Learner(nn.Module):
     #: uniform-random router); found from a config node by
     #: :func:`torchroute.run.classes.learner_class`
     role: ClassVar[Literal["online", "static", "reference"]] = "online"
+    #: whether it is refitted with a scenario's change applied (a reference of what
+    #: retraining would give, :class:`~torchroute.learners.refit.StaticRefit`): the
+    #: leaderboard measures the change loss against it, never ranks it
+    refits_after_change: ClassVar[bool] = False
     #: the family the report's opening groups it in (``"baselines"`` unless it says)
     family: ClassVar[str] = "baselines"
     #: whether it starts from what the train split teaches whatever its config says (an

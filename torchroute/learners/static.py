@@ -67,13 +67,20 @@ class _StaticRouter(FixedPolicy):
         """Predicted scores and costs, each ``[R, B, K]``."""
         raise NotImplementedError
 
-    def act(self, context: Context, generator: Source = None) -> Decision:
-        self._check_context(context)
+    def values(self, context: Context) -> Tensor:
+        """What ``act`` maximises, ``[R, B, K]``: ``y^ - rho c^`` (a hidden arm's ``y^``
+        is 0; the unavailable arms are not masked here)."""
         with torch.no_grad():
             y_hat, c_hat = self.predict(context)
             if self.hidden is not None:
                 y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
-            value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
+            return y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """The argmax of :meth:`values` over the available arms (random tie-break):
+        ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``."""
+        self._check_context(context)
+        value = self.values(context)
         action = argmax_random_ties(mask_scores(value, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 

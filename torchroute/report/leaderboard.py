@@ -25,7 +25,11 @@ The verdict compares the best warm online learner with the baseline per regime, 
 the trials (same rho and seed): a difference within one standard error of the paired
 differences is a tie. With a scenario, a second sentence compares the best online learner
 (warm or cold) with the baseline on the rounds after the change, and says in how many
-trials it recovered (``rounds_to_recover``).
+trials it recovered (``rounds_to_recover``). Then one sentence per regime and phase names
+that regime's best online learner, its baseline and, after the change, the share of the
+change loss it recovers; with a ``static_refit`` row (family ``reference``: the static
+router refitted with the change applied) a table gives the change loss and every online
+learner's share (:mod:`torchroute.report.change_loss`).
 """
 
 from __future__ import annotations
@@ -37,16 +41,19 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from torchroute.report.paired import paired_gap
 from torchroute.report.regimes import regimes_present, with_regimes
 from torchroute.run.classes import learner_class
 
 TITLE = "## Leaderboard: static anchors, cold and warm online learners"
-FAMILIES = ("static", "cold online", "warm online")
+FAMILIES = ("static", "cold online", "warm online", "reference")
 PHASES = {"whole": "avg_utility", "before": "avg_utility_before", "after": "avg_utility_after"}
 
 
 def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]:
-    """``{learner: family}`` from ``out_dir/config.yaml``: ``static`` for the learners whose
+    """``{learner: family}`` from ``out_dir/config.yaml``: ``reference`` for a class that
+    :attr:`~torchroute.learners.Learner.refits_after_change` (``static_refit``: a yardstick,
+    never a baseline), ``static`` for the learners whose
     class's :attr:`~torchroute.learners.Learner.role` is static or reference (the random
     router), else ``warm online`` when the node sets ``warm_start`` or the class
     :attr:`~torchroute.learners.Learner.starts_warm`, else ``cold online``
@@ -62,7 +69,9 @@ def learner_families(out_dir: str | Path, learners: list[str]) -> dict[str, str]
     for name in learners:
         node = nodes.get(name) if isinstance(nodes.get(name), Mapping) else {}
         cls = learner_class(node)
-        if cls is not None and cls.role in ("static", "reference"):
+        if cls is not None and cls.refits_after_change:
+            out[name] = "reference"
+        elif cls is not None and cls.role in ("static", "reference"):
             out[name] = "static"
         elif node.get("warm_start") is not None or (cls is not None and cls.starts_warm):
             out[name] = "warm online"
@@ -82,23 +91,6 @@ def cell_stats(results: pd.DataFrame, column: str) -> pd.DataFrame:
     stats = pd.concat(parts).groupby(["learner", "regime"])[column].agg(["mean", "std", "count"])
     stats["se"] = stats["std"].fillna(0.0) / np.sqrt(stats["count"])
     return stats[["mean", "se"]]
-
-
-def paired_gap(
-    results: pd.DataFrame, a: str, b: str, column: str, regime: str
-) -> tuple[float, float]:
-    """Mean and standard error of ``a - b`` over the trials both ran, in ``regime``."""
-    frame = _with_regimes(results)
-    if regime != "all":
-        frame = frame[frame["regime"] == regime]
-    keys = ["rho", "seed", *(["run"] if "run" in frame else [])]
-    left = frame[frame["learner"] == a].set_index(keys)[column]
-    right = frame[frame["learner"] == b].set_index(keys)[column]
-    diff = (left - right).dropna()
-    if diff.empty:
-        return float("nan"), float("nan")
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    return float(diff.mean()), se
 
 
 def _best(stats: pd.DataFrame, learners: list[str], regime: str) -> str | None:
@@ -192,6 +184,24 @@ def verdict(
     return text
 
 
+def _change_lines(
+    results: pd.DataFrame, families: Mapping[str, str], regimes: list[str], out_dir: Path
+) -> list[str]:
+    """The per-regime sentences and the change-loss table
+    (:mod:`torchroute.report.change_loss`)."""
+    from torchroute.report.change_loss import (
+        change_loss_lines,
+        regime_verdicts,
+        remaining_rounds,
+    )
+
+    chosen, on_validation = baselines(results, families, regimes)
+    remaining = remaining_rounds(results, out_dir)
+    per_regime = regime_verdicts(results, families, chosen, on_validation, remaining)
+    head = ["Per regime and phase (paired over the trials, +- one SE):", ""] if per_regime else []
+    return head + per_regime + change_loss_lines(results, families, chosen, remaining)
+
+
 def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
     """Markdown lines of the leaderboard (single-choice results with ``avg_utility``)."""
     if not {"learner", "rho", "avg_utility"} <= set(results):
@@ -207,6 +217,7 @@ def leaderboard_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Pa
     lines += [verdict(results, families, regimes), ""]
     if "avg_utility_after" in results and results["avg_utility_after"].notna().any():
         lines[-1:] = ["", verdict(results, families, regimes, "avg_utility_after"), ""]
+    lines += _change_lines(results, families, regimes, out_dir)
     aiq = {}
     if {"accuracy", "avg_cost"} <= set(results):
         from torchroute.report.routing import routing_metrics

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from torchroute.errors import InputError
@@ -74,4 +75,23 @@ def paired_differences(
     return frame
 
 
-__all__ = ["REGIME_ROWS", "TRIAL_KEYS", "paired_differences"]
+def paired_gap(
+    results: pd.DataFrame, a: str, b: str, column: str, regime: str
+) -> tuple[float, float]:
+    """Mean and standard error of ``a - b`` over the trials both ran, in ``regime``
+    (``"all"``: every trial), matched on ``rho``, ``seed`` (and ``run`` when present);
+    ``(nan, nan)`` without a shared trial, SE ``0.0`` for a single one."""
+    frame = with_regimes(results)
+    if regime != "all":
+        frame = frame[frame["regime"] == regime]
+    keys = ["rho", "seed", *(["run"] if "run" in frame else [])]
+    left = frame[frame["learner"] == a].set_index(keys)[column]
+    right = frame[frame["learner"] == b].set_index(keys)[column]
+    diff = (left - right).dropna()
+    if diff.empty:
+        return float("nan"), float("nan")
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    return float(diff.mean()), se
+
+
+__all__ = ["REGIME_ROWS", "TRIAL_KEYS", "paired_differences", "paired_gap"]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import itertools
 from dataclasses import dataclass
@@ -282,6 +283,7 @@ def build_learner(
     init_seed: int = 0,
     init_keys: torch.Tensor | None = None,
     warm: bool = False,
+    after_change: Any = None,
     **kwargs: Any,
 ) -> Learner:
     """Instantiate one learner config: a factory (``_partial_: true``) called with ``problem``.
@@ -302,6 +304,11 @@ def build_learner(
     factory; with ``warm=True`` the built learner is warm-started as they say
     (:func:`torchroute.run.warm.apply_warm_start`: a run's learners are; a learner about to
     load a checkpoint, an evaluation target or a device-check case is not).
+
+    ``after_change``: a callable returning the env's problems after its scenario's change
+    (:meth:`~torchroute.envs.single_choice.SingleChoiceEnv.after_change`); it is called and
+    its result passed as the factory's ``after_change`` argument only when the factory has
+    that parameter (a reference that refits on the changed world, ``static_refit``).
     """
     if "_target_" not in node:
         raise ConfigError(f"learners.{name} has no _target_ (see configs/learner/)")
@@ -317,6 +324,8 @@ def build_learner(
             f"learners.{name} must be a factory called with the Problem (a "
             "'<Learner>.from_problem' _target_ with _partial_: true)"
         )
+    if after_change is not None and _takes(factory, "after_change"):
+        factory = functools.partial(factory, after_change=after_change())
     if init_keys is not None:
         problem = dataclasses.replace(problem, init_rng=TrialRNG(init_keys))
     try:
@@ -342,6 +351,14 @@ def build_learner(
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
     return learner
+
+
+def _takes(factory: Any, name: str) -> bool:
+    """Whether the callable ``factory`` has a parameter ``name``."""
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _factory_hint(name: str, cls: type[Learner], target: str) -> str:
@@ -393,7 +410,10 @@ def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Lear
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
     node = _hide_new_models(node, opts, getattr(env, "table", None))
-    return build_learner(node, env.problem(), name, opts.loop_seed, keys, warm=True)
+    changed = getattr(env, "after_change", None)  # an env with scenarios (single choice)
+    return build_learner(
+        node, env.problem(), name, opts.loop_seed, keys, warm=True, after_change=changed
+    )
 
 
 def _hide_new_models(node: Any, opts: RunOptions, table: Any) -> Any:

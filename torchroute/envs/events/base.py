@@ -65,7 +65,9 @@ class Event:
             raise ScenarioError(f"{where}.{missing[0]} is missing (a {cls.kind} event needs it)")
         arm = item["arm"]
         if not isinstance(arm, str) or not arm:
-            raise ScenarioError(f"{where}.arm must be a model name or 'best', got {arm!r}")
+            raise ScenarioError(
+                f"{where}.arm must be a model name, 'best' or 'priciest', got {arm!r}"
+            )
         at = number(where, "at", item["at"])
         if not 0.0 < at < 1.0:
             raise ScenarioError(f"{where}.at must be a fraction of the rounds in (0, 1), got {at}")

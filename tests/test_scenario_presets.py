@@ -1,0 +1,35 @@
+"""The scenario config group composes with the leaderboard presets (``scenario=<name>``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchroute.configs_path import compose_config
+from torchroute.envs.scenario import parse_scenario
+
+LEADERBOARDS = ("routerbench_leaderboard", "openllm_leaderboard", "routerdc_leaderboard")
+EVENTS = {
+    "new_model": [{"kind": "new_model", "arm": "best", "at": 0.5}],
+    "drift": [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.3}],
+    "price": [{"kind": "price", "arm": "priciest", "at": 0.5, "factor": 0.1}],
+}
+
+
+@pytest.mark.parametrize("preset", LEADERBOARDS)
+@pytest.mark.parametrize("scenario", ["stationary", *EVENTS])
+def test_each_leaderboard_composes_with_each_scenario(preset, scenario):
+    cfg = compose_config("simulate", [f"experiment={preset}", f"scenario={scenario}"])
+    events = cfg.env.get("scenario")
+    if scenario == "stationary":
+        assert events is None and cfg.out_dir == f"outputs/{preset}"
+        return
+    assert [dict(e) for e in events] == EVENTS[scenario]
+    assert [e.kind for e in parse_scenario([dict(e) for e in events])] == [scenario]
+    assert cfg.out_dir == f"outputs/{preset}_{scenario}"  # beside the stationary run
+    assert cfg.learners.static_refit.base == cfg.learners.mlp  # the run's MLP router, refitted
+
+
+def test_without_a_scenario_the_preset_is_unchanged():
+    plain = compose_config("simulate", ["experiment=routerbench_leaderboard"])
+    assert "scenario" not in plain.env
+    assert plain.out_dir == "outputs/routerbench_leaderboard"
