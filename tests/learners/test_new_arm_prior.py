@@ -91,3 +91,66 @@ def test_a_model_added_to_a_served_learner_starts_from_the_mean():
     want = (xq[:, 0] * mean).sum(-1) + xq[:, 0].norm(dim=-1) / LAM**0.5
     torch.testing.assert_close(scores[:, K], want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(scores[:, :K], old.act(Context(x=xq)).scores[:, 0])
+
+
+def _warm_problem(hidden: bool):
+    from torchroute.types import Problem, TrainSplit
+
+    g = torch.Generator().manual_seed(3)
+    n = 40
+    x = torch.cat([torch.randn(n, D - 1, generator=g, dtype=torch.float64),
+                   torch.ones(n, 1, dtype=torch.float64)], 1)  # fmt: skip
+    scores = torch.rand(n, K, generator=g, dtype=torch.float64)
+    costs = torch.rand(n, K, generator=g, dtype=torch.float64) * 1e-3
+    hidden_arms = torch.zeros(R, K, dtype=torch.bool)
+    if hidden:
+        hidden_arms[:, 2] = True
+        scores[:, 2] = 0.0  # a hidden model's offline scores are unknown (0)
+    return Problem(
+        R, K, D, rho=torch.tensor([0.0, 300.0]), arm_names=("a", "b", "c"),
+        train=TrainSplit(x, scores, costs), hidden_arms=hidden_arms if hidden else None,
+        dtype=torch.float64,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", [LinUCB, LinTS])
+def test_a_model_new_after_a_warm_start_has_the_known_models_spread_as_its_width(cls):
+    """The warm rows fit arms 0 and 1; arm 2 (hidden) gets their mean A^-1 plus s^2 e e^T,
+    s^2 the variance over the known arms of their predictions, averaged over the rows (a
+    loop in numpy), e the bias column."""
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.run.warm import apply_warm_start
+
+    problem = _warm_problem(hidden=True)
+    learner = cls(R, K, D, lam=LAM, new_arm_prior="mean").double()
+    apply_warm_start(learner, problem, WarmStart("train", (1.5,)), "warm")
+    x = problem.train.features.numpy()
+    a = LAM * np.eye(D) + 1.5 * x.T @ x
+    e = np.zeros(D)
+    e[-1] = 1.0
+    for r in range(R):
+        u = np.clip(
+            problem.train.scores.numpy() - float(problem.rho[r]) * problem.train.costs.numpy(), 0, 1
+        )
+        theta = [np.linalg.solve(a, 1.5 * x.T @ u[:, k]) for k in range(2)]
+        spread = np.mean([np.var([row @ t for t in theta], ddof=1) for row in x])
+        want = np.linalg.inv(a) + spread * np.outer(e, e)
+        np.testing.assert_allclose(learner.a_inv[r, 2].numpy(), want, rtol=1e-9, atol=1e-12)
+        for k in range(2):  # the known arms keep their warm statistics
+            np.testing.assert_allclose(learner.a_inv[r, k].numpy(), np.linalg.inv(a), rtol=1e-9)
+            np.testing.assert_allclose(learner.theta[r, k].numpy(), theta[k], rtol=1e-9)
+        assert spread > 1e-4  # the test reads a spread that is there
+
+
+def test_a_warm_start_that_observes_every_model_keeps_the_ridge_width():
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.run.warm import apply_warm_start
+
+    problem = _warm_problem(hidden=False)
+    learner = LinUCB(R, K, D, lam=LAM, new_arm_prior="mean").double()
+    apply_warm_start(learner, problem, WarmStart("train", (1.5,)), "warm")
+    x = problem.train.features.numpy()
+    want = np.linalg.inv(LAM * np.eye(D) + 1.5 * x.T @ x)
+    for r in range(R):
+        for k in range(K):
+            np.testing.assert_allclose(learner.a_inv[r, k].numpy(), want, rtol=1e-9)

@@ -110,9 +110,10 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             arrived through a scenario or ``/models``); 0 (the default) adds nothing.
         new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default, the
             ridge prior) or ``"mean"``, the mean ``theta`` of the trial's observed arms,
-            its prior mean from then on (a new model starts as an average one, with the
-            full width ``alpha |x| / sqrt(lam)`` on top, rather than at 0 below the warm
-            models).
+            its prior mean from then on (a new model starts as an average one rather than
+            at 0 below the warm models; its width is the full ``alpha |x| / sqrt(lam)``
+            cold, and after a warm start that did not see it the observed models' spread,
+            :meth:`~torchroute.learners.ridge_base.RidgeLearner._new_arm_covariance`).
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
             the scores and one for a bandit update (CPU, a torch C++ extension built at
             first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of

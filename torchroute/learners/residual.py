@@ -47,6 +47,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.functional.availability import mask_scores
+from torchroute.functional.new_model import spread_direction
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
@@ -110,17 +111,8 @@ def spread_of_models(base: _FittedRouter, features: Tensor) -> float:
 def new_model_covariance(features: Tensor, lam: float, spread: float) -> Tensor:
     """``I / lam + s^2 E`` ``[d, d]`` float64 (``E = e e^T`` on the bias column, a column
     equal to 1 on every row of ``features [n, d]``; else ``I / mean |x|^2``)."""
-    x = features.double()
-    d = x.shape[1]
-    eye = torch.eye(d, dtype=torch.float64)
-    ones = (x == 1).all(0).cpu()
-    if bool(ones.any()):
-        e = torch.zeros(d, dtype=torch.float64)
-        e[int(ones.nonzero()[-1])] = 1.0
-        spread_dir = torch.outer(e, e)
-    else:
-        spread_dir = eye / float(x.pow(2).sum(-1).mean())
-    return eye / lam + spread * spread_dir
+    eye = torch.eye(features.shape[1], dtype=torch.float64)
+    return eye / lam + spread * spread_direction(features)
 
 
 def principal_basis(features: Tensor, rank: int) -> Tensor:

@@ -119,6 +119,28 @@ class RidgeLearner(Learner):
         assert best.state is not None
         self.a_inv = best.state["a_inv"].contiguous()
         self.theta = best.state["theta"].contiguous()
+        if getattr(self, "new_arm_prior", "zero") == "mean":
+            self._new_arm_covariance(x)
+
+    def _new_arm_covariance(self, features: Tensor) -> None:
+        """With ``new_arm_prior="mean"``, after a warm start: each arm still never observed
+        (a scenario's new model) gets the covariance ``A_k^{-1} = mean of the observed arms'
+        A^{-1} + s^2 E``, with ``s^2`` the spread of the observed arms' predictions over the
+        warm rows ``features [n, d]`` and ``E`` the bias direction
+        (:mod:`torchroute.functional.new_model`). Nothing changes when every arm is observed.
+        """
+        from torchroute.functional.new_model import linear_spread, spread_direction
+
+        known = self.seen > 0  # [R, K]
+        if bool(known.all()):
+            return
+        spread = linear_spread(self.theta, known, features)  # [R]
+        w = known.to(torch.float64)[..., None, None]  # [R, K, 1, 1]
+        mean_cov = (self.a_inv.double() * w).sum(1) / w.sum(1).clamp_min(1.0)  # [R, d, d]
+        direction = spread_direction(features).to(mean_cov.device)
+        cov = mean_cov + spread[:, None, None] * direction  # [R, d, d]
+        new = (~known)[..., None, None]
+        self.a_inv = torch.where(new, cov[:, None].to(self.a_inv), self.a_inv).contiguous()
 
     def _init_new_arm_bonus(self, value: float) -> None:
         """``new_arm_bonus``: with a value > 0, a ``seen [R, K]`` buffer counts each arm's
@@ -139,9 +161,11 @@ class RidgeLearner(Learner):
         """``new_arm_prior``: what an arm never observed predicts. ``"zero"`` (the ridge
         prior ``theta_k = 0``), or ``"mean"``: the mean ``theta`` of the trial's observed
         arms, its prior mean until it is observed, so that its first observation updates
-        from there (the ridge regression towards that mean: ``A_k^{-1} = I / lam`` still
-        gives it the full width). With ``"mean"`` a ``seen [R, K]`` count is kept, as for a
-        new-arm bonus.
+        from there (the ridge regression towards that mean). Cold, ``A_k^{-1} = I / lam``
+        gives it the full width; after a warm start an arm the rows never observed gets the
+        observed arms' uncertainty plus their spread (:meth:`_new_arm_covariance`), so it is
+        tried where an average model could be the best and kept only where it is better.
+        With ``"mean"`` a ``seen [R, K]`` count is kept, as for a new-arm bonus.
         """
         if prior not in NEW_ARM_PRIORS:
             raise ValueError(
