@@ -196,6 +196,8 @@ class SingleChoiceEnv(Env):
             self.recover_tolerance = float(recover_tolerance)
             # each trial's utility per round, for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
+        #: ``[K]`` the prices ``Context.prices`` starts from (a price event only), or None
+        self._price_reference = self._reference_prices()
 
     def _best_arms(self, events: Sequence[Any]) -> dict[str, Tensor]:
         """What ``arm: best`` means per ``best_at``: ``[R]`` each trial's arm of largest
@@ -285,11 +287,29 @@ class SingleChoiceEnv(Env):
         index = self._stream[:, t : t + 1]  # [R, 1]
         emb = None if self._embeddings is None else self._embeddings[index]
         self._round = t
-        available = None
+        available = prices = None
         if self.scenario is not None:
             mask = self.scenario.available(t)  # [R, K] or None
             available = None if mask is None else mask[:, None, :]
-        return Context(x=self._features[index], index=index, embedding=emb, available=available)
+            if self._price_reference is not None:  # a price event: the known prices
+                prices = self.scenario.prices(t, self._price_reference)  # [R, 1, K]
+        return Context(
+            x=self._features[index],
+            index=index,
+            embedding=emb,
+            available=available,
+            prices=prices,
+        )
+
+    def _reference_prices(self) -> Tensor | None:
+        """``[K]`` each model's mean train cost (``Problem.prices``, the same bits) when the
+        scenario changes prices and the table has a train split; else ``None``."""
+        if self.scenario is None or not self.scenario.moves_costs:
+            return None
+        if "train" not in self.table.split:
+            return None
+        rows = torch.as_tensor(self.table.rows("train"), device=self.device)
+        return self._costs[rows].mean(0)
 
     def utilities(self, index: Tensor) -> Tensor:
         """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``."""
