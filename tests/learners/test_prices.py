@@ -7,6 +7,7 @@ must move a static router's and a warm LinUCB's choice on the very round it take
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,11 +85,16 @@ def test_utility_shift_and_reference_utility_by_hand():
     shift = utility_shift(ref, now, 50.0)
     assert shift[0].item() == pytest.approx(0.45)  # -50 (0.001 - 0.01)
     assert shift[1].item() == 0.0
-    # the dear model's observed cost 0.001 (at 0.1 of its price) is 0.01 at its reference
-    target = reference_utility(
-        torch.tensor([0.95, 0.6]), torch.tensor([0.001, 0.002]), ref, now, 50.0
-    )
+    # observed at 0.1 of the dear model's price: reward 0.95 - 0.05; at its reference price
+    # the same query costs 0.01, so 0.95 - 0.5 (and the unchanged model keeps its reward)
+    reward = torch.tensor([0.95 - 50 * 0.001, 0.6 - 50 * 0.002])
+    target = reference_utility(reward, torch.tensor([0.001, 0.002]), ref, now, 50.0)
     assert target.tolist() == pytest.approx([0.95 - 50 * 0.01, 0.6 - 50 * 0.002])
+    assert target[1].item() == reward[1].item()
+    # clipped at neither price but below 0 at the reference: 0.95 - 200 * 0.01, not clipped
+    reward = torch.tensor([0.95 - 200 * 0.001])
+    target = reference_utility(reward, torch.tensor([0.001]), ref[:1], now[:1], 200.0)
+    assert target.item() == pytest.approx(0.95 - 200 * 0.01)
     # a model priced 0 now is charged its reference price
     free = reference_utility(torch.tensor([0.9]), torch.tensor([0.0]), torch.tensor([0.004]),
                              torch.tensor([0.0]), 100.0)  # fmt: skip
@@ -182,21 +188,21 @@ def test_update_learns_the_utility_at_the_reference_prices():
     context = Context(x=x, prices=prices.expand(2, 1, 3))
     observed = torch.tensor([False, False, True]).expand(2, 1, 3)
     cost = torch.where(observed, 0.001, 0.0)  # the dear model at 0.1 of its price
-    score = torch.where(observed, 0.95, 0.0)
-    reward = torch.where(observed, 0.95 - 50 * 0.001, 0.0)  # what the env reveals now
+    score = torch.where(observed, 0.3, 0.0)  # a query it does badly
+    reward = torch.where(observed, 0.3 - 50 * 0.001, 0.0)  # what the env reveals now
     feedback = Feedback(reward=reward, observed=observed, score=score, cost=cost)
-    action = torch.full((2, 1), 2)
-    decision = learner.act(context)
-    decision = replace(decision, action=action)
+    decision = replace(learner.act(context), action=torch.full((2, 1), 2))
     learner.update(context, decision, feedback)
-    hand = 0.95 - 50.0 * 0.001 * (PRICE[2] / (PRICE[2] * 0.1))  # 0.45: at the train price
+    # at the train price the query costs 0.01: 0.3 - 0.5, below 0 (not clipped there: the
+    # clip is the one of the prices in force, so the quality is not lost)
+    hand = 0.3 - 50.0 * PRICE[2]
     plain = Feedback(reward=torch.where(observed, hand, 0.0), observed=observed)
     reference.update(Context(x=x), decision, plain)
     torch.testing.assert_close(learner.theta, reference.theta)
     torch.testing.assert_close(learner.a_inv, reference.a_inv)
-    assert learner.reference_feedback(context, feedback).reward[0, 0, 2].item() == pytest.approx(
-        hand
-    )
+    target = learner.reference_feedback(context, feedback).reward
+    assert target[:, 0, 2].tolist() == pytest.approx([hand, hand])
+    assert target[:, 0, :2].tolist() == [[0.0, 0.0]] * 2  # unobserved cells untouched
 
 
 # ------------------------------------------------------------------ every learner
@@ -217,11 +223,21 @@ def test_every_single_choice_learner_reads_prices_or_says_why_not():
         assert not (cls.reads_prices and cls.prices_unread), name
 
 
-def _build(name: str, problem) -> Learner:
+def _node(name: str) -> dict:
+    """The learner config ``name`` (its runner keys dropped; fitting steps cut to 20, a
+    router's fit does not change how it reads prices)."""
     node = OmegaConf.to_container(OmegaConf.load(CONFIGS / f"{name}.yaml"))
     node.pop("warm_start", None)
+    if "steps" in node:
+        node["steps"] = 20
+    if isinstance(node.get("base"), str):
+        node["base"] = _node(node["base"])
+    return node
+
+
+def _build(name: str, problem) -> Learner:
     torch.manual_seed(0)  # NeuralUCB's initial weights
-    return instantiate({**node, "_partial_": True})(problem)
+    return instantiate({**_node(name), "_partial_": True})(problem)
 
 
 #: readers built from their configs (the regressor needs an oracle: built by hand above)
@@ -250,8 +266,10 @@ def test_unchanged_prices_change_no_bit(name):
     actions and the final state are those of the same stream without prices, bit for bit."""
     env = _env(1.0)
     assert env.context(0).prices is not None
-    actions, state = _run(_build(name, env.problem()), env, drop_prices=False)
-    actions_none, state_none = _run(_build(name, env.problem()), env, drop_prices=True)
+    learner = _build(name, env.problem())
+    twin = copy.deepcopy(learner)
+    actions, state = _run(learner, env, drop_prices=False)
+    actions_none, state_none = _run(twin, env, drop_prices=True)
     assert torch.equal(actions, actions_none)
     assert state.keys() == state_none.keys()
     for key, value in state.items():

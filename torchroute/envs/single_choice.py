@@ -75,6 +75,11 @@ class SingleChoiceEnv(Env):
     in each of them; ``recover_trials`` says how many;
     :func:`~torchroute.envs.scenario.rounds_to_recover`).
 
+    With a ``price`` event (and a train split) the contexts carry the known prices,
+    ``prices [R, 1, K]``: ``Problem.prices`` (each model's mean train cost) times the
+    factors in force at the round (:meth:`Scenario.prices
+    <torchroute.envs.scenario.Scenario.prices>`); otherwise ``Context.prices`` is ``None``.
+
     Shapes:
         ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
         table's embeddings, when it has them); ``step`` returns ``Feedback`` ``[R, 1, K]``
@@ -283,7 +288,8 @@ class SingleChoiceEnv(Env):
         )
 
     def context(self, t: int) -> Context:
-        """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]``."""
+        """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]`` (and
+        ``available``, ``prices [R, 1, K]`` under a scenario that has them)."""
         index = self._stream[:, t : t + 1]  # [R, 1]
         emb = None if self._embeddings is None else self._embeddings[index]
         self._round = t

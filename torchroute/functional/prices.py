@@ -46,19 +46,25 @@ def utility_shift(ref: Tensor, now: Tensor, rho: float | Tensor) -> Tensor:
 
 
 def reference_utility(
-    score: Tensor, cost: Tensor, ref: Tensor, now: Tensor, rho: float | Tensor
+    reward: Tensor, cost: Tensor, ref: Tensor, now: Tensor, rho: float | Tensor
 ) -> Tensor:
-    """``clip(score - rho c_ref, 0, 1)`` ``[R, B, K]``: the utility of an observation at the
-    reference prices, ``c_ref = costs_at(cost, now, ref)`` the observed cost (paid at the
-    prices ``now``) at the prices ``ref``. A model priced 0 now (no ratio) is charged its
-    reference price ``ref``, its mean cost.
+    """An observed utility ``[R, B, K]`` translated to the reference prices:
+    ``reward + rho (cost - c_ref)``, with ``reward = clip(y - rho cost, 0, 1)`` observed at
+    the prices ``now`` (``cost`` paid there) and ``c_ref = costs_at(cost, now, ref)`` the
+    same cost at the prices ``ref`` (a model priced 0 now is charged its reference price).
+
+    Where nothing is clipped this is ``y - rho c_ref``, the utility at the reference
+    prices; the clip is applied at the prices in force, so a learner whose estimates are
+    moved back by :func:`utility_shift` learns the utility it is paid now (for a model
+    whose utility was clipped to 0 at its reference price, what clipping at the reference
+    would hide: its quality). At ``now == ref`` the reward comes back bit for bit.
 
     Example:
         >>> reference_utility(torch.tensor([0.9]), torch.tensor([0.001]),
         ...                   torch.tensor([0.01]), torch.tensor([0.001]), 50.0)
-        tensor([0.4000])
+        tensor([0.4500])
     """
-    return (score - rho * costs_at(cost, now, ref)).clamp(0.0, 1.0)
+    return reward + rho * (cost - costs_at(cost, now, ref))
 
 
 __all__ = ["costs_at", "reference_utility", "utility_shift"]

@@ -4,7 +4,8 @@ A learner also says what it is and can do, in class attributes read by the runne
 router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
-:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family` and
+:attr:`Learner.reads_prices` (or :attr:`Learner.prices_unread`);
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
@@ -24,6 +25,7 @@ from torchroute.errors import InputError
 from torchroute.functional.availability import mask_scores, restrict_probs
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical, tie_probs
+from torchroute.learners.known_prices import KnownPrices, keeping_prices
 from torchroute.types import Context, Decision, Feedback, Problem
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @buildable
-class Learner(nn.Module):
+class Learner(KnownPrices, nn.Module):
     """Base class of every online learner.
 
     A learner holds ``R`` independent trials; every buffer starts with that dimension, so
@@ -118,15 +120,7 @@ class Learner(nn.Module):
     #: online learner built on a router fitted on train): reports count it among the warm
     #: online learners, as one whose config sets ``warm_start``
     starts_warm: ClassVar[bool] = False
-    #: whether ``act`` reads the known prices of ``Context.prices`` at every round (a price
-    #: change moves its choice at once, with nothing to learn; ``docs/reference/
-    #: learners.md``): :meth:`from_problem` keeps ``Problem.prices`` and ``Problem.rho`` as
-    #: the reference (:meth:`keep_prices`), and the learner converts with
-    #: :mod:`torchroute.functional.prices`
-    reads_prices: ClassVar[bool] = False
-    #: why a single-choice learner with ``reads_prices = False`` does not read them (a test
-    #: asks every single-choice learner for one or the other)
-    prices_unread: ClassVar[str] = ""
+    # reads_prices / prices_unread: what it does with Context.prices (KnownPrices)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,7 +128,7 @@ class Learner(nn.Module):
             cls.act = _respecting_availability(cls.__dict__["act"])  # type: ignore[method-assign]
         made = cls.__dict__.get("from_problem")
         if isinstance(made, classmethod):
-            cls.from_problem = classmethod(_keeping_prices(made.__func__))  # type: ignore[method-assign]
+            cls.from_problem = classmethod(keeping_prices(made.__func__))  # type: ignore[method-assign]
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
@@ -295,102 +289,9 @@ class Learner(nn.Module):
     def _tick(self, context: Context) -> None:
         self.rounds.add_(context.batch_size)  # in place: no Module.__setattr__ per round
 
-    # ------------------------------------------------------------------ known prices
-    def keep_prices(self, problem: Problem) -> Learner:
-        """Keep ``problem``'s prices as the reference of ``Context.prices`` (in place).
-
-        For a learner that :attr:`reads_prices`: non-persistent buffers ``price_ref [R, K]``
-        (``Problem.prices``, what the learner was fitted or warmed at; ``None`` when the
-        problem knows none, and then no price is read) and ``price_rho [R]`` (the trials'
-        ``rho``). :meth:`from_problem` calls it. Returns ``self``.
-        """
-        if not self.reads_prices:
-            return self
-        prices = problem.prices
-        ref = None
-        if prices is not None and tuple(prices.shape) == (self.num_arms,):
-            ref = prices.detach().to(self.rounds.device)
-            ref = ref.expand(self.num_trials, self.num_arms).clone()
-        rho = problem.rho.detach().to(self.rounds.device)
-        self.register_buffer("price_ref", ref, persistent=False)  # [R, K] or None
-        self.register_buffer("price_rho", rho.clone(), persistent=False)  # [R]
-        return self
-
-    def _knows_prices(self, context: Context) -> bool:
-        """Whether ``context`` carries prices and the learner a reference to read them by."""
-        return context.prices is not None and getattr(self, "price_ref", None) is not None
-
-    def _price_rho(self, context: Context, like: Tensor) -> Tensor:
-        """The trade-off the prices are read at, ``[R, B, 1]`` (``Context.rho``, else the
-        trials' ``rho``), in ``like``'s dtype."""
-        if context.rho is not None:
-            return context.rho.to(like.dtype)[..., None]
-        return self.price_rho.to(like.dtype)[:, None, None]
-
-    def priced_scores(self, scores: Tensor, context: Context) -> Tensor:
-        """Utility estimates ``[R, B, K]`` at the reference prices moved to this round's:
-        ``scores - rho (p_now - p_ref)`` (:func:`~torchroute.functional.prices.
-        utility_shift`); ``scores`` itself (no work) without ``Context.prices``."""
-        if not self._knows_prices(context):
-            return scores
-        from torchroute.functional.prices import utility_shift
-
-        ref = self.price_ref.to(scores.dtype)[:, None]  # [R, 1, K]
-        now = context.prices.to(scores.dtype)  # type: ignore[union-attr]
-        return scores + utility_shift(ref, now, self._price_rho(context, scores))
-
-    def priced_costs(self, costs: Tensor, context: Context) -> Tensor:
-        """Costs ``[R, B, K]`` predicted at the reference prices, at this round's prices
-        (:func:`~torchroute.functional.prices.costs_at`); ``costs`` itself (no work)
-        without ``Context.prices``."""
-        if not self._knows_prices(context):
-            return costs
-        from torchroute.functional.prices import costs_at
-
-        ref = self.price_ref.to(costs.dtype)[:, None]  # [R, 1, K]
-        return costs_at(costs, ref, context.prices.to(costs.dtype))  # type: ignore[union-attr]
-
-    def reference_feedback(self, context: Context, feedback: Feedback) -> Feedback:
-        """``feedback`` with its reward at the reference prices where it has ``score`` and
-        ``cost``: ``clip(score - rho c p_ref / p_now, 0, 1)`` on the observed cells
-        (:func:`~torchroute.functional.prices.reference_utility`), so that what a utility
-        learner learned stays the utility at the prices it was built with; ``feedback``
-        itself (no work) without ``Context.prices`` or without scores and costs.
-        Applying it twice gives the same feedback."""
-        if not self._knows_prices(context) or feedback.score is None or feedback.cost is None:
-            return feedback
-        from dataclasses import replace
-
-        from torchroute.functional.prices import reference_utility
-
-        reward = feedback.reward
-        ref = self.price_ref.to(reward.dtype)[:, None]  # [R, 1, K]
-        now = context.prices.to(reward.dtype)  # type: ignore[union-attr]
-        target = reference_utility(
-            feedback.score.to(reward.dtype),
-            feedback.cost.to(reward.dtype),
-            ref,
-            now,
-            self._price_rho(context, reward),
-        )
-        return replace(feedback, reward=torch.where(feedback.observed, target, reward))
-
-
-def _keeping_prices(make: Callable[..., Learner]) -> Callable[..., Learner]:
-    """``from_problem`` that also keeps the problem's prices (:meth:`Learner.keep_prices`)."""
-
-    @functools.wraps(make)
-    def wrapped(cls: type[Learner], problem: Problem, *args: Any, **kwargs: Any) -> Learner:
-        learner = make(cls, problem, *args, **kwargs)
-        if isinstance(learner, Learner) and isinstance(problem, Problem):
-            learner.keep_prices(problem)
-        return learner
-
-    return wrapped
-
 
 # the base's own factory keeps the prices too (subclasses' are wrapped as they are defined)
-Learner.from_problem = classmethod(_keeping_prices(Learner.__dict__["from_problem"].__func__))  # type: ignore[method-assign]
+Learner.from_problem = classmethod(keeping_prices(Learner.__dict__["from_problem"].__func__))  # type: ignore[method-assign]
 
 
 def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Decision]:

@@ -54,7 +54,7 @@ class GramRidgeLearner(Learner):
     Prices: as the per-arm ridge learners (:class:`~torchroute.learners.LinUCB`), the
     statistics hold the utility at the reference prices; with ``Context.prices`` ``act``
     moves the scores by ``-rho (p_now - p_ref)`` and ``update`` learns the observed utility
-    at the reference prices.
+    moved to the reference prices (its clip kept at the prices in force).
     """
 
     reads_prices = True

@@ -71,8 +71,9 @@ class _PerTrialRidge(RidgeLearner):
     Prices: its ridge models estimate the utility at the reference prices
     (``Problem.prices``). With ``Context.prices`` (a known price change) ``act`` moves every
     estimate by ``-rho (p_now - p_ref)`` (:meth:`~torchroute.learners.Learner.
-    priced_scores`) and ``update`` learns the observed utility at the reference prices
-    (:meth:`~torchroute.learners.Learner.reference_feedback`), so a price change moves the
+    priced_scores`) and ``update`` learns the observed utility moved to the reference
+    prices (:meth:`~torchroute.learners.Learner.reference_feedback`: ``reward + rho (c -
+    c p_ref / p_now)``, the clip kept at the prices in force), so a price change moves the
     choice at once and what was learned stays valid.
 
     ``per_trial_hparams`` names the hyper-parameters a subclass accepts per trial; a float
@@ -267,9 +268,9 @@ class FullFeedbackLinUCB(LinUCB):
         Returns:
             ``{}``.
         """
-        feedback = self.reference_feedback(context, feedback)  # at the reference prices
         if not self._gram_shared(context, feedback):
             return super().update(context, decision, feedback, generator)
+        feedback = self.reference_feedback(context, feedback)  # at the reference prices
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.theta.dtype)  # [R, 1, d]

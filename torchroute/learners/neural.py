@@ -49,8 +49,8 @@ class NeuralUCB(Learner):
 
     Prices: ``f`` estimates the utility at the reference prices (``Problem.prices``); with
     ``Context.prices`` (a known price change) ``act`` moves its scores by
-    ``-rho (p_now - p_ref)`` and ``update`` stores the observed utility at the reference
-    prices (:meth:`~torchroute.learners.Learner.reference_feedback`).
+    ``-rho (p_now - p_ref)`` and ``update`` stores the observed utility moved to the
+    reference prices (:meth:`~torchroute.learners.Learner.reference_feedback`).
 
     The weights are ``nn.Parameter`` s stacked over trials, trained by ``torch.optim.Adam`` or
     ``torch.optim.SGD`` on the loss summed over trials: trials get their own gradients, and as
