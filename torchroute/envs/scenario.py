@@ -202,6 +202,21 @@ class Scenario:
         scores, costs = one.apply(self.horizon - 1, split.scores[None], split.costs[None])
         return TrainSplit(split.features, scores[0], costs[0], embeddings=split.embeddings)
 
+    @property
+    def moves_costs(self) -> bool:
+        """Whether an event changes prices (``Context.prices`` is then published)."""
+        return any(event.moves_costs for event in self.events)
+
+    def prices(self, t: int, reference: Tensor) -> Tensor:
+        """``[R, 1, K]`` the known prices at round ``t``: ``reference [K]`` (each model's
+        mean train cost) changed by the events that move costs and are active at ``t``
+        (a ``price`` event's factor on its arm), as :meth:`apply` changes each cost."""
+        costs = reference.expand(self.hidden.shape[0], 1, self.num_arms).clone()
+        for event, onehot, start in zip(self.events, self._onehot, self.starts):
+            if event.moves_costs and t >= start:
+                _, costs = event.apply(onehot[:, None, :], costs, costs)
+        return costs
+
     def fingerprint(self) -> list[dict[str, Any]]:
         """The events as plain values (resume compares them)."""
         return [event.fingerprint() for event in self.events]

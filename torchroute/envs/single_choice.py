@@ -76,6 +76,11 @@ class SingleChoiceEnv(Env):
     in each of them; ``recover_trials`` says how many;
     :func:`~torchroute.envs.scenario.rounds_to_recover`).
 
+    With a ``price`` event (and a train split) the contexts carry the known prices,
+    ``prices [R, 1, K]``: ``Problem.prices`` (each model's mean train cost) times the
+    factors in force at the round (:meth:`Scenario.prices
+    <torchroute.envs.scenario.Scenario.prices>`); otherwise ``Context.prices`` is ``None``.
+
     Shapes:
         ``context(t)``: ``x [R, 1, d]``, ``index [R, 1]``, ``embedding [R, 1, e]`` (the
         table's embeddings, when it has them); ``step`` returns ``Feedback`` ``[R, 1, K]``
@@ -197,6 +202,8 @@ class SingleChoiceEnv(Env):
             self.recover_tolerance = float(recover_tolerance)
             # each trial's utility per round, for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
+        #: ``[K]`` the prices ``Context.prices`` starts from (a price event only), or None
+        self._price_reference = self._reference_prices()
 
     def _best_arms(self, events: Sequence[Any]) -> dict[str, Tensor]:
         """What ``arm: best`` means per ``best_at``: ``[R]`` each trial's arm of largest
@@ -294,15 +301,34 @@ class SingleChoiceEnv(Env):
         )
 
     def context(self, t: int) -> Context:
-        """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]``."""
+        """The contexts of round ``t`` (0-based): ``x [R, 1, d]``, ``index [R, 1]`` (and
+        ``available``, ``prices [R, 1, K]`` under a scenario that has them)."""
         index = self._stream[:, t : t + 1]  # [R, 1]
         emb = None if self._embeddings is None else self._embeddings[index]
         self._round = t
-        available = None
+        available = prices = None
         if self.scenario is not None:
             mask = self.scenario.available(t)  # [R, K] or None
             available = None if mask is None else mask[:, None, :]
-        return Context(x=self._features[index], index=index, embedding=emb, available=available)
+            if self._price_reference is not None:  # a price event: the known prices
+                prices = self.scenario.prices(t, self._price_reference)  # [R, 1, K]
+        return Context(
+            x=self._features[index],
+            index=index,
+            embedding=emb,
+            available=available,
+            prices=prices,
+        )
+
+    def _reference_prices(self) -> Tensor | None:
+        """``[K]`` each model's mean train cost (``Problem.prices``, the same bits) when the
+        scenario changes prices and the table has a train split; else ``None``."""
+        if self.scenario is None or not self.scenario.moves_costs:
+            return None
+        if "train" not in self.table.split:
+            return None
+        rows = torch.as_tensor(self.table.rows("train"), device=self.device)
+        return self._costs[rows].mean(0)
 
     def utilities(self, index: Tensor) -> Tensor:
         """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``."""

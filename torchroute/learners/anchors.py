@@ -4,6 +4,9 @@ Each router predicts every model's score for a query and plays
 ``argmax_k y^_k(x) - rho c_k(x)`` per trial, never learning online (``update`` only counts
 rounds). Costs that are constant per model on the train split (a price per query) are used
 as known; otherwise a ridge regression of each model's cost on the features predicts them.
+With ``Context.prices`` (a known price change) either is taken at this round's prices
+(``c p_now / p_ref``: a known price becomes the price now, a ridge prediction scales with
+its model's price; :class:`~torchroute.learners.static._StaticRouter`).
 The hyper-parameter candidates (a list) are scored on the validation split
 (``Problem.validation``; without one, on a seeded 20% of the train rows held out from the
 fit, :func:`held_out`): each trial keeps the candidate whose router has the highest mean
@@ -505,6 +508,14 @@ class BestArmClassifier(_FittedRouter):
     distinct label set (:func:`label_sets`) is fitted once, all of them in one batched
     Adam run.
 
+    Prices: its labels mix quality and cost, so it has no cost to reprice. With
+    ``Context.prices`` it keeps the classifier's arm ``a`` unless another arm gains by the
+    price change: arm ``k``'s gain is ``min(m_k - m_a, 0) + s_k - s_a``, with ``m [R, K]``
+    each arm's mean train utility (the gap to ``a``, capped at 0 since the classifier
+    ranks ``a`` first for this query) and ``s = -rho (p_now - p_ref)`` the utility shift of
+    the prices (:func:`~torchroute.functional.prices.utility_shift`); the arm of largest
+    positive gain replaces ``a`` (no gain: ``a``, so unchanged prices change nothing).
+
     Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
     and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
     """
@@ -526,6 +537,8 @@ class BestArmClassifier(_FittedRouter):
         x = _with_bias(train.features.float())
         u = utility(train.scores[None].float(), train.costs[None].float(), self.rho[:, None, None])
         label = u.argmax(-1)  # [R, n]; a hidden arm's train scores are 0 (Problem.train)
+        # [R, K] each arm's mean train utility: what a price change is weighed against
+        self.register_buffer("mean_utility", u.mean(1).detach(), persistent=False)
         labels, group = label_sets(label)  # one fit per distinct label set (seeds of a rho)
         num_sets = labels.shape[0]
         w = torch.zeros(len(grid), num_sets, x.shape[1], num_arms, requires_grad=True)
@@ -559,11 +572,28 @@ class BestArmClassifier(_FittedRouter):
         return logits
 
     def act(self, context: Context, generator: Source = None) -> Decision:
-        """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
+        """The most probable best arm (repriced under known prices, the class doc):
+        ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
         self._check_context(context)
-        logits = self.values(context)
-        action = argmax_random_ties(mask_scores(logits, context.available), generator)
+        logits = mask_scores(self.values(context), context.available)
+        action = argmax_random_ties(logits, generator)
+        if self._knows_prices(context):
+            action = self._repriced(action, logits, context)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
+
+    def _repriced(self, action: Tensor, logits: Tensor, context: Context) -> Tensor:
+        """The arm of largest positive price gain over ``action [R, B]`` (the class doc),
+        else ``action``; arms with ``logits [R, B, K]`` at ``-inf`` (unavailable, unknown
+        when fitted) are never chosen."""
+        mean = self.mean_utility.to(logits.dtype)[:, None]  # [R, 1, K]
+        shift = self.priced_scores(torch.zeros_like(logits), context)  # [R, B, K]
+        pick = action[..., None]
+        gap = (mean - mean.expand_as(logits).gather(-1, pick)).clamp_max(0.0)
+        gain = gap + shift - shift.gather(-1, pick)
+        gain = gain.masked_fill(logits == float("-inf"), float("-inf"))
+        best = gain.argmax(-1)  # [R, B]
+        better = gain.gather(-1, best[..., None])[..., 0] > 0
+        return torch.where(better, best, action)
 
 
 __all__ = [

@@ -4,7 +4,8 @@ A learner also says what it is and can do, in class attributes read by the runne
 router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
-:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family` and
+:attr:`Learner.reads_prices` (or :attr:`Learner.prices_unread`);
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
@@ -24,6 +25,7 @@ from torchroute.errors import InputError
 from torchroute.functional.availability import mask_scores, restrict_probs
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import sample_categorical, tie_probs
+from torchroute.learners.known_prices import KnownPrices, keeping_prices
 from torchroute.types import Context, Decision, Feedback, Problem
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @buildable
-class Learner(nn.Module):
+class Learner(KnownPrices, nn.Module):
     """Base class of every online learner.
 
     A learner holds ``R`` independent trials; every buffer starts with that dimension, so
@@ -122,11 +124,15 @@ class Learner(nn.Module):
     #: online learner built on a router fitted on train): reports count it among the warm
     #: online learners, as one whose config sets ``warm_start``
     starts_warm: ClassVar[bool] = False
+    # reads_prices / prices_unread: what it does with Context.prices (KnownPrices)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "act" in cls.__dict__:
             cls.act = _respecting_availability(cls.__dict__["act"])  # type: ignore[method-assign]
+        made = cls.__dict__.get("from_problem")
+        if isinstance(made, classmethod):
+            cls.from_problem = classmethod(keeping_prices(made.__func__))  # type: ignore[method-assign]
 
     def __init__(self, num_trials: int, num_arms: int) -> None:
         super().__init__()
@@ -255,6 +261,8 @@ class Learner(nn.Module):
             index=repeat(context.index),
             embedding=repeat(context.embedding),
             available=repeat(context.available),
+            prices=repeat(context.prices),
+            rho=repeat(context.rho),
         )
         with torch.no_grad():
             picks = self.act(many, generator).action.view(r, m, b)  # [R, M, B]
@@ -284,6 +292,10 @@ class Learner(nn.Module):
 
     def _tick(self, context: Context) -> None:
         self.rounds.add_(context.batch_size)  # in place: no Module.__setattr__ per round
+
+
+# the base's own factory keeps the prices too (subclasses' are wrapped as they are defined)
+Learner.from_problem = classmethod(keeping_prices(Learner.__dict__["from_problem"].__func__))  # type: ignore[method-assign]
 
 
 def _respecting_availability(act: Callable[..., Decision]) -> Callable[..., Decision]:

@@ -155,6 +155,11 @@ class CABSC(Learner):
         context) and ``played_prob``, each ``[R]``.
     """
 
+    prices_unread = (
+        "its solver learns the utility at the env's prices from the played reward and "
+        "oracle surrogates on the reward scale; repricing the surrogates is not done"
+    )
+
     family = "CABS"
 
     samples_from_probs = True  # given the graph drawn in ``act``

@@ -37,7 +37,8 @@ class NeuralSquareCB(NeuralUCB):
 
     ``p = IGW(f(x); gamma, mu = K)`` mixed with the uniform distribution so that
     ``p_k >= eps_floor``; the MLPs train on the played arm's reward as in NeuralUCB
-    (``nu = 0``: no ``Z`` statistics). Other arguments as :class:`NeuralUCB`.
+    (``nu = 0``: no ``Z`` statistics). Other arguments as :class:`NeuralUCB`; prices are
+    read as :class:`NeuralUCB` reads them (the IGW weights the moved predictions).
     """
 
     samples_from_probs = True
@@ -61,6 +62,7 @@ class NeuralSquareCB(NeuralUCB):
         """``[R, B, K]`` floored IGW distribution on the MLP's predictions."""
         with torch.no_grad():
             f, _ = self(context.x)
+        f = self.priced_scores(f, context)  # Context.prices: -rho (p_now - p_ref)
         return probability_floor(squarecb_probs(f, self.gamma, self.mu), self.eps_floor)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
@@ -202,6 +204,11 @@ class CABSD(Learner):
         as :class:`CABSC`; ``log_weights`` ``[R, 2, L]`` (``L = 1`` for ``single_ix``);
         ``update`` also returns ``cabs_c_weight`` ``[R]``.
     """
+
+    prices_unread = (
+        "a mixture of CABS-C and a standard expert weighted by importance-weighted losses "
+        "of the utility at the env's prices; neither part reads Context.prices"
+    )
 
     family = "CABS"
 

@@ -50,7 +50,14 @@ class GramRidgeLearner(Learner):
         new_arm_bonus: added to the score of an arm never observed (a model that has just
             arrived, or any arm before its first observation), so that a new model gets
             tried soon after it appears; 0 (the default) adds nothing.
+
+    Prices: as the per-arm ridge learners (:class:`~torchroute.learners.LinUCB`), the
+    statistics hold the utility at the reference prices; with ``Context.prices`` ``act``
+    moves the scores by ``-rho (p_now - p_ref)`` and ``update`` learns the observed utility
+    moved to the reference prices (its clip kept at the prices in force).
     """
+
+    reads_prices = True
 
     def __init__(
         self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0, new_arm_bonus: float = 0.0
@@ -158,6 +165,7 @@ class GramRidgeLearner(Learner):
         scores = self._scores(x, generator)  # [R, B, K]
         if self.new_arm_bonus:
             scores = scores + self.new_arm_bonus * (self.seen == 0).to(x.dtype)[:, None]
+        scores = self.priced_scores(scores, context)  # Context.prices: -rho (p_now - p_ref)
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
@@ -167,6 +175,7 @@ class GramRidgeLearner(Learner):
         """Add the observed rewards (``feedback.observed``) to the statistics. Returns ``{}``."""
         self._check_context(context)
         self._check_feedback(context, feedback)
+        feedback = self.reference_feedback(context, feedback)  # at the reference prices
         x = context.x.to(self.gram.dtype)
         weight = feedback.observed.to(x.dtype)  # [R, B, K]
         reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)

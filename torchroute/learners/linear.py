@@ -68,6 +68,14 @@ def _scale(value: float | Tensor, like: Tensor) -> float | Tensor:
 class _PerTrialRidge(RidgeLearner):
     """A ridge learner whose ``lam`` may also be given per trial (``R`` values).
 
+    Prices: its ridge models estimate the utility at the reference prices
+    (``Problem.prices``). With ``Context.prices`` (a known price change) ``act`` moves every
+    estimate by ``-rho (p_now - p_ref)`` (:meth:`~torchroute.learners.Learner.
+    priced_scores`) and ``update`` learns the observed utility moved to the reference
+    prices (:meth:`~torchroute.learners.Learner.reference_feedback`: ``reward + rho (c -
+    c p_ref / p_now)``, the clip kept at the prices in force), so a price change moves the
+    choice at once and what was learned stays valid.
+
     ``per_trial_hparams`` names the hyper-parameters a subclass accepts per trial; a float
     keeps the numbers of a float-only learner bit for bit (``A_k^{-1} = I / lam`` is built
     the same way for every distinct value).
@@ -75,6 +83,8 @@ class _PerTrialRidge(RidgeLearner):
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
     learns_only_observed = True  # weights = feedback.observed: a 0 leaves A^{-1}, b as they are
+    # Context.prices: scores moved by -rho (p_now - p_ref), targets at the reference prices
+    reads_prices = True
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, lam: PerTrial) -> None:
         lam = per_trial(type(self).__name__, "lam", lam, num_trials, gt=0)
@@ -173,11 +183,11 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
         Returns:
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
-        if self._fused() and context.available is None:
+        if self._fused() and context.available is None and not self._knows_prices(context):
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        scores = mask_scores(self._scores(x), context.available)
+        scores = mask_scores(self.priced_scores(self._scores(x), context), context.available)
         action = argmax_random_ties(scores, generator)
         probs = one_hot_probs(action, self.num_arms, x.dtype)
         return Decision(probs=probs, action=action, scores=scores)
@@ -194,7 +204,8 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
         """The bounds ``act`` computes with eager operators, masked, ``[R, B, K]``; where a
         fused kernel rounded them so that its arm is not among the tied ones,
         :meth:`routing_probs` gives that arm's one-hot vector."""
-        return mask_scores(self._scores(context.x.to(self.theta.dtype)), context.available)
+        scores = self.priced_scores(self._scores(context.x.to(self.theta.dtype)), context)
+        return mask_scores(scores, context.available)
 
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
@@ -211,6 +222,7 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             ``{}``.
         """
         if self._fused():
+            feedback = self.reference_feedback(context, feedback)  # at the reference prices
             return fused_update(self, context, decision, feedback, generator)
         return super().update(context, decision, feedback, generator)
 
@@ -259,6 +271,7 @@ class FullFeedbackLinUCB(LinUCB):
         """
         if not self._gram_shared(context, feedback):
             return super().update(context, decision, feedback, generator)
+        feedback = self.reference_feedback(context, feedback)  # at the reference prices
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.theta.dtype)  # [R, 1, d]
@@ -340,7 +353,7 @@ class LinTS(_PerTrialRidge):
         mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
-        scores = self._add_new_arm_bonus(scores)
+        scores = self.priced_scores(self._add_new_arm_bonus(scores), context)
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
@@ -362,7 +375,7 @@ class LinTS(_PerTrialRidge):
         m = self.routing_draws if draws is None else int(draws)
         check_number(type(self).__name__, "draws", m, ge=1, integer=True)
         x = context.x.to(self.theta.dtype)
-        mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
+        mean = self.priced_scores(ridge_predict(self._theta_for_scores(), x), context)
         width = _scale(self.v, x) * ridge_width(self.a_inv, x)  # [R, B, K]
         noise = normal(generator, (m, *mean.shape), dtype=mean.dtype, device=mean.device)
         picks = (mean + width * noise).argmax(-1)  # [M, R, B]
@@ -428,7 +441,7 @@ class EpsilonGreedy(_PerTrialRidge):
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
-        predicted = mask_scores(predicted, context.available)
+        predicted = mask_scores(self.priced_scores(predicted, context), context.available)
         greedy = argmax_random_ties(predicted, generator)  # [R, B]
         eps = self._eps(x.dtype)  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
@@ -458,7 +471,8 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        ties = tie_probs(mask_scores(ridge_predict(self.theta, x), context.available))  # [R, B, K]
+        predicted = self.priced_scores(ridge_predict(self.theta, x), context)
+        ties = tie_probs(mask_scores(predicted, context.available))  # [R, B, K]
         eps = self._eps(torch.float64)[..., None]  # [R, 1, 1, 1]
         eye = torch.eye(self.num_arms, dtype=torch.float64, device=x.device)
         per_arm = probability_floor((1 - eps) * eye + eps / self.num_arms, self.eps_floor)
@@ -513,6 +527,7 @@ class SquareCB(_PerTrialRidge):
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
         predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
+        predicted = self.priced_scores(predicted, context)
         probs = squarecb_probs(predicted, self.gamma, self.mu)
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))

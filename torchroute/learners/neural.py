@@ -47,6 +47,11 @@ class NeuralUCB(Learner):
     ``batch_size`` replay rows drawn uniformly (with ``generator``) among the filled ones, over
     every observed arm of each row. ``feedback.observed`` is used as given.
 
+    Prices: ``f`` estimates the utility at the reference prices (``Problem.prices``); with
+    ``Context.prices`` (a known price change) ``act`` moves its scores by
+    ``-rho (p_now - p_ref)`` and ``update`` stores the observed utility moved to the
+    reference prices (:meth:`~torchroute.learners.Learner.reference_feedback`).
+
     The weights are ``nn.Parameter`` s stacked over trials, trained by ``torch.optim.Adam`` or
     ``torch.optim.SGD`` on the loss summed over trials: trials get their own gradients, and as
     both optimizers act elementwise each trial follows exactly its own optimizer. The
@@ -83,6 +88,8 @@ class NeuralUCB(Learner):
     Example:
         >>> learner = NeuralUCB.from_problem(env.problem(), hidden=64)  # doctest: +SKIP
     """
+
+    reads_prices = True
 
     device_tolerance = "neural"  # MLPs trained with Adam
 
@@ -247,7 +254,7 @@ class NeuralUCB(Learner):
                 scores = f + self.nu * bonus  # [R, B, K]
             else:  # greedy: the bonus (a read of every Z_k^-1) would be multiplied by 0
                 scores = f = self(context.x)[0]
-        scores = self._add_new_arm_bonus(scores)
+        scores = self.priced_scores(self._add_new_arm_bonus(scores), context)
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, f.dtype), action=action)
 
@@ -265,6 +272,7 @@ class NeuralUCB(Learner):
         """
         self._check_context(context)
         self._check_feedback(context, feedback)
+        feedback = self.reference_feedback(context, feedback)  # at the reference prices
         return self._learn(context, feedback.reward, feedback.observed, None, generator)
 
     def fit_weighted(

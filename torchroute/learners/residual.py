@@ -7,7 +7,9 @@ chosen on validation as for the router's own row) plus a linear correction,
     y_k(x) = base_k(x) + theta_k . x,
 
 and play ``argmax_k y_k(x) - rho c_k(x)`` with the costs ``c_k`` the base router uses (the
-known per-model prices where the train split has them, else its ridge prediction).
+known per-model prices where the train split has them, else its ridge prediction; with
+``Context.prices``, a known price change, those costs at this round's prices, as the base
+router reads them: the correction learns quality, which a price does not move).
 ``x`` is the run's feature vector, which by default is the unit-norm embedding plus a bias
 column, so the correction is ``theta_k . [x', 1]``. ``theta_k`` has prior mean 0 and
 covariance ``I / lam``; the confidence width (UCB) or the posterior draw (TS) is over the
@@ -134,6 +136,7 @@ class _Residual(Learner):
     """
 
     family: ClassVar[str] = "residual"
+    reads_prices: ClassVar[bool] = True  # through its base router's costs (base_value)
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
     #: the correction learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
@@ -195,7 +198,7 @@ class _Residual(Learner):
     def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _Residual:
         """``base`` (see :func:`build_base`) fitted on ``problem``'s train split, then
         ``cls(R, K, d, base, problem.train, **hp)``."""
-        router = build_base(base, problem, cls.__name__)
+        router = build_base(base, problem, cls.__name__).keep_prices(problem)
         return cls(problem.num_trials, problem.num_arms, problem.dim, router, problem.train, **hp)
 
     def phi(self, x: Tensor) -> Tensor:
@@ -226,6 +229,7 @@ class _Residual(Learner):
         base = self.base
         with torch.no_grad():
             y_hat, c_hat = base.predict(context)
+            c_hat = base.priced_costs(c_hat, context)  # at this round's known prices
             if base.hidden is not None:
                 known = (~base.hidden)[:, None].to(y_hat.dtype)  # [R, 1, K]
                 mean = (y_hat * known).sum(-1, keepdim=True) / known.sum(-1, keepdim=True)

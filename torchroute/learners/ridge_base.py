@@ -59,9 +59,12 @@ class RidgeLearner(Learner):
         feedback: Feedback,
         generator: Source = None,
     ) -> dict[str, Tensor]:
-        """Fit every observed reward (``feedback.observed``, as the env revealed it)."""
+        """Fit every observed reward (``feedback.observed``, as the env revealed it; with
+        ``Context.prices``, for a learner that :attr:`reads_prices`, at the reference
+        prices: :meth:`~torchroute.learners.Learner.reference_feedback`)."""
         self._check_context(context)
         self._check_feedback(context, feedback)
+        feedback = self.reference_feedback(context, feedback)
         weight = feedback.observed.to(self.theta.dtype)  # [R, B, K]
         self._fit(context, decision.action, feedback.reward, weight, feedback.only_played)
         return {}

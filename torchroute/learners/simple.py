@@ -21,6 +21,7 @@ class RandomRouter(FixedPolicy):
     """
 
     role = "reference"  # the uniform yardstick every learner is compared with
+    prices_unread = "uniform over the arms whatever they cost"
 
     samples_from_probs = True
 
@@ -38,6 +39,12 @@ class BestSingleArm(FixedPolicy):
     The arm is the one with the largest mean utility ``clip(Y - rho C, 0, 1)`` on the
     train split for the trial's ``rho`` (the "best single model" baseline).
 
+    Prices: with ``Context.prices`` (a known price change) the arm is chosen again each
+    round, vectorised, as the largest ``m_k - rho (p_now_k - p_ref_k)``: each arm's mean
+    train utility moved by its price change
+    (:func:`~torchroute.functional.prices.utility_shift`, the clip aside); at unchanged
+    prices that is the fixed arm.
+
     Args:
         num_trials: ``R``.
         num_arms: ``K``.
@@ -46,6 +53,8 @@ class BestSingleArm(FixedPolicy):
             ``val_utility [R]`` (each trial's arm's mean validation utility, a result
             column) is NaN.
     """
+
+    reads_prices = True
 
     def __init__(
         self,
@@ -63,6 +72,8 @@ class BestSingleArm(FixedPolicy):
         if not torch.isfinite(train_mean_utility).all():
             raise ValueError("train_mean_utility must be finite")
         self.register_buffer("arm", train_mean_utility.argmax(-1))  # [R]
+        # [R, K], rebuilt when built: what a price change moves (Context.prices)
+        self.register_buffer("mean_utility", train_mean_utility.clone(), persistent=False)
         if val_mean_utility is None:
             val = torch.full((num_trials,), float("nan"))
         elif tuple(val_mean_utility.shape) != (num_trials, num_arms):
@@ -98,9 +109,17 @@ class BestSingleArm(FixedPolicy):
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Each trial's fixed arm: one-hot ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
-        action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
+        action = self._arms(context)  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)
         return Decision(probs=probs, action=action.clone())
+
+    def _arms(self, context: Context) -> Tensor:
+        """Each trial's arm per context ``[R, B]``: the fixed one, or with ``Context.prices``
+        the largest mean train utility at this round's prices."""
+        if not self._knows_prices(context):
+            return self.arm[:, None].expand(context.x.shape[:2])
+        mean = self.mean_utility[:, None].expand(*context.x.shape[:2], self.num_arms)
+        return self.priced_scores(mean, context).argmax(-1)
 
     def routing_probs(
         self,
@@ -111,5 +130,4 @@ class BestSingleArm(FixedPolicy):
     ) -> Tensor:
         """Exact: each trial's arm with probability 1, ``[R, B, K]`` float64."""
         self._check_context(context)
-        action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
-        return one_hot_probs(action, self.num_arms, torch.float64)
+        return one_hot_probs(self._arms(context), self.num_arms, torch.float64)

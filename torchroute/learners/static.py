@@ -48,7 +48,16 @@ def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
 
 
 class _StaticRouter(FixedPolicy):
-    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break)."""
+    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break).
+
+    Prices: with ``Context.prices`` (a known price change) the predicted costs ``c^`` (at
+    the train prices ``Problem.prices``) are taken at this round's prices,
+    ``c^ p_now / p_ref`` (:meth:`~torchroute.learners.Learner.priced_costs`): a cost known
+    per model becomes the price now, a predicted one scales with its model's price. The
+    choice moves on the round the price changes; nothing is refitted.
+    """
+
+    reads_prices = True
 
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
         super().__init__(num_trials, num_arms)
@@ -74,6 +83,7 @@ class _StaticRouter(FixedPolicy):
             y_hat, c_hat = self.predict(context)
             if self.hidden is not None:
                 y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
+            c_hat = self.priced_costs(c_hat, context)  # at this round's known prices
             return y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
 
     def act(self, context: Context, generator: Source = None) -> Decision:

@@ -41,6 +41,9 @@ class Event:
     hides: ClassVar[bool] = False
     #: whether :meth:`apply` moves scores (clipped to ``[0, 1]`` once, after all events)
     moves_scores: ClassVar[bool] = False
+    #: whether :meth:`apply` moves costs: a known price change, which the env publishes in
+    #: ``Context.prices`` (every learner that reads prices sees it at once)
+    moves_costs: ClassVar[bool] = False
 
     arm: str
     at: float

@@ -19,6 +19,7 @@ class Price(Event):
 
     kind: ClassVar[str] = "price"
     keys: ClassVar[tuple[str, ...]] = ("factor",)
+    moves_costs: ClassVar[bool] = True
 
     @classmethod
     def parse_value(cls, where: str, item: Mapping[str, Any]) -> float:
