@@ -236,3 +236,21 @@ def test_a_base_without_a_representation_is_refused():
         NeuralLinearUCB(R, K, D, knn, TRAIN, VAL)
     with pytest.raises(ValueError, match=r"^NeuralLinearTS: head_weight must be > 0"):
         NeuralLinearTS(R, K, D, _mlp(), TRAIN, VAL, head_weight=[1.0, 0.0])
+
+
+@pytest.mark.parametrize("preset", ["routerbench", "openllm", "routerdc"])
+def test_the_leaderboard_presets_run_them_on_their_own_mlp_router(preset):
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import compose_config
+
+    cfg = compose_config("simulate", [f"experiment={preset}_leaderboard", "out_dir=x"])
+    learners = OmegaConf.to_container(cfg.learners, resolve=True)
+    targets = {
+        "neural_linear_ucb": "torchroute.learners.neural_linear.NeuralLinearUCB.from_problem",
+        "neural_linear_ts": "torchroute.learners.neural_linear.NeuralLinearTS.from_problem",
+        "residual_squarecb": "torchroute.learners.residual_squarecb.ResidualSquareCB.from_problem",
+    }
+    for name, target in targets.items():
+        assert learners[name]["_target_"] == target
+        assert learners[name]["base"] == learners["mlp"]  # the run's MLP router's config
