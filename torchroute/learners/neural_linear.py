@@ -31,6 +31,9 @@ tried where the models disagree, then kept only where it is better.
 Forgetting: ``gamma < 1`` (discounted statistics) or ``window`` (the last contexts) on
 the online observations only; the heads then return to their prior (the warm start, or for
 a new model the mean of the others), never to a prediction of 0.
+
+(Over 400 lines: the UCB and TS learners share the warm start, the new-model prior and the
+update, and each keeps its scoring next to its arguments.)
 """
 
 from __future__ import annotations
