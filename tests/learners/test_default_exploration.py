@@ -72,6 +72,12 @@ KNOWN_STALLS = {
     "rows that arm 7 is 0.6 better; the correction's bound (0.45) never makes up that gap",
     "residual_lints": "by design, as residual_linucb: a draw of the correction (scale "
     "0.5 x 0.45) almost never makes up the base router's 0.6 gap",
+    "residual_squarecb": "by design: its igw_gamma (1000, chosen on validation) gives an arm "
+    "0.6 below the base router's choice 1 / (12 + 600) per round: about 0.3 tries in 200",
+    "neural_linear_ucb": "by design: its heads start from the train rows (arm 7 is 0.6 "
+    "better there) and their bonus (alpha 0.1, chosen on validation) never makes up the gap",
+    "neural_linear_ts": "by design, as neural_linear_ucb: a draw of scale 0.1 on warm heads "
+    "almost never makes up the 0.6 gap",
 }
 
 

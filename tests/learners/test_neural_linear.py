@@ -236,3 +236,65 @@ def test_a_base_without_a_representation_is_refused():
         NeuralLinearUCB(R, K, D, knn, TRAIN, VAL)
     with pytest.raises(ValueError, match=r"^NeuralLinearTS: head_weight must be > 0"):
         NeuralLinearTS(R, K, D, _mlp(), TRAIN, VAL, head_weight=[1.0, 0.0])
+
+
+@pytest.mark.parametrize("preset", ["routerbench", "openllm", "routerdc"])
+def test_the_leaderboard_presets_run_them_on_their_own_mlp_router(preset):
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import compose_config
+
+    cfg = compose_config("simulate", [f"experiment={preset}_leaderboard", "out_dir=x"])
+    learners = OmegaConf.to_container(cfg.learners, resolve=True)
+    targets = {
+        "neural_linear_ucb": "torchroute.learners.neural_linear.NeuralLinearUCB.from_problem",
+        "neural_linear_ts": "torchroute.learners.neural_linear.NeuralLinearTS.from_problem",
+        "residual_squarecb": "torchroute.learners.residual_squarecb.ResidualSquareCB.from_problem",
+    }
+    for name, target in targets.items():
+        assert learners[name]["_target_"] == target
+        assert learners[name]["base"] == learners["mlp"]  # the run's MLP router's config
+
+
+def _new_model_run(new_quality: float, rounds: int = 400) -> torch.Tensor:
+    """Arms 0, 1 known to the base (quality 0.6 and 0.4 plus a small x-term), arm 2 a new
+    model it never saw; NeuralLinearUCB plays 400 rounds; returns the arms ``[T, 4]``."""
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    x = _features(n, g)
+    slope = torch.randn(D, 3, generator=g, dtype=F64) * 0.05
+    slope[-1] = torch.tensor([0.6, 0.4, new_quality], dtype=F64)
+    scores = (x @ slope + 0.1 * torch.randn(n, 3, generator=g, dtype=F64)).clamp(0, 1)
+    scores[:, 2] = 0.0  # a hidden arm's train scores are unknown
+    train = TrainSplit(x.float(), scores.float(), torch.zeros(n, 3))
+    hidden = torch.tensor([[False, False, True]]).expand(4, -1)
+    base = MLPScoreRouter(4, 3, D, torch.zeros(4), train, hidden=16, weight_decay=1e-4, steps=200)
+    learner = NeuralLinearUCB(4, 3, D, base.hide(hidden), train, alpha=0.5, head_weight=0.1)
+    learner = learner.double()
+    stream = torch.Generator().manual_seed(1)
+    played = []
+    for _ in range(rounds):
+        context = Context(x=_features(4, stream).view(4, 1, D))
+        decision = learner.act(context, stream)
+        score = context.x @ slope + 0.1 * torch.randn(4, 1, 3, generator=stream, dtype=F64)
+        observed = torch.nn.functional.one_hot(decision.action, 3).bool()
+        feedback = Feedback(
+            reward=torch.where(observed, score.clamp(0, 1), 0.0),
+            observed=observed,
+            score=torch.where(observed, score, 0.0),
+            only_played=True,
+        )
+        learner.update(context, decision, feedback)
+        played.append(decision.action[:, 0])
+    return torch.stack(played)
+
+
+def test_a_new_model_that_is_no_better_is_tried_then_abandoned():
+    played = _new_model_run(new_quality=0.3)
+    assert (played == 2).any(0).all()  # every trial tried it
+    assert (played[-200:] == 2).double().mean() < 0.05
+
+
+def test_a_new_model_that_is_better_is_adopted():
+    played = _new_model_run(new_quality=0.85)
+    assert (played[-200:] == 2).double().mean() > 0.9

@@ -31,6 +31,9 @@ tried where the models disagree, then kept only where it is better.
 Forgetting: ``gamma < 1`` (discounted statistics) or ``window`` (the last contexts) on
 the online observations only; the heads then return to their prior (the warm start, or for
 a new model the mean of the others), never to a prediction of 0.
+
+(Over 400 lines: the UCB and TS learners share the warm start, the new-model prior and the
+update, and each keeps its scoring next to its arguments.)
 """
 
 from __future__ import annotations
@@ -179,23 +182,21 @@ class _NeuralLinear(Learner):
         eye = self.lam * torch.eye(p, dtype=torch.float64)
         best = PerTrialBest()
         for w in weights:
-            prior_gram = w * scale[..., None, None] * gram[:, None]  # [R, K, p, p]
-            prior_target = w * scale[..., None] * moment  # [R, K, p]
-            theta = torch.linalg.solve(eye + prior_gram, prior_target[..., None])[..., 0]
-            state = {
-                "gram": prior_gram,
-                "target": prior_target,
-                "theta": theta,
-                "weight": torch.full((r,), w, dtype=torch.float64),
-            }
+            # every known arm has the trial's rows: one [p, p] system per trial
+            solved = torch.linalg.solve(eye + w * gram, w * moment.transpose(1, 2))  # [R, p, K]
+            theta = solved.transpose(1, 2) * scale[..., None]  # [R, K, p]
+            state = {"theta": theta, "weight": torch.full((r,), w, dtype=torch.float64)}
             if len(weights) == 1:
                 best.offer(state, torch.zeros(r, dtype=torch.float64))
                 break
             assert choice is not None  # several weights: held_out gives a choice split
             best.offer(state, self._greedy_value(theta, choice))
         assert best.state is not None
-        prior_gram, prior_target = best.state["gram"], best.state["target"]
-        self.head_weight = best.state["weight"].to(self.rounds.device)
+        weight = best.state["weight"]  # [R]
+        self.head_weight = weight.to(self.rounds.device)
+        arm_weight = weight[:, None] * scale  # [R, K]
+        prior_gram = arm_weight[..., None, None] * gram[:, None]  # [R, K, p, p]
+        prior_target = arm_weight[..., None] * moment  # [R, K, p]
         if not bool(known.all()):
             prior_gram, prior_target = self._new_model_prior(
                 known, best.state["theta"], prior_gram, prior_target
