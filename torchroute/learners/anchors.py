@@ -49,6 +49,7 @@ from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
 from torchroute.learners.fits import fingerprint, fitted, skipping
+from torchroute.learners.objective import refuse_request_rho
 from torchroute.learners.static import _StaticRouter, known_costs
 from torchroute.types import Context, Decision, Problem, TrainSplit
 
@@ -516,9 +517,15 @@ class BestArmClassifier(_FittedRouter):
     the prices (:func:`~torchroute.functional.prices.utility_shift`); the arm of largest
     positive gain replaces ``a`` (no gain: ``a``, so unchanged prices change nothing).
 
+    Its labels bake each trial's ``rho`` in: a request that carries another trade-off
+    (``Context.rho``) is refused with a one-line error (:attr:`per_request_rho` is
+    ``False``).
+
     Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
     and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
     """
+
+    per_request_rho = False
 
     def __init__(
         self,
@@ -575,6 +582,7 @@ class BestArmClassifier(_FittedRouter):
         """The most probable best arm (repriced under known prices, the class doc):
         ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
         self._check_context(context)
+        refuse_request_rho(type(self).__name__, context, self.rho)
         logits = mask_scores(self.values(context), context.available)
         action = argmax_random_ties(logits, generator)
         if self._knows_prices(context):

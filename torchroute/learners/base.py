@@ -4,7 +4,8 @@ A learner also says what it is and can do, in class attributes read by the runne
 router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
-:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family` and
+:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family`,
+:attr:`Learner.per_request_rho`, :attr:`Learner.warm_target` and
 :attr:`Learner.reads_prices` (or :attr:`Learner.prices_unread`);
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
@@ -125,6 +126,14 @@ class Learner(KnownPrices, nn.Module):
     #: online learners, as one whose config sets ``warm_start``
     starts_warm: ClassVar[bool] = False
     # reads_prices / prices_unread: what it does with Context.prices (KnownPrices)
+    #: whether ``act`` decides with each request's trade-off ``Context.rho [R, B]`` when the
+    #: context carries one (else each trial's ``Problem.rho``); a learner that cannot (it
+    #: learnt or fitted the utility at its trial's rho) is refused a stream whose requests
+    #: carry other rhos. The ridge learners say it per instance (``objective``).
+    per_request_rho: ClassVar[bool] = False
+    #: what its warm-start rows hold (:func:`torchroute.run.warm.warm_rows`): each trial's
+    #: ``"utility"``, or the quality ``"score"`` (``objective: quality_cost``)
+    warm_target: ClassVar[str] = "utility"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -162,6 +171,12 @@ class Learner(KnownPrices, nn.Module):
         whose constructor is slow to reach (an oracle to pre-train first) overrides it.
         Raises ``ValueError`` naming the option.
         """
+
+    @classmethod
+    def decides_per_request(cls, **hparams: Any) -> bool:
+        """Whether a learner built with ``hparams`` has :attr:`per_request_rho` (read from
+        a config node before the learner is built; the class attribute by default)."""
+        return bool(cls.per_request_rho)
 
     def check_problem(self, problem: Problem, who: str = "the environment") -> None:
         """A one-line error when this learner was built for another ``R``, ``K`` or ``d``."""

@@ -1,7 +1,8 @@
 """Static routers fitted offline: a regressor on oracle heads and cosine k-nearest neighbours.
 
-Both pick ``argmax_k y^_k - rho c^_k`` per trial (each trial has its own ``rho``) and do not
-learn online (``update`` only counts rounds). The core never imports
+Both pick ``argmax_k y^_k - rho c^_k`` per trial (each trial has its own ``rho``; a request
+that carries its own trade-off, ``Context.rho [R, B]``, is decided with it) and do not learn
+online (``update`` only counts rounds). The core never imports
 :mod:`torchroute.models`: the oracle module or the precomputed tensors come in as
 constructor arguments.
 """
@@ -17,6 +18,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
+from torchroute.learners.objective import request_rho
 from torchroute.types import Context, Decision, Problem
 
 
@@ -48,7 +50,8 @@ def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
 
 
 class _StaticRouter(FixedPolicy):
-    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break).
+    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break),
+    ``rho`` the request's (``Context.rho``) when the context carries one, else the trial's.
 
     Prices: with ``Context.prices`` (a known price change) the predicted costs ``c^`` (at
     the train prices ``Problem.prices``) are taken at this round's prices,
@@ -58,6 +61,7 @@ class _StaticRouter(FixedPolicy):
     """
 
     reads_prices = True
+    per_request_rho = True
 
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
         super().__init__(num_trials, num_arms)
@@ -84,7 +88,8 @@ class _StaticRouter(FixedPolicy):
             if self.hidden is not None:
                 y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
             c_hat = self.priced_costs(c_hat, context)  # at this round's known prices
-            return y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
+            rho = request_rho(context, self.rho, y_hat)  # [R, B or 1, 1]
+            return y_hat - rho * c_hat  # [R, B, K]
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The argmax of :meth:`values` over the available arms (random tie-break):
