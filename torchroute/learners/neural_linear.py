@@ -54,6 +54,7 @@ from torchroute.learners.base import ArgmaxRouting, Learner
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
+from torchroute.learners.objective import request_rho
 from torchroute.learners.residual import build_base
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
@@ -75,6 +76,8 @@ class _NeuralLinear(Learner):
 
     family: ClassVar[str] = "neural_linear"
     starts_warm: ClassVar[bool] = True  # the representation and the heads learn on train
+    reads_prices: ClassVar[bool] = True  # through its base router's costs (_costs)
+    per_request_rho: ClassVar[bool] = True  # the heads learn the quality: any rho per request
     #: the head learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 
@@ -138,7 +141,7 @@ class _NeuralLinear(Learner):
         representation) fitted on ``problem``'s train split, then
         ``cls(R, K, d, base, problem.train, problem.validation, **hp)``."""
         train = problem.require_train(cls.__name__)
-        router = build_base(base, problem, cls.__name__)
+        router = build_base(base, problem, cls.__name__).keep_prices(problem)
         return cls(
             problem.num_trials, problem.num_arms, problem.dim, router, train,
             problem.validation, **hp,
@@ -275,15 +278,16 @@ class _NeuralLinear(Learner):
         raise NotImplementedError
 
     def _costs(self, context: Context) -> Tensor:
-        """The base router's costs ``[R, B, K]`` (as its own ``act`` takes them)."""
+        """The base router's costs ``[R, B, K]`` (as its own ``act`` takes them: at this
+        round's known prices with ``Context.prices``)."""
         with torch.no_grad():
-            return self.base.predict(context)[1]
+            return self.base.priced_costs(self.base.predict(context)[1], context)
 
     def _scores(self, context: Context, generator: Source) -> Tensor:
-        """``head scores - rho c``, masked, ``[R, B, K]``."""
+        """``head scores - rho c`` (the request's ``rho``), masked, ``[R, B, K]``."""
         quality = self._head_scores(self.phi(context.x), generator)
         cost = self._costs(context).to(quality.dtype)
-        value = quality - self.base.rho.to(quality.dtype)[:, None, None] * cost
+        value = quality - request_rho(context, self.base.rho, quality) * cost
         return mask_scores(value, context.available)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
@@ -306,7 +310,7 @@ class _NeuralLinear(Learner):
             quality = feedback.score
         else:  # the utility's inverse where it was not clipped
             cost = self._costs(context)
-            quality = feedback.reward + self.base.rho[:, None, None].to(cost.dtype) * cost
+            quality = feedback.reward + request_rho(context, self.base.rho, cost) * cost
         phi = self.phi(context.x)
         target = torch.where(observed, quality.to(phi.dtype), 0.0)
         fb = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
