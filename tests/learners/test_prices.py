@@ -285,5 +285,7 @@ def test_every_reader_moves_to_a_model_whose_price_falls(name):
     learner = _build(name, env.problem())
     context = env.context(env.horizon - 1)
     g = torch.Generator().manual_seed(0)
-    probs = learner.act(context, g).probs
+    decision = learner.act(context, g)
+    # the routing distribution (Monte Carlo over its draws for a posterior sampler)
+    probs = learner.routing_probs(context, decision, torch.Generator().manual_seed(1))
     assert probs.argmax(-1).tolist() == [[2], [2]], probs

@@ -87,6 +87,9 @@ class StaticRefit(ArgmaxRouting):
     role = "reference"
     learns_online = False
     refits_after_change = True
+    #: before the change its router reads ``Context.prices``; after it, the refitted
+    #: routers were fitted at the new prices (their contexts carry none, so not twice)
+    reads_prices = True
 
     def __init__(
         self,
