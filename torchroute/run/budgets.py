@@ -3,18 +3,21 @@
 With ``budgets`` the trials are ``budgets x seeds`` (budget-major), the run's ``rhos`` do not
 enter the grid, and every round a :class:`~torchroute.functional.pacing.BudgetPacer` sets
 each trial's trade-off ``Context.rho`` before the learner decides. Per learner, two things
-are chosen on the validation split (``val``, replayed as a stream with seed ``seeds[0]``,
-at most as many rounds as the run has; never the test split):
+are chosen on the validation split (``val``, replayed as :data:`VALIDATION_STREAMS` streams,
+seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
 
 1. **The starting rho.** The learner replays the split at every rho of a fixed grid
    (:func:`rho_grid`: 0 and :data:`GRID_POINTS` geometric values from ``1e-3 / max(b)`` to
    ``1e2 / min(b)``, i.e. ``rho * b`` from ``1e-3`` to ``1e2`` for every budget); a
-   budget's starting rho is the grid rho whose validation mean cost is closest below the
-   budget (the largest mean cost ``<= b``; the largest rho when none is that cheap).
+   budget's starting rho is the grid rho whose validation mean cost (over the streams) is
+   closest below the budget (the largest mean cost ``<= b``, the smallest such rho; the
+   largest rho when none is that cheap).
 2. **The step size.** The learner replays the split under each budget with the pacer for
-   each step of :data:`ETAS`, starting from 1.'s rho; a budget's ``eta`` is the one of the
+   each step of :data:`ETAS`, starting from half of 1.'s rho (:data:`LOW_START`: a start
+   that spends too much, as a validation split cheaper than the stream would give; the
+   step must bring the spend back within the warm-up); a budget's ``eta`` is the one of the
    best validation mean quality among those whose mean cost after the warm-up is within the
-   budget, else the one of the smallest overrun.
+   budget on every stream, else the one of the smallest worst-stream overrun.
 
 A learner can be paced when its decisions follow ``Context.rho`` (its
 ``per_request_rho`` is true: the static score routers, and the ridge learners with
@@ -43,8 +46,12 @@ log = logging.getLogger(__name__)
 
 #: the pacer's step sizes tried on the validation split (unit-free, see ``pace_step``)
 ETAS: tuple[float, ...] = (0.003, 0.01, 0.03, 0.1, 0.3)
+#: the step is chosen from this share of the starting rho (a start that spends too much)
+LOW_START = 0.5
 #: the geometric points of the starting-rho grid (besides 0)
 GRID_POINTS = 16
+#: the validation split is replayed in this many orders (seeds 0, 1, ...)
+VALIDATION_STREAMS = 3
 #: the validation split's name in a table
 VALIDATION = "val"
 
@@ -85,10 +92,21 @@ def rho_grid(budgets: tuple[float, ...]) -> Tensor:
     return torch.cat([torch.zeros(1), points]).double()
 
 
+def check_budget_learners(opts: RunOptions) -> None:
+    """Refuse ``budgets`` with a learner whose class decides for its trial's own rho (or
+    routes subsets), in one line naming it; nothing is built or read."""
+    if opts.budgets is None:
+        return
+    for name in opts.run_learners:
+        cls = learner_class(opts.learners[name])
+        flag = getattr(cls, "per_request_rho", False)
+        if cls is not None and (cls.protocol != "single" or flag is False):
+            raise ConfigError(unpaceable(name, cls))
+
+
 def check_budgets(opts: RunOptions, built: Built) -> None:
     """Refuse ``budgets`` where they cannot apply, with one line naming the cause: an env
-    that is not a single-choice table env, a table without a validation split, or a learner
-    whose class decides for its trial's own rho."""
+    that is not a single-choice table env, or a table without a validation split."""
     env = built.env
     if built.table is None or not hasattr(env, "with_rho"):
         raise ConfigError(
@@ -100,11 +118,6 @@ def check_budgets(opts: RunOptions, built: Built) -> None:
             "budgets choose each pacer's starting rho and step on the validation split, but "
             "the table has none: give it one (e.g. data.val_fraction=0.1)"
         )
-    for name in opts.run_learners:
-        cls = learner_class(opts.learners[name])
-        flag = getattr(cls, "per_request_rho", False)
-        if cls is not None and (cls.protocol != "single" or flag is False):
-            raise ConfigError(unpaceable(name, cls))
 
 
 def unpaceable(name: str, cls: type) -> str:
@@ -130,8 +143,9 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     assert opts.budgets is not None and built.env is not None
     budgets = torch.tensor(opts.budgets, dtype=torch.float64)  # [N]
     grid = rho_grid(opts.budgets)  # [G]
-    fixed = _replay(opts, name, built, grid, None)
-    cost = torch.as_tensor(fixed["avg_cost"].to_numpy())  # [G]
+    s = VALIDATION_STREAMS
+    fixed = _replay(opts, name, built, grid.repeat_interleave(s), None)
+    cost = torch.tensor(fixed["avg_cost"].to_numpy()).view(-1, s).mean(1)  # [G]
     start = torch.empty_like(budgets)
     for i, b in enumerate(budgets):  # set-up, not the hot path
         under = cost <= b
@@ -141,10 +155,13 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
             start[i] = grid[-1]
     etas = torch.tensor(ETAS, dtype=torch.float64)
     n, e = len(budgets), len(etas)
-    pairs = (budgets.repeat_interleave(e), start.repeat_interleave(e), etas.repeat(n))
-    paced = _replay(opts, name, built, pairs[1], PacingPlan(*pairs))
-    over = torch.as_tensor(paced["budget_overrun_after_warmup"].to_numpy()).view(n, e)
-    quality = torch.as_tensor(paced["accuracy"].to_numpy()).view(n, e)
+    low = start * LOW_START  # a start that spends too much: the step must recover from it
+    pairs = (budgets.repeat_interleave(e), low.repeat_interleave(e), etas.repeat(n))
+    plan = PacingPlan(*(p.repeat_interleave(s) for p in pairs))
+    paced = _replay(opts, name, built, plan.rho, plan)
+    over = torch.tensor(paced["budget_overrun_after_warmup"].to_numpy()).view(n, e, s)
+    over = over.amax(-1)  # the worst stream
+    quality = torch.tensor(paced["accuracy"].to_numpy()).view(n, e, s).mean(-1)
     within = over <= 0
     best = torch.where(within, quality, torch.tensor(-torch.inf)).argmax(1)
     best = torch.where(within.any(1), best, over.argmin(1))
@@ -162,7 +179,7 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
 def _replay(opts: RunOptions, name: str, built: Built, rho: Tensor, plan: PacingPlan | None) -> Any:
     """Learner ``name`` replaying the validation split as a stream, one trial per entry of
     ``rho [M]`` (fixed, or paced by ``plan``); the summary frame."""
-    env = _validation_env(opts, built, rho)
+    env = _validation_env(built, rho, opts.dtype)
     main = built.env.problem()  # the run's problem: its validation split (not replayed)
     problem = replace(env.problem(), validation=main.validation)
     learner = build_learner(opts.learners[name], problem, name, opts.loop_seed, None, warm=True)
@@ -180,10 +197,10 @@ def _replay(opts: RunOptions, name: str, built: Built, rho: Tensor, plan: Pacing
     return result.summary
 
 
-def _validation_env(opts: RunOptions, built: Built, rho: Tensor) -> Env:
-    """The run's env on the validation split: ``M = len(rho)`` trials with seed
-    ``seeds[0]``, no scenario, as many rounds as the run at most."""
-    table, env = built.table, built.env
+def _validation_env(built: Built, rho: Tensor, dtype: torch.dtype) -> Env:
+    """The run's env on the validation split: ``M = len(rho)`` trials, the ``m``-th on
+    stream ``m % VALIDATION_STREAMS``, no scenario, as many rounds as the run at most."""
+    opts, table, env = built.options, built.table, built.env
     assert table is not None and env is not None
     size = len(table.rows(VALIDATION))
     factory = instantiate_node(opts.env, "env", _partial_=True)
@@ -191,13 +208,13 @@ def _validation_env(opts: RunOptions, built: Built, rho: Tensor) -> Env:
         return factory(
             table=table,
             rho=rho.tolist(),
-            seeds=[opts.seeds[0]] * len(rho),
+            seeds=[m % VALIDATION_STREAMS for m in range(len(rho))],
             features=built.features,
             split=VALIDATION,
             horizon=min(size, env.horizon),
             scenario=None,
             device=env.device,
-            dtype=opts.dtype,
+            dtype=dtype,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"budgets: the validation replay's env: {exc}") from exc
@@ -206,6 +223,7 @@ def _validation_env(opts: RunOptions, built: Built, rho: Tensor) -> Env:
 __all__ = [
     "ETAS",
     "PacingPlan",
+    "check_budget_learners",
     "check_budgets",
     "check_learner",
     "plan_pacing",

@@ -30,7 +30,12 @@ from torchroute.errors import ConfigError
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
-from torchroute.run.budgets import PacingPlan, check_budgets, plan_pacing
+from torchroute.run.budgets import (
+    PacingPlan,
+    check_budget_learners,
+    check_budgets,
+    plan_pacing,
+)
 from torchroute.run.build import (
     Built,
     build,
@@ -145,6 +150,7 @@ def _run(
     on_start: Callable[[], None] | None,
 ) -> pd.DataFrame:
     check_learner_options(opts)  # before an oracle is pre-trained into out_dir
+    check_budget_learners(opts)
 
     def guard():
         check_run_folders(opts)
