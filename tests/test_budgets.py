@@ -192,3 +192,40 @@ def test_context_rho_reaches_the_learner_as_r_by_b():
     env = SingleChoiceEnv(three_model_table(), rho=[0.0, 0.0], seeds=[0, 1], horizon=40)
     paced = _Paced(pacer, env).context(Context(x=torch.zeros(2, 3, 4)))
     assert paced.rho.tolist() == [[3.0] * 3, [4.0] * 3]
+
+
+def test_a_paced_run_resumes_to_the_same_numbers(tmp_path):
+    """The pacer's state travels in the checkpoint: stop after round 60, resume, same results."""
+    from torchroute.checkpoint import load_checkpoint
+
+    class Stop(Exception):
+        pass
+
+    def stop(t, *_):
+        if t == 60:
+            raise Stop
+
+    def paced_run(**kwargs):
+        env = SingleChoiceEnv(three_model_table(), rho=[10.0, 0.0], seeds=[0, 1], horizon=120)
+        router = KNNScoreRouter.from_problem(env.problem(), k=10)
+        pacer = BudgetPacer(torch.tensor([2e-3, 4e-3], dtype=torch.float64), 10.0, 0.1)
+        return simulate(router, env, pacer=pacer, progress=False, **kwargs).summary
+
+    whole = paced_run()
+    path = tmp_path / "half.pt"
+    with pytest.raises(Stop):
+        paced_run(ckpt_every=60, ckpt_path=path, on_round=stop)
+    payload = load_checkpoint(path)
+    assert payload["round"] == 60 and payload["pacer"]["rounds"] == 60
+    resumed = paced_run(resume_from=path)
+    columns = ["rho_final", "avg_cost", "avg_cost_after_warmup", "budget_overrun", "accuracy"]
+    assert whole[columns].equals(resumed[columns])
+
+
+def test_trial_chunks_give_the_numbers_of_one_piece(tmp_path):
+    """Each piece of a chunked run gets its own trials' plan (budget, rho, eta)."""
+    common = ("budgets=[0.0015,0.004]", "seeds=[0,1]", "rng=per_trial")
+    whole = run(RunOptions.from_config(_config(tmp_path / "a", *common)))
+    chunked = run(RunOptions.from_config(_config(tmp_path / "b", *common, "trial_chunk=3")))
+    columns = ["budget", "rho", "rho_final", "avg_cost_after_warmup", "accuracy"]
+    assert whole[columns].equals(chunked[columns])
