@@ -229,3 +229,11 @@ def test_trial_chunks_give_the_numbers_of_one_piece(tmp_path):
     chunked = run(RunOptions.from_config(_config(tmp_path / "b", *common, "trial_chunk=3")))
     columns = ["budget", "rho", "rho_final", "avg_cost_after_warmup", "accuracy"]
     assert whole[columns].equals(chunked[columns])
+
+
+def test_sweep_refuses_budgets_in_one_line(tmp_path):
+    from torchroute.sweep import run_sweep
+
+    with pytest.raises(ConfigError, match="budgets: torchroute sweep") as caught:
+        run_sweep(_config(tmp_path / "run", "budgets=[0.001]"))
+    assert "\n" not in str(caught.value) and not (tmp_path / "run").exists()

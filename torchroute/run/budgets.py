@@ -17,7 +17,11 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
    that spends too much, as a validation split cheaper than the stream would give; the
    step must bring the spend back within the warm-up); a budget's ``eta`` is the one of the
    best validation mean quality among those whose mean cost after the warm-up is within the
-   budget on every stream, else the one of the smallest worst-stream overrun.
+   budget on every stream, else the one of the smallest worst-stream overrun. On the run's
+   stream the step is that ``eta`` x ``T_val / T`` (validation rounds over the run's
+   rounds, at most 1): by the bound of :mod:`~torchroute.functional.pacing` a trial then
+   corrects the same share of its overspend per share of its rounds as on validation,
+   and moves its rho less from round to round on a longer stream.
 
 A learner can be paced when its decisions follow ``Context.rho`` (its
 ``per_request_rho`` is true: the static score routers, and the ridge learners with
@@ -165,12 +169,16 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     within = over <= 0
     best = torch.where(within, quality, torch.tensor(-torch.inf)).argmax(1)
     best = torch.where(within.any(1), best, over.argmin(1))
-    eta = etas[best]
+    # the same correction per share of the rounds on the run's stream as on validation
+    scale = min(1.0, paced["rounds"].iloc[0] / built.env.horizon)
+    eta = etas[best] * scale
     log.info(
-        "budgets: %s starts at rho %s with step %s (chosen on the validation split)",
+        "budgets: %s starts at rho %s with step %s x %.3g (validation rounds / run rounds; "
+        "chosen on the validation split)",
         name,
         [float(f"{r:.4g}") for r in start.tolist()],
-        eta.tolist(),
+        etas[best].tolist(),
+        scale,
     )
     per_trial = torch.arange(len(budgets)).repeat_interleave(len(opts.seeds))
     return PacingPlan(trial_budgets(opts), start[per_trial], eta[per_trial])
