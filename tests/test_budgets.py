@@ -237,3 +237,28 @@ def test_sweep_refuses_budgets_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="budgets: torchroute sweep") as caught:
         run_sweep(_config(tmp_path / "run", "budgets=[0.001]"))
     assert "\n" not in str(caught.value) and not (tmp_path / "run").exists()
+
+
+def test_a_quality_cost_learner_is_paced_and_a_utility_one_is_not(tmp_path):
+    from tests.conftest import LINUCB_NODE
+
+    cfg = _config(tmp_path / "run", "budgets=[0.002]", "run_learners=[linucb]")
+    cfg.learners["linucb"] = {**LINUCB_NODE, "objective": "quality_cost"}
+    results = run(RunOptions.from_config(cfg))
+    assert results["rho_final"].iloc[0] != results["rho"].iloc[0]  # the pacer moved it
+    assert results["avg_cost_after_warmup"].iloc[0] <= 0.002 * 1.01
+    cfg.learners["linucb"] = {**LINUCB_NODE, "objective": "utility"}
+    with pytest.raises(ConfigError, match="learner 'linucb' \\(LinUCB\\) cannot be paced"):
+        run(RunOptions.from_config(_with(cfg, "overwrite", True)))
+
+
+def test_budgets_with_request_rhos_are_refused(tmp_path):
+    cfg = _config(tmp_path / "run", "budgets=[0.002]", "+env.request_rhos=[0,100]")
+    with pytest.raises(ConfigError, match=r"env\.request_rhos"):
+        run(RunOptions.from_config(cfg))
+    assert not (tmp_path / "run").exists()
+
+
+def _with(cfg, key, value):
+    cfg[key] = value
+    return cfg

@@ -110,12 +110,18 @@ def check_budget_learners(opts: RunOptions) -> None:
 
 def check_budgets(opts: RunOptions, built: Built) -> None:
     """Refuse ``budgets`` where they cannot apply, with one line naming the cause: an env
-    that is not a single-choice table env, or a table without a validation split."""
+    that is not a single-choice table env, one whose requests carry their own rho
+    (``request_rhos``), or a table without a validation split."""
     env = built.env
     if built.table is None or not hasattr(env, "with_rho"):
         raise ConfigError(
             "budgets need a single-choice env on a routing table (env=single_choice); "
             f"{type(env).__name__} has no per-trial rho to pace"
+        )
+    if getattr(env, "request_rhos", None) is not None:
+        raise ConfigError(
+            "budgets set each request's rho by a pacer, but env.request_rhos gives the "
+            "requests their own: use one of them"
         )
     if VALIDATION not in set(built.table.split):
         raise ConfigError(
