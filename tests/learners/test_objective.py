@@ -386,3 +386,20 @@ def test_the_default_objective_plays_what_the_learner_played_before(name):
     simulate(learner, env, seed=0, progress=False,
              on_round=lambda t, c, d, f: actions.append(d.action[:, 0].tolist()))  # fmt: skip
     assert [list(a) for a in zip(*actions)] == MAIN_ACTIONS[name]
+
+
+def test_a_run_on_requests_with_their_own_rho_refuses_a_utility_learner_before_writing(tmp_path):
+    from tests.conftest import LINUCB_NODE, tiny_run_config
+    from torchroute.errors import ConfigError
+    from torchroute.run import run_config
+
+    out = tmp_path / "run"
+    cfg = tiny_run_config(out, {"linucb": LINUCB_NODE}, "+env.request_rhos=[0,1000]")
+    with pytest.raises(ConfigError, match=r"learners.linucb: LinUCB decides for each trial's"):
+        run_config(cfg)
+    assert not out.exists() or not any(out.iterdir())
+    node = {**LINUCB_NODE, "objective": "quality_cost"}
+    cfg = tiny_run_config(out, {"linucb": node}, "+env.request_rhos=[0,1000]", "rounds=10")
+    results = run_config(cfg)
+    assert {"avg_utility_rho0", "avg_utility_rho1000", "rounds_rho0"} <= set(results.columns)
+    assert (results["rounds_rho0"] + results["rounds_rho1000"] == 10).all()

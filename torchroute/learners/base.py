@@ -162,6 +162,12 @@ class Learner(nn.Module):
         Raises ``ValueError`` naming the option.
         """
 
+    @classmethod
+    def decides_per_request(cls, **hparams: Any) -> bool:
+        """Whether a learner built with ``hparams`` has :attr:`per_request_rho` (read from
+        a config node before the learner is built; the class attribute by default)."""
+        return bool(cls.per_request_rho)
+
     def check_problem(self, problem: Problem, who: str = "the environment") -> None:
         """A one-line error when this learner was built for another ``R``, ``K`` or ``d``."""
         name = type(self).__name__

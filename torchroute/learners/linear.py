@@ -184,7 +184,7 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
         if self._fused() and context.available is None:
-            self._decision_values(self.theta, context)  # refuses another Context.rho
+            self._refuse_other_rho(context)
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)

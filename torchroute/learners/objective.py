@@ -88,6 +88,12 @@ class Objective:
         """What its warm-start rows hold: ``"score"`` (``quality_cost``) or ``"utility"``."""
         return "score" if self.objective == "quality_cost" else "utility"
 
+    @classmethod
+    def decides_per_request(cls, **hparams: Any) -> bool:
+        """Whether a learner built with ``hparams`` decides per request: its ``objective``
+        is ``quality_cost``."""
+        return hparams.get("objective", "utility") == "quality_cost"
+
     def _init_objective(self, objective: str) -> None:
         """Check and keep ``objective``; no trade-off is known until :meth:`set_trade_off`."""
         self.objective = check_objective(type(self).__name__, objective)
@@ -124,11 +130,17 @@ class Objective:
             )
         return feedback.score
 
+    def _refuse_other_rho(self, context: Context) -> None:
+        """A ``utility`` learner's one-line error for a ``Context.rho`` that differs from
+        its trials' (:func:`refuse_request_rho`); nothing for ``quality_cost``."""
+        if self.objective == "utility":
+            refuse_request_rho(type(self).__name__, context, self.trial_rho)
+
     def _decision_values(self, y: Tensor, context: Context) -> Tensor:
         """``utility``: ``y [R, B, K]`` itself, after :func:`refuse_request_rho`.
         ``quality_cost``: ``y - rho c`` with the request's ``rho`` and the known prices."""
         if self.objective == "utility":
-            refuse_request_rho(type(self).__name__, context, self.trial_rho)
+            self._refuse_other_rho(context)
             return y
         if context.rho is None and self.trial_rho is None:
             raise InputError(

@@ -371,7 +371,9 @@ def warm_options(node: Any, key: str) -> tuple[WarmStart, dict[str, Any]]:
 
 def check_learner_options(opts: RunOptions) -> None:
     """Each run learner's :meth:`Learner.check_options` on the values of its config node,
-    before the env is built or an oracle pre-trained (nothing is written yet)."""
+    before the env is built or an oracle pre-trained (nothing is written yet); with
+    ``env.request_rhos``, a learner that cannot decide per request
+    (:meth:`Learner.decides_per_request`) is refused by name."""
     for name in opts.run_learners:
         node = opts.learners[name]
         warm, node = warm_options(node, f"learners.{name}")
@@ -388,6 +390,14 @@ def check_learner_options(opts: RunOptions) -> None:
             cls.check_options(**values)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"learners.{name}: {exc}") from exc
+        request_rhos = (opts.env or {}).get("request_rhos")
+        if request_rhos is not None and not cls.decides_per_request(**values):
+            raise ConfigError(
+                f"learners.{name}: {cls.__name__} decides for each trial's own rho and cannot "
+                f"serve requests that carry their own (env.request_rhos={list(request_rhos)}); "
+                "use objective: quality_cost (LinUCB, LinTS, SquareCB and their forgetting "
+                "forms), a static score router or a residual learner"
+            )
 
 
 def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Learner:
