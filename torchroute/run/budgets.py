@@ -42,7 +42,13 @@ from torchroute.errors import ConfigError
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
-from torchroute.run.build import Built, build_learner, instantiate_node, trial_grid
+from torchroute.run.build import (
+    Built,
+    build_learner,
+    instantiate_node,
+    trial_grid,
+    warm_options,
+)
 from torchroute.run.classes import learner_class
 from torchroute.run.options import RunOptions
 
@@ -97,14 +103,19 @@ def rho_grid(budgets: tuple[float, ...]) -> Tensor:
 
 
 def check_budget_learners(opts: RunOptions) -> None:
-    """Refuse ``budgets`` with a learner whose class decides for its trial's own rho (or
-    routes subsets), in one line naming it; nothing is built or read."""
+    """Refuse ``budgets`` with a learner that decides for its trial's own rho
+    (:meth:`~torchroute.learners.base.Learner.decides_per_request` of its config node's
+    values, e.g. ``objective``) or routes subsets, in one line naming it; nothing is built
+    or read."""
     if opts.budgets is None:
         return
     for name in opts.run_learners:
         cls = learner_class(opts.learners[name])
-        flag = getattr(cls, "per_request_rho", False)
-        if cls is not None and (cls.protocol != "single" or flag is False):
+        if cls is None:
+            continue  # not resolvable without building: checked once built
+        _, node = warm_options(opts.learners[name], f"learners.{name}")
+        values = {k: v for k, v in node.items() if not str(k).startswith("_")}
+        if cls.protocol != "single" or not cls.decides_per_request(**values):
             raise ConfigError(unpaceable(name, cls))
 
 
