@@ -124,6 +124,11 @@ def run_sweep(cfg: DictConfig) -> pd.DataFrame:
     a learner value interpolating ``${out_dir}`` (an in-run oracle) names the sweep's folder.
     """
     opts = RunOptions.from_config(cfg)
+    if opts.budgets is not None:
+        raise ConfigError(
+            "budgets: torchroute sweep chooses hyper-parameters per rho regime; run simulate "
+            "with budgets (each pacer's start and step are chosen on validation there)"
+        )
     check_run_folders(opts, gap_or_sweep=True)
     sw = _Sweep(opts)
     grid = _grid(sw)

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from torchroute.io import check_writable_folder, write_csv_atomic, write_text_atomic
 from torchroute.report.arms import attach_arm_names, run_arm_names
+from torchroute.report.budgets import budget_section
 from torchroute.report.escape import escape_learners, markdown_name
 from torchroute.report.figures import save_figure
 from torchroute.report.headline import OPENING, headline, learner_classes
@@ -167,6 +168,7 @@ def write_report(
     labels = {
         *LABELS,
         "rho",
+        "budget",  # a run with budgets: a trial's label, as rho
         *(c for c in curves.columns if not c.startswith(("cum_", "stat_"))),
     }
     measured = [
@@ -226,6 +228,8 @@ def write_report(
         images.append(f"![Learner metric {name} per logging interval](learner_{name}.png)")
     for section in section_functions:
         lines += section(results, curves, out)
+    if budget_section not in section_functions:  # a run with budgets, whatever its sections
+        lines += budget_section(results, curves, out)
     for folder, *_ in extra:
         text = write_report([folder], sections=sections, regimes=regimes)
         if text.startswith(OPENING):  # its sentences are in this report's opening already

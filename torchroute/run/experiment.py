@@ -22,11 +22,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from torchroute.checkpoint import CheckpointError
 from torchroute.envs.base import Env
@@ -35,6 +36,12 @@ from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.learners.fits import fits_skipped
 from torchroute.loop import simulate
+from torchroute.run.budgets import (
+    PacingPlan,
+    check_budget_learners,
+    check_budgets,
+    plan_pacing,
+)
 from torchroute.run.build import (
     Built,
     build,
@@ -72,6 +79,7 @@ class Job:
     pieces: list[Piece]
     layout: dict[str, Any]
     resume_name: str | None = None
+    plans: dict[str, PacingPlan] = field(default_factory=dict)
 
     @property
     def single(self) -> bool:
@@ -86,6 +94,13 @@ class Job:
     def piece_env(self, piece: Piece) -> Env:
         """The env of ``piece`` (the whole env for the plain run)."""
         return self.env if self.single else self.env.select_trials(piece.index)
+
+    def learner_env(self, name: str, piece: Piece) -> Env:
+        """The env learner ``name`` runs ``piece`` on: with budgets, each trial at the
+        starting rho of the learner's pacing plan."""
+        env = self.piece_env(piece)
+        plan = self.plans.get(name)
+        return env if plan is None else env.with_rho(plan.select(piece.index).rho)  # type: ignore[attr-defined]
 
     def tracker(self, name: str) -> Tracker:
         """The learner's tracker (``logger`` config; none when unset)."""
@@ -141,6 +156,7 @@ def _run(
     on_start: Callable[[], None] | None,
 ) -> pd.DataFrame:
     check_learner_options(opts)  # before an oracle is pre-trained into out_dir
+    check_budget_learners(opts)
 
     def guard():
         check_run_folders(opts)
@@ -171,14 +187,23 @@ def _run(
         first_env = job.piece_env(pieces[0])
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
+    if opts.budgets is not None:  # each learner's pacing chosen on validation, first
+        check_budgets(opts, built)
+        log.info(
+            "budgets %s: trials are budgets x seeds; the rhos %s do not enter the grid (each "
+            "learner's pacer starts from the rho chosen on the validation split)",
+            list(opts.budgets),
+            list(opts.rhos),
+        )
+        job.plans = {name: plan_pacing(opts, name, built) for name in opts.run_learners}
     learners: dict[str, Learner] = {}
-    check_env = first_env if opts.jobs == 1 else _one_trial(first_env)
     for name in opts.run_learners:  # each built (options checked) before anything is written
+        learner_env = job.learner_env(name, pieces[0])  # with budgets: its starting rhos
         if opts.jobs == 1:
-            learners[name] = learner_for(opts, name, first_env)
+            learners[name] = learner_for(opts, name, learner_env)
         else:  # the worker running it builds (and fits) it: checked here, not fitted
             with fits_skipped():
-                learner_for(opts, name, check_env)  # freed before the next one is built
+                learner_for(opts, name, _one_trial(learner_env))  # freed before the next
     ranks.barrier()  # every rank validated before rank 0 writes
     if ranks.is_main:
         write_inputs(opts, env.problem(), built.feature_map, job.layout)
@@ -295,8 +320,10 @@ def _run_piece(
     job: Job, name: str, piece: Piece, learner: Learner | None, tracker: Tracker | None
 ) -> tuple[Piece, pd.DataFrame, pd.DataFrame, tuple[int, list]]:
     opts = job.opts
-    env = job.piece_env(piece)
+    env = job.learner_env(name, piece)
     learner = learner if learner is not None else learner_for(opts, name, env)
+    plan = job.plans.get(name)
+    pacer = None if plan is None else plan.select(piece.index).pacer(env.device, torch.float64)
     recorder = tracker or LogRecorder()
     decisions = None
     if opts.log_decisions:
@@ -315,6 +342,7 @@ def _run_piece(
         progress=opts.progress,
         desc=piece.label(name),
         on_round=decisions,
+        pacer=pacer,
     )
     if decisions is not None:  # one file per trial: decisions/<learner>/trial<global index>
         folder = opts.out_dir / "decisions" / name

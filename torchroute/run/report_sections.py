@@ -17,6 +17,7 @@ BUILTIN_SECTIONS: dict[str, str] = {
     "cabs": "torchroute.report.cabs.cabs_section",
     "hpg": "torchroute.report.hpg.hpg_section",
     "routing": "torchroute.report.routing.routing_section",
+    "budgets": "torchroute.report.budgets.budget_section",
 }
 
 #: the sections of a report whose config names none

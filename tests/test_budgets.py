@@ -1,0 +1,264 @@
+"""``budgets`` in simulate: the pacer in the loop against a hand loop, a 3-model table where a
+static router stays within its budget, the starting rho against a brute-force search, and
+the configuration checks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.conftest import tiny_run_config
+from torchroute.data.table import RoutingTable
+from torchroute.envs import SingleChoiceEnv
+from torchroute.errors import ConfigError
+from torchroute.functional.pacing import BudgetPacer
+from torchroute.learners.anchors import KNNScoreRouter
+from torchroute.loop import WARMUP_SHARE, simulate
+from torchroute.run.budgets import plan_pacing, rho_grid
+from torchroute.run.build import build
+from torchroute.run.experiment import run
+from torchroute.run.options import RunOptions
+from torchroute.types import Context
+
+#: the three models' known costs (dollars per request) and mean qualities
+COSTS = (1e-4, 1e-3, 1e-2)
+KNN = {
+    "_target_": "torchroute.learners.anchors.KNNScoreRouter.from_problem",
+    "_partial_": True,
+    "k": [10, 30],
+}
+
+
+def three_model_table(n: int = 900, seed: int = 0) -> RoutingTable:
+    """900 queries (450 train, 150 val, 300 test), 3 models of fixed costs ``COSTS``; the
+    dearer the model the better on average, and which one is best depends on the query."""
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(n, 4, generator=g)
+    base = torch.tensor([0.0, 0.8, 1.6])
+    logits = base + emb[:, :3] * 1.5
+    scores = (torch.rand(n, 3, generator=g) < torch.sigmoid(logits)).float()
+    costs = torch.tensor(COSTS).expand(n, 3).clone()
+    split = ["train"] * (n // 2) + ["val"] * (n // 6) + ["test"] * (n - n // 2 - n // 6)
+    return RoutingTable(
+        scores=scores,
+        costs=costs,
+        arm_names=["small", "medium", "large"],
+        query_ids=[f"q{i}" for i in range(n)],
+        split=split,
+        embeddings=emb,
+    )
+
+
+def _config(out, *overrides):
+    cfg = tiny_run_config(out, {"knn_val": KNN}, "features.pca_dim=null", *overrides)
+    cfg.data = {"_target_": "tests.test_budgets.three_model_table"}
+    return cfg
+
+
+def test_the_loop_paces_every_round_as_a_hand_loop():
+    """Each round's Context.rho is the pacer's rho of the costs so far (a Python loop)."""
+    table = three_model_table()
+    env = SingleChoiceEnv(table, rho=[0.0, 0.0], seeds=[0, 1], horizon=120)
+    router = KNNScoreRouter.from_problem(env.problem(), k=10)
+    budget, eta, start = (2e-3, 4e-3), (0.05, 0.2), (300.0, 0.0)
+    pacer = BudgetPacer(torch.tensor(budget, dtype=torch.float64), torch.tensor(start), eta)
+    seen_rho, seen_cost = [], []
+
+    def record(t, context, decision, feedback):
+        seen_rho.append(context.rho[:, 0].double().tolist())
+        seen_cost.append(feedback.cost.gather(-1, decision.action[..., None])[:, 0, 0].tolist())
+
+    result = simulate(router, env, pacer=pacer, on_round=record, progress=False)
+    warm = math.ceil(WARMUP_SHARE * env.horizon)
+    for r in range(2):
+        rho = start[r]
+        for t in range(env.horizon):
+            assert seen_rho[t][r] == pytest.approx(rho, rel=1e-5, abs=1e-6), (r, t)
+            rho = max(0.0, rho + eta[r] * (seen_cost[t][r] - budget[r]) / budget[r] ** 2)
+        costs = [c[r] for c in seen_cost]
+        row = result.summary.iloc[r]
+        assert row["budget"] == budget[r]
+        assert row["rho_final"] == pytest.approx(rho, rel=1e-5)
+        late = sum(costs[warm:]) / len(costs[warm:])
+        assert row["avg_cost_after_warmup"] == pytest.approx(late, rel=1e-6)
+        assert row["budget_overrun"] == pytest.approx(sum(costs) / len(costs) / budget[r] - 1)
+        assert row["budget_overrun_after_warmup"] == pytest.approx(late / budget[r] - 1)
+    # the static router followed the paced rho: both rho paths differ, so do the choices
+    assert len({tuple(c) for c in seen_cost}) > 1
+
+
+def test_a_static_router_follows_context_rho():
+    """A huge per-request rho picks the cheapest model; rho 0 the router's own rho-0 choice."""
+    table = three_model_table()
+    env = SingleChoiceEnv(table, rho=[0.0], seeds=[0], horizon=50)
+    router = KNNScoreRouter.from_problem(env.problem(), k=10)
+    context = env.context(0)
+    cheap = replace(context, rho=torch.full((1, 1), 1e9))
+    assert router.act(cheap).action.item() == 0
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    zero = replace(context, rho=torch.zeros(1, 1))
+    assert torch.equal(router.act(zero, g1).action, router.act(context, g2).action)
+
+
+def test_a_static_router_stays_within_budget_after_warmup(tmp_path):
+    budgets = [1.5e-3, 3e-3, 6e-3]
+    cfg = _config(tmp_path / "run", f"budgets={budgets}", "seeds=[0,1]")
+    results = run(RunOptions.from_config(cfg))
+    assert len(results) == 6 and sorted(set(results["budget"])) == budgets
+    assert (results["avg_cost_after_warmup"] <= results["budget"] * 1.01).all(), results[
+        ["budget", "avg_cost_after_warmup", "rho", "rho_final"]
+    ]
+    # and it spends: the dearest model is needed to reach the larger budgets' quality
+    spent = results.groupby("budget")["avg_cost"].mean()
+    assert spent.is_monotonic_increasing and spent.iloc[-1] > 2 * spent.iloc[0]
+    written = (tmp_path / "run" / "results.csv").read_text().splitlines()[0].split(",")
+    assert {"budget", "budget_overrun", "budget_overrun_after_warmup"} <= set(written)
+
+
+def test_the_starting_rho_is_the_brute_force_best_fixed_rho(tmp_path):
+    """The plan's starting rho: of the grid rhos, the one whose validation mean cost is the
+    largest that is <= the budget, found here by running each rho alone."""
+    budgets = (1.5e-3, 5e-3)
+    opts = RunOptions.from_config(_config(tmp_path / "run", f"budgets={list(budgets)}"))
+    built = build(opts)
+    plan = plan_pacing(opts, "knn_val", built)
+    main = built.env.problem()
+    costs = []
+    for rho in rho_grid(budgets).tolist():
+        mean = 0.0
+        for seed in (0, 1, 2):  # the validation streams, one at a time
+            env = SingleChoiceEnv(
+                built.table, rho=[rho], seeds=[seed], split="val", features=built.features
+            )
+            problem = replace(env.problem(), validation=main.validation)
+            router = KNNScoreRouter.from_problem(problem, k=[10, 30])
+            summary = simulate(router, env, progress=False).summary
+            mean += float(summary["avg_cost"].iloc[0]) / 3
+        costs.append((rho, mean))
+    for i, b in enumerate(budgets):
+        under = [(c, rho) for rho, c in costs if c <= b]
+        best = max(under, key=lambda pair: (pair[0], -pair[1]))[1] if under else costs[-1][0]
+        assert float(plan.rho[i]) == pytest.approx(best, rel=1e-6)
+    assert plan.rho[0] > plan.rho[1]  # the smaller budget starts dearer in rho
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("[-0.001]", "budgets must be finite and > 0"),
+        ("[0]", "budgets must be finite and > 0"),
+        ("[]", "budgets must be a non-empty list"),
+        ("[abc]", "budgets must hold float values"),
+        ("0.001", "budgets must be a list"),
+        ("[0.001,0.001]", "budgets repeats"),
+    ],
+)
+def test_bad_budgets_are_refused_in_one_line(tmp_path, value, needle):
+    with pytest.raises(ConfigError, match=needle) as caught:
+        RunOptions.from_config(_config(tmp_path / "run", f"budgets={value}"))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_learner_that_cannot_be_paced_is_named_before_anything_is_written(tmp_path):
+    from tests.conftest import LINUCB_NODE
+
+    cfg = _config(tmp_path / "run", "budgets=[0.001]")
+    cfg.learners["linucb"] = LINUCB_NODE
+    with pytest.raises(ConfigError, match="learner 'linucb' \\(LinUCB\\) cannot be paced") as e:
+        run(RunOptions.from_config(cfg))
+    assert "objective: quality_cost" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_budgets_the_fingerprint_and_results_are_as_before(tmp_path):
+    """``budgets: null`` leaves the fingerprint (resume, reuse) as without the key, and a run
+    without budgets writes no budget column."""
+    opts = RunOptions.from_config(_config(tmp_path / "run"))
+    assert opts.budgets is None and "budgets" not in opts.fingerprint
+    config = dict(opts.config)
+    config.pop("budgets")
+    assert opts.digest() == RunOptions.from_config(config).digest()
+    results = run(opts)
+    assert not {"budget", "budget_overrun", "rho_final"} & set(results.columns)
+
+
+def test_context_rho_reaches_the_learner_as_r_by_b():
+    pacer = BudgetPacer(torch.tensor([1.0, 2.0]), rho=torch.tensor([3.0, 4.0]), eta=0.1)
+    from torchroute.loop import _Paced
+
+    env = SingleChoiceEnv(three_model_table(), rho=[0.0, 0.0], seeds=[0, 1], horizon=40)
+    paced = _Paced(pacer, env).context(Context(x=torch.zeros(2, 3, 4)))
+    assert paced.rho.tolist() == [[3.0] * 3, [4.0] * 3]
+
+
+def test_a_paced_run_resumes_to_the_same_numbers(tmp_path):
+    """The pacer's state travels in the checkpoint: stop after round 60, resume, same results."""
+    from torchroute.checkpoint import load_checkpoint
+
+    class Stop(Exception):
+        pass
+
+    def stop(t, *_):
+        if t == 60:
+            raise Stop
+
+    def paced_run(**kwargs):
+        env = SingleChoiceEnv(three_model_table(), rho=[10.0, 0.0], seeds=[0, 1], horizon=120)
+        router = KNNScoreRouter.from_problem(env.problem(), k=10)
+        pacer = BudgetPacer(torch.tensor([2e-3, 4e-3], dtype=torch.float64), 10.0, 0.1)
+        return simulate(router, env, pacer=pacer, progress=False, **kwargs).summary
+
+    whole = paced_run()
+    path = tmp_path / "half.pt"
+    with pytest.raises(Stop):
+        paced_run(ckpt_every=60, ckpt_path=path, on_round=stop)
+    payload = load_checkpoint(path)
+    assert payload["round"] == 60 and payload["pacer"]["rounds"] == 60
+    resumed = paced_run(resume_from=path)
+    columns = ["rho_final", "avg_cost", "avg_cost_after_warmup", "budget_overrun", "accuracy"]
+    assert whole[columns].equals(resumed[columns])
+
+
+def test_trial_chunks_give_the_numbers_of_one_piece(tmp_path):
+    """Each piece of a chunked run gets its own trials' plan (budget, rho, eta)."""
+    common = ("budgets=[0.0015,0.004]", "seeds=[0,1]", "rng=per_trial")
+    whole = run(RunOptions.from_config(_config(tmp_path / "a", *common)))
+    chunked = run(RunOptions.from_config(_config(tmp_path / "b", *common, "trial_chunk=3")))
+    columns = ["budget", "rho", "rho_final", "avg_cost_after_warmup", "accuracy"]
+    assert whole[columns].equals(chunked[columns])
+
+
+def test_sweep_refuses_budgets_in_one_line(tmp_path):
+    from torchroute.sweep import run_sweep
+
+    with pytest.raises(ConfigError, match="budgets: torchroute sweep") as caught:
+        run_sweep(_config(tmp_path / "run", "budgets=[0.001]"))
+    assert "\n" not in str(caught.value) and not (tmp_path / "run").exists()
+
+
+def test_a_quality_cost_learner_is_paced_and_a_utility_one_is_not(tmp_path):
+    from tests.conftest import LINUCB_NODE
+
+    cfg = _config(tmp_path / "run", "budgets=[0.002]", "run_learners=[linucb]")
+    cfg.learners["linucb"] = {**LINUCB_NODE, "objective": "quality_cost"}
+    results = run(RunOptions.from_config(cfg))
+    assert results["rho_final"].iloc[0] != results["rho"].iloc[0]  # the pacer moved it
+    assert results["avg_cost_after_warmup"].iloc[0] <= 0.002 * 1.01
+    cfg.learners["linucb"] = {**LINUCB_NODE, "objective": "utility"}
+    with pytest.raises(ConfigError, match="learner 'linucb' \\(LinUCB\\) cannot be paced"):
+        run(RunOptions.from_config(_with(cfg, "overwrite", True)))
+
+
+def test_budgets_with_request_rhos_are_refused(tmp_path):
+    cfg = _config(tmp_path / "run", "budgets=[0.002]", "+env.request_rhos=[0,100]")
+    with pytest.raises(ConfigError, match=r"env\.request_rhos"):
+        run(RunOptions.from_config(cfg))
+    assert not (tmp_path / "run").exists()
+
+
+def _with(cfg, key, value):
+    cfg[key] = value
+    return cfg
