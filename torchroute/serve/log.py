@@ -14,7 +14,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
 - ``routes``: one row per routed request: ``request_id``, ``timestamp``, ``arm`` (index),
   ``model``, ``propensity``, ``num_arms`` (models served at decision time),
   ``probabilities`` / ``x`` / ``embedding`` (float64 bytes), ``text_sha256``, ``status``
-  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``, 4 withdrawn).
+  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``, 4 withdrawn),
+  ``rho`` (the request's own trade-off; ``NULL``: the router's, as in logs written before
+  the column existed, which gain it when a router opens them).
 - ``events``: ``seq``, ``kind`` (``feedback``: one learner update; ``model``: a model
   added, with ``name`` and ``price``), ``timestamp``.
 - ``feedback``: ``request_id``, ``event``, ``pos`` (place in the update's batch),
@@ -62,7 +64,7 @@ CREATE TABLE IF NOT EXISTS routes (
     request_id TEXT PRIMARY KEY, timestamp REAL NOT NULL, arm INTEGER NOT NULL,
     model TEXT NOT NULL, propensity REAL NOT NULL, num_arms INTEGER NOT NULL,
     probabilities BLOB NOT NULL, x BLOB NOT NULL, embedding BLOB NOT NULL,
-    text_sha256 TEXT, status INTEGER NOT NULL);
+    text_sha256 TEXT, status INTEGER NOT NULL, rho REAL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, timestamp REAL NOT NULL,
     name TEXT, price REAL);
@@ -98,6 +100,7 @@ class RouteRow:
     """One routed request: features ``x [d]``, embedding ``[e]``, probabilities ``[K]``.
 
     ``draws``: the ``M`` arm indices of a subset decision (``arm`` is then ``-1``).
+    ``rho``: the request's own trade-off (``None``: the router's).
     """
 
     request_id: str
@@ -110,6 +113,7 @@ class RouteRow:
     embedding: np.ndarray
     text_sha256: str | None = None
     draws: list[int] | None = None
+    rho: float | None = None
 
 
 @dataclass
@@ -155,9 +159,15 @@ class RouterLog:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(routes)")}
+            if "rho" not in columns and fingerprint is not None:  # a log of before the column
+                self.db.execute("ALTER TABLE routes ADD COLUMN rho REAL")
+                columns.add("rho")
             stored = dict(self.db.execute("SELECT key, value FROM meta"))
         except (sqlite3.Error, OSError) as exc:
             raise LogError(f"decision log {where} cannot be opened: {exc}") from exc
+        #: the routes' rho column (``NULL`` when read from a log of before the column)
+        self.rho_column = "r.rho" if "rho" in columns else "NULL"
         if fingerprint is None:  # reading an existing log
             if not stored:
                 raise LogError(f"{where} is not a decision log (no configuration)")
@@ -207,7 +217,9 @@ class RouterLog:
         """Log ``rows`` as pending and mark ``expired`` / ``dropped`` ids, in one transaction."""
         with self._transaction():
             self.db.executemany(
-                "INSERT INTO routes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+                "INSERT INTO routes (request_id, timestamp, arm, model, propensity, num_arms, "
+                "probabilities, x, embedding, text_sha256, status, rho) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
                 [
                     (
                         r.request_id,
@@ -220,6 +232,7 @@ class RouterLog:
                         _blob(r.x),
                         _blob(r.embedding),
                         r.text_sha256,
+                        r.rho,
                     )
                     for r in rows
                 ],
@@ -310,7 +323,7 @@ class RouterLog:
     def pending(self) -> Iterator[RouteRow]:
         """The requests still waiting for feedback, oldest first."""
         cursor = self.db.execute(
-            f"SELECT {_ROUTE_COLUMNS} FROM routes r WHERE r.status = 0 ORDER BY r.rowid"
+            f"SELECT {self._columns} FROM routes r WHERE r.status = 0 ORDER BY r.rowid"
         )
         return (_route_row(row) for row in cursor)
 
@@ -323,7 +336,7 @@ class RouterLog:
                 yield Event(seq, kind, name=name, price=price)
                 continue
             joined = self.db.execute(
-                f"SELECT {_ROUTE_COLUMNS}, f.score, f.cost FROM feedback f JOIN routes r "
+                f"SELECT {self._columns}, f.score, f.cost FROM feedback f JOIN routes r "
                 "ON r.request_id = f.request_id WHERE f.event = ? ORDER BY f.pos",
                 (seq,),
             ).fetchall()
@@ -359,7 +372,8 @@ class RouterLog:
 
         ``request_id``, ``timestamp``, ``arm`` (model name), ``propensity``, ``arms`` (the
         models served at decision time), ``probabilities``, ``embedding``, ``features``,
-        ``score`` / ``cost`` (``None`` without feedback), ``learner``, ``rho``.
+        ``score`` / ``cost`` (``None`` without feedback), ``learner``, ``rho`` (the
+        request's own, else the router's).
         """
         arms = list(self.meta["arm_names"])
         models = self.db.execute(
@@ -385,11 +399,11 @@ class RouterLog:
         }
         cursor = self.db.execute(
             "SELECT r.request_id, r.timestamp, r.embedding, r.x, r.model, r.propensity, "
-            "r.num_arms, r.probabilities, f.score, f.cost FROM routes r LEFT JOIN feedback f "
-            "ON f.request_id = r.request_id ORDER BY r.rowid"
+            f"r.num_arms, r.probabilities, f.score, f.cost, {self.rho_column} FROM routes r "
+            "LEFT JOIN feedback f ON f.request_id = r.request_id ORDER BY r.rowid"
         )
         learner, rho = str(self.meta["learner"]), float(self.meta["rho"])
-        for rid, ts, emb, x, model, prop, k, probs, score, cost in cursor:
+        for rid, ts, emb, x, model, prop, k, probs, score, cost, own in cursor:
             columns["request_id"].append(rid)
             columns["timestamp"].append(ts)
             columns["embedding"].append(_array(emb).tolist())
@@ -401,8 +415,13 @@ class RouterLog:
             columns["score"].append(score)
             columns["cost"].append(cost)
             columns["learner"].append(learner)
-            columns["rho"].append(rho)
+            columns["rho"].append(rho if own is None else own)
         return columns
+
+    @property
+    def _columns(self) -> str:
+        """The route columns :func:`_route_row` reads."""
+        return f"{_ROUTE_COLUMNS}, {self.rho_column}"
 
 
 _ROUTE_COLUMNS = (
@@ -413,7 +432,7 @@ _ROUTE_COLUMNS = (
 
 
 def _route_row(row: tuple) -> RouteRow:
-    rid, ts, arm, model, prop, probs, x, emb, sha, draws = row
+    rid, ts, arm, model, prop, probs, x, emb, sha, draws, rho = row
     return RouteRow(
         rid,
         ts,
@@ -425,6 +444,7 @@ def _route_row(row: tuple) -> RouteRow:
         _array(emb),
         sha,
         None if draws is None else [int(i) for i in json.loads(draws)],
+        rho,
     )
 
 

@@ -34,6 +34,7 @@ from torchroute.serve.fingerprint import learner_settings, mix_seed, state_finge
 from torchroute.serve.log import STATUS_NAMES, RouteRow
 from torchroute.serve.pending_requests import PendingRequests
 from torchroute.serve.propensity import routing_probs
+from torchroute.serve.request_rho import check_learner_takes, request_rhos
 from torchroute.serve.router_store import RouterStore, StoreError
 from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
@@ -241,25 +242,30 @@ class Router:
         self,
         texts: Sequence[str] | None = None,
         embeddings: Tensor | Sequence[Sequence[float]] | None = None,
-        rho: float | None = None,
+        rho: float | Sequence[float] | None = None,
     ) -> list[dict[str, Any]]:
         """Choose a model for each of ``B`` queries (texts, or embeddings ``[B, e]``).
+
+        ``rho``: the trade-off of every query (a number) or of each (``B`` numbers), each
+        finite in ``[0, MAX_RHO]`` (:mod:`~torchroute.serve.request_rho`); a learner that
+        does not take a request's rho serves only its own. ``None``: the router's rho.
 
         Returns:
             ``B`` dicts ``{request_id, model, propensity}`` (the probability the routing
             rule gave the chosen model).
 
         Raises:
+            InputError: a rho out of range, or one the learner cannot take; nothing logged.
             StoreError: the log cannot be written; no request was added.
         """
-        if rho is not None and float(rho) != self.rho:
-            raise InputError(
-                f"rho={rho} but this router serves the trial with rho={self.rho}; start a "
-                "router for that rho"
-            )
+        batch = len(texts) if texts is not None else 0 if embeddings is None else len(embeddings)
+        rhos = request_rhos(rho, batch)
+        check_learner_takes(self.learner, rhos, self.rho)
         emb = self._embed(texts, embeddings)  # [B, e]
         x = emb if self.features is None else self.features(emb)  # [B, d]
-        context = Context(x=x[None].to(self.problem.dtype), embedding=emb[None])
+        dtype = self.problem.dtype
+        own = None if rhos is None else torch.tensor(rhos, dtype=dtype)[None]  # [1, B]
+        context = Context(x=x[None].to(dtype), embedding=emb[None], rho=own)
         hashes = None if texts is None else [_sha256(t) for t in texts]
         with self._lock:
             now = time.time()
@@ -285,6 +291,7 @@ class Router:
                     x64[b],
                     e64[b],
                     None if hashes is None else hashes[b],
+                    rho=None if rhos is None else rhos[b],
                 )
                 for b, a in enumerate(action)
             ]
@@ -446,7 +453,8 @@ class Router:
 
     def _item(self, row: RouteRow) -> dict[str, Any]:
         """The pending item of a routed row: ``x [d]``, ``embedding [e]``, ``arm``,
-        ``probs [K']`` (the problem's dtype) and ``t``."""
+        ``probs [K']`` (the problem's dtype), ``t`` and the request's ``rho`` (``None``:
+        the router's)."""
         dtype = self.problem.dtype
         return {
             "x": torch.from_numpy(row.x).to(dtype),
@@ -454,6 +462,7 @@ class Router:
             "arm": row.arm,
             "probs": torch.from_numpy(row.probabilities).to(dtype),
             "t": row.timestamp,
+            "rho": row.rho,
         }
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:
