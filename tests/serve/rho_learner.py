@@ -28,7 +28,7 @@ class PriceAwareRouter(ArgmaxRouting, FixedPolicy):
         prices: price ``c [K]``.
     """
 
-    takes_request_rho = True
+    per_request_rho = True
 
     def __init__(
         self, num_trials: int, num_arms: int, rho: Tensor, scores: Tensor, prices: Tensor

@@ -52,11 +52,12 @@ from torchroute.gateway.ledger import INTERRUPTED, Ledger
 from torchroute.gateway.redact import backend_message
 from torchroute.gateway.sessions import Sessions
 from torchroute.gateway.shapes import (
+    GATEWAY_FIELDS,
     ChatRequest,
     FeedbackBody,
     model_ids,
     prompt_text,
-    router_rho,
+    route_target,
 )
 from torchroute.gateway.spend import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -70,6 +71,7 @@ from torchroute.gateway.spend import (
 from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream, Usage
 from torchroute.serve.app import LOOPBACK_HOSTS, Guard
 from torchroute.serve.limits import LimitError, Limits, check_strings
+from torchroute.serve.request_rho import takes_request_rho
 from torchroute.serve.router import Router, StoreError
 from torchroute.serve.subset_router import SubsetRouter
 
@@ -177,6 +179,9 @@ class Gateway:
         self.routers = by_rho
         self.rhos = list(self.routers)
         self.default_rho = self.rhos[0] if default_rho is None else float(default_rho)
+        #: whether the default router's learner takes each request's rho (then it serves
+        #: every rho no other router is opened for)
+        self.takes_any_rho = takes_request_rho(self.routers[self.default_rho].learner)
         self.backends = dict(backends)
         self.keys = keys or Keys([])
         self.sessions = Sessions(session_ttl)
@@ -237,12 +242,15 @@ class Gateway:
         except ValidationError as exc:
             raise GatewayError(422, _validation_line(exc)) from None
         try:
-            rho = router_rho(chat.model, self.default_rho, self.rhos)
+            served, own = route_target(
+                chat.model, chat.rho, self.default_rho, self.rhos, takes_any=self.takes_any_rho
+            )
             text = prompt_text(chat.messages, self.prompt)
         except ValueError as exc:
             raise GatewayError(422, str(exc)) from None
         check_strings("prompt", [text], self.limits.max_prompt_chars, "--max-prompt-chars")
-        router = self.routers[rho]
+        router = self.routers[served]
+        rho = served if own is None else own
         session_id = request.headers.get(SESSION_HEADER) or chat.user
         if session_id is not None and len(session_id) > self.limits.max_id_chars:
             raise GatewayError(422, f"session id over {self.limits.max_id_chars} characters")
@@ -255,14 +263,14 @@ class Gateway:
         streaming = False
         try:
             scope = None if session_id is None else (key and key.name, rho, session_id)
-            request_id, routed, reason, ranked = await self._decide(router, text, scope)
+            request_id, routed, reason, ranked = await self._decide(router, text, scope, own)
             tries = candidates(routed, ranked, self.backends, self.max_fallbacks, reason)
-            body = {k: v for k, v in raw.items() if k not in ("model", "stream", "stream_options")}
+            body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
             capped = key is not None and key.cap is not None
             if capped and not (chat.max_completion_tokens or chat.max_tokens):
                 body["max_tokens"] = self.max_output_tokens  # the call stays within its hold
             info = {"request_id": request_id, "routed": routed, "rho": rho}
-            call = _Call(self.ledgers[rho], key, limit)
+            call = _Call(self.ledgers[served], key, limit)
             if chat.stream:
                 include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
                 response = await self._stream(router, tries, body, info, call, include_usage)
@@ -275,9 +283,12 @@ class Gateway:
             if not streaming:
                 self.keys.settle(key, estimate)
 
-    async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple:
+    async def _decide(
+        self, router: Router, text: str, scope: tuple | None, rho: float | None = None
+    ) -> tuple:
         """``(request_id, model, reason, ranked)``: the session's request, or a new routed
-        one, and every model's probability for it.
+        one (with the request's ``rho``; ``None``: the router's), and every model's
+        probability for it.
 
         The decision runs on the event loop while the router's decisions have been quick
         (their mean CPU time, :attr:`route_cpu`, at most ``inline_route_ms``), else in a
@@ -291,7 +302,7 @@ class Gateway:
             if session is not None and router.routed_model(session.request_id) == session.model:
                 rid, model, reason = session.request_id, session.model, "session"
             else:
-                (decision,) = router.route(texts=[text])
+                (decision,) = router.route(texts=[text], rho=rho)
                 rid, model, reason = decision["request_id"], decision["model"], "routed"
             return rid, model, reason, router.ranked(rid), time.thread_time() - start
 

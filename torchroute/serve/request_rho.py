@@ -2,10 +2,10 @@
 
 A request may carry its own ``rho`` (utility per unit of cost, in the table's cost unit).
 A learner serves such requests when it decides ``argmax y - rho c`` with the request's rho
-and learns the score and cost rather than the utility: it says so with the class attribute
-``takes_request_rho = True``, or with ``objective == "quality_cost"``
-(:func:`takes_request_rho`). Any other learner (it learns the utility at one rho) serves
-only requests whose rho is the router's own.
+and learns the score and cost rather than the utility: it says so with its attribute
+``per_request_rho`` (a class attribute, or a property where an option decides; without
+the attribute: ``objective == "quality_cost"``; :func:`takes_request_rho`). Any other
+learner (it learns the utility at one rho) serves only requests whose rho is the router's.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ MAX_RHO = 1e8
 def takes_request_rho(learner: object) -> bool:
     """Whether ``learner`` decides with each request's ``Context.rho`` (``[R, B]``).
 
-    Read from the learner: its attribute ``takes_request_rho`` when it has one, else whether
+    Read from the learner: its attribute ``per_request_rho`` when it has one, else whether
     its ``objective`` is ``"quality_cost"`` (it learns score and cost, so any rho can be
     applied at decision time); a learner with neither learns a utility at its own rho.
     """
-    said = getattr(learner, "takes_request_rho", None)
+    said = getattr(learner, "per_request_rho", None)
     if isinstance(said, bool):
         return said
     return getattr(learner, "objective", None) == "quality_cost"
