@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,12 +17,16 @@ from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpo
 from torchroute.envs.base import Env
 from torchroute.errors import NonFiniteError
 from torchroute.feedback_queue import PendingFeedback
+from torchroute.functional.pacing import BudgetPacer
 from torchroute.functional.random import TrialRNG, trial_keys
 from torchroute.heartbeat import Heartbeat, show_bar
 from torchroute.learners.base import Learner
 from torchroute.metrics import RunningMetrics
 from torchroute.tracking import NullTracker, Tracker
 from torchroute.types import Context, Decision, Feedback
+
+#: the share of a paced trial's first rounds left out of ``budget_overrun_after_warmup``
+WARMUP_SHARE = 0.05
 
 #: ``on_round(t, context, decision, feedback)``, called by :func:`simulate` after each
 #: ``env.step`` (before ``learner.update``); it must not sync with the host per round.
@@ -68,6 +73,7 @@ def simulate(
     progress: bool = True,
     desc: str | None = None,
     on_round: RoundCallback | None = None,
+    pacer: BudgetPacer | None = None,
 ) -> SimulationResult:
     """Run ``learner`` on ``env`` for ``env.horizon`` rounds.
 
@@ -108,6 +114,12 @@ def simulate(
         on_round: called with ``(t, context, decision, feedback)`` every round, after
             ``env.step`` and before ``learner.update`` (e.g. to log the decisions); the
             feedback is the round's, as it will arrive.
+        pacer: a budget pacer of the ``R`` trials: every round its ``rho [R]`` becomes the
+            context's ``Context.rho [R, B]`` before ``learner.act``, and the chosen arms'
+            costs (the outcome's ``cost [R, B]``) update it after ``env.step``; the summary
+            gains ``budget``, ``rho_final``, ``avg_cost_after_warmup`` (the mean cost after
+            the first :data:`WARMUP_SHARE` of the rounds), ``budget_overrun`` and
+            ``budget_overrun_after_warmup`` (realised mean cost / budget - 1).
 
     Returns:
         A :class:`SimulationResult`.
@@ -126,9 +138,10 @@ def simulate(
     metrics = RunningMetrics(env.num_trials, env.device, env.curve_keys)
     name = desc or type(learner).__name__
     pending = PendingFeedback(env)
+    paced = _Paced(pacer, env) if pacer is not None else None
     start = 0
     if resume_from is not None:
-        start = _restore(resume_from, learner, env, generator, metrics, config, pending)
+        start = _restore(resume_from, learner, env, generator, metrics, config, pending, paced)
 
     def checkpoint(t: int) -> None:
         if ckpt_path is not None:
@@ -144,6 +157,7 @@ def simulate(
                     "metrics": metrics.state_dict(),
                     "config": config or {},
                     **pending.checkpoint_entry(),
+                    **({} if paced is None else {"pacer": paced.state_dict()}),
                 },
             )
 
@@ -152,8 +166,12 @@ def simulate(
     beat = None if shown else Heartbeat(desc or type(learner).__name__, env.horizon, "rounds")
     for t in range(start, env.horizon):
         context = env.context(t)
+        if paced is not None:
+            context = paced.context(context)
         decision = learner.act(context, generator)
         feedback, outcome = env.step(context, decision, generator)
+        if paced is not None:
+            paced.update(t, outcome["cost"])
         if on_round is not None:
             on_round(t, context, decision, feedback)
         stats = pending.update(learner, t, (context, decision, feedback), generator)
@@ -179,7 +197,64 @@ def simulate(
     if beat is not None:
         beat.close()
     checkpoint(env.horizon)
-    return _result(env, metrics, learner)
+    result = _result(env, metrics, learner)
+    if paced is not None:
+        columns = {name: values.cpu().numpy() for name, values in paced.columns().items()}
+        result.summary.insert(len(env.trials().columns), "budget", columns.pop("budget"))
+        for name, values in columns.items():
+            result.summary[name] = values
+    return result
+
+
+class _Paced:
+    """A pacer driven by the loop: the rho it puts in each context, the costs it records
+    (all of them and those after the warm-up, ``[R]`` sums on the device; no host sync)."""
+
+    def __init__(self, pacer: BudgetPacer, env: Env) -> None:
+        self.pacer = pacer
+        self.warmup = math.ceil(WARMUP_SHARE * env.horizon)  # rounds left out after
+        self.late_spent = torch.zeros_like(pacer.spent)
+        self.late_requests = 0
+
+    def context(self, context: Context) -> Context:
+        """``context`` with ``rho [R, B]``: the pacer's ``rho [R]`` for every request."""
+        rho = self.pacer.rho.to(context.x.dtype)[:, None].expand(context.x.shape[:2])
+        return replace(context, rho=rho)
+
+    def update(self, t: int, cost: Tensor) -> None:
+        """Record round ``t``'s chosen costs ``[R, B]``; the pacer takes its step."""
+        self.pacer.update(cost)
+        if t >= self.warmup:
+            self.late_spent = self.late_spent + cost.to(self.late_spent.dtype).sum(-1)
+            self.late_requests += cost.shape[-1]
+
+    def columns(self) -> dict[str, Tensor]:
+        """The summary's budget columns, each ``[R]``."""
+        budget = self.pacer.budget
+        late = self.late_spent / max(self.late_requests, 1)
+        if not self.late_requests:
+            late = torch.full_like(late, torch.nan)
+        return {
+            "budget": budget,
+            "rho_final": self.pacer.rho,
+            "avg_cost_after_warmup": late,
+            "budget_overrun": self.pacer.mean_cost / budget - 1,
+            "budget_overrun_after_warmup": late / budget - 1,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pacer's state and the costs after the warm-up (checkpoints)."""
+        return {
+            **self.pacer.state_dict(),
+            "late_spent": self.late_spent.clone(),
+            "late_requests": self.late_requests,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`."""
+        self.pacer.load_state_dict(state)
+        self.late_spent = torch.as_tensor(state["late_spent"]).to(self.late_spent).clone()
+        self.late_requests = int(state["late_requests"])
 
 
 def _check_finite(learner: Learner, metrics: RunningMetrics, name: str, done: int) -> None:
@@ -229,7 +304,7 @@ def _source_state(source: torch.Generator | TrialRNG) -> dict[str, Any]:
     return {"generator": source.get_state()}
 
 
-def _restore(path, learner, env, generator, metrics, config, pending) -> int:
+def _restore(path, learner, env, generator, metrics, config, pending, paced=None) -> int:
     payload = load_checkpoint(path)
     if payload.get("config", {}) != (config or {}):
         raise CheckpointError(
@@ -264,6 +339,10 @@ def _restore(path, learner, env, generator, metrics, config, pending) -> int:
             generator.set_state(payload["generator"])
         metrics.load_state_dict(payload["metrics"])
         pending.load_state_dict(payload.get("pending"))
+        if paced is not None:
+            if "pacer" not in payload:
+                raise KeyError("no pacer state (written without budgets)")
+            paced.load_state_dict(payload["pacer"])
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {path} does not fit this run: {exc}") from exc
     return done

@@ -236,6 +236,16 @@ class SingleChoiceEnv(Env):
             env.feedback_arrives = env.feedback_schedule.arrives
         return env
 
+    def with_rho(self, rho: Tensor) -> SingleChoiceEnv:
+        """The same trials (streams, seeds, feedback) with other trade-offs ``rho [R]``
+        (``>= 0``): a budget's starting rho, chosen per learner. The tensors are shared."""
+        rho = torch.as_tensor(rho).reshape(-1)
+        if rho.numel() != self.num_trials:
+            raise ValueError(f"rho must have R={self.num_trials} entries, got {rho.numel()}")
+        env = copy.copy(self)
+        env.rho = rho.to(device=self.rho.device, dtype=self.rho.dtype)
+        return env
+
     def problem(self) -> Problem:
         """R, K, d, rho, arm names, mean train prices, the train and validation splits (when
         present; the validation split only when the env does not replay it) and the hidden

@@ -33,7 +33,7 @@ split apart they would import each other's pieces.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import Tensor
@@ -431,6 +431,9 @@ class BestArmClassifier(_FittedRouter):
     Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
     and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
     """
+
+    #: its classes are the best arms at each trial's own rho: ``Context.rho`` cannot move it
+    per_request_rho: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -8,6 +8,8 @@ constructor arguments.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -48,7 +50,12 @@ def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
 
 
 class _StaticRouter(FixedPolicy):
-    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break)."""
+    """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break),
+    with each request's ``Context.rho [R, B]`` when the context carries one, else each
+    trial's ``rho [R]``."""
+
+    #: ``act`` decides with ``Context.rho`` when given (a budget pacer sets it every round)
+    per_request_rho: ClassVar[bool] = True
 
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
         super().__init__(num_trials, num_arms)
@@ -73,7 +80,11 @@ class _StaticRouter(FixedPolicy):
             y_hat, c_hat = self.predict(context)
             if self.hidden is not None:
                 y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
-            value = y_hat - self.rho.to(y_hat.dtype)[:, None, None] * c_hat  # [R, B, K]
+            if context.rho is None:  # each trial's own rho
+                rho = self.rho.to(y_hat.dtype)[:, None, None]
+            else:  # each request's trade-off (a budget pacer's)
+                rho = context.rho.to(y_hat.dtype)[..., None]  # [R, B, 1]
+            value = y_hat - rho * c_hat  # [R, B, K]
         action = argmax_random_ties(mask_scores(value, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)
 

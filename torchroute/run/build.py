@@ -209,7 +209,9 @@ def build(
     bandit features, ``env`` -> the env (on ``device``, default the options' device).
 
     A table env (:func:`env_takes_table`; ``data`` must be set) is called with ``table``,
-    the ``rho`` x ``seed`` grid as ``rho`` and ``seeds``, the bandit ``features``,
+    the ``rho`` x ``seed`` grid as ``rho`` and ``seeds`` (with ``budgets``: the
+    ``budget`` x ``seed`` grid's seeds and ``rho`` 0 until a learner's plan sets it), the
+    bandit ``features``,
     ``device`` and ``dtype``. A self-contained env (``data: null``: a simulator, a dataset
     the env reads itself) is called with ``seeds``, ``device`` and ``dtype`` only; its
     config holds the rest, and its ``trials()`` say what each trial varies.
@@ -251,6 +253,9 @@ def build(
         # into the config and convert dataclasses such as the table).
         factory = instantiate_node(opts.env, "env", _partial_=True)
         rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
+        if opts.budgets is not None:  # budget-major; each learner's pacer sets the rho
+            rhos = [0.0] * (len(opts.budgets) * len(opts.seeds))
+            seeds = trial_grid(list(opts.budgets), list(opts.seeds))[1]
         kwargs = {"table": table, "rho": rhos, "seeds": seeds, "features": features}
         built.env = _make_env(factory, opts, device, kwargs)
     return built

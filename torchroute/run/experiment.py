@@ -17,11 +17,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 from torchroute.checkpoint import CheckpointError
 from torchroute.envs.base import Env
@@ -29,6 +30,7 @@ from torchroute.errors import ConfigError
 from torchroute.io import write_csv_atomic, write_text_atomic
 from torchroute.learners.base import Learner
 from torchroute.loop import simulate
+from torchroute.run.budgets import PacingPlan, check_budgets, plan_pacing
 from torchroute.run.build import (
     Built,
     build,
@@ -66,6 +68,7 @@ class Job:
     pieces: list[Piece]
     layout: dict[str, Any]
     resume_name: str | None = None
+    plans: dict[str, PacingPlan] = field(default_factory=dict)
 
     @property
     def single(self) -> bool:
@@ -80,6 +83,13 @@ class Job:
     def piece_env(self, piece: Piece) -> Env:
         """The env of ``piece`` (the whole env for the plain run)."""
         return self.env if self.single else self.env.select_trials(piece.index)
+
+    def learner_env(self, name: str, piece: Piece) -> Env:
+        """The env learner ``name`` runs ``piece`` on: with budgets, each trial at the
+        starting rho of the learner's pacing plan."""
+        env = self.piece_env(piece)
+        plan = self.plans.get(name)
+        return env if plan is None else env.with_rho(plan.select(piece.index).rho)  # type: ignore[attr-defined]
 
     def tracker(self, name: str) -> Tracker:
         """The learner's tracker (``logger`` config; none when unset)."""
@@ -165,9 +175,18 @@ def _run(
         first_env = job.piece_env(pieces[0])
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
+    if opts.budgets is not None:  # each learner's pacing chosen on validation, first
+        check_budgets(opts, built)
+        log.info(
+            "budgets %s: trials are budgets x seeds; the rhos %s do not enter the grid (each "
+            "learner's pacer starts from the rho chosen on the validation split)",
+            list(opts.budgets),
+            list(opts.rhos),
+        )
+        job.plans = {name: plan_pacing(opts, name, built) for name in opts.run_learners}
     learners: dict[str, Learner] = {}
     for name in opts.run_learners:  # each built (options checked) before anything is written
-        learner = learner_for(opts, name, first_env)
+        learner = learner_for(opts, name, job.learner_env(name, pieces[0]))
         if opts.jobs == 1:  # with jobs > 1 the worker running it builds it again (same seed)
             learners[name] = learner
         del learner  # freed before the next one is built
@@ -278,8 +297,10 @@ def _run_piece(
     job: Job, name: str, piece: Piece, learner: Learner | None, tracker: Tracker | None
 ) -> tuple[Piece, pd.DataFrame, pd.DataFrame, tuple[int, list]]:
     opts = job.opts
-    env = job.piece_env(piece)
+    env = job.learner_env(name, piece)
     learner = learner if learner is not None else learner_for(opts, name, env)
+    plan = job.plans.get(name)
+    pacer = None if plan is None else plan.select(piece.index).pacer(env.device, torch.float64)
     recorder = tracker or LogRecorder()
     decisions = None
     if opts.log_decisions:
@@ -298,6 +319,7 @@ def _run_piece(
         progress=opts.progress,
         desc=piece.label(name),
         on_round=decisions,
+        pacer=pacer,
     )
     if decisions is not None:  # one file per trial: decisions/<learner>/trial<global index>
         folder = opts.out_dir / "decisions" / name

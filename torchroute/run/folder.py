@@ -190,7 +190,7 @@ class RunFolder:
                 f"{path} not found: the run was written by an older torchroute; run simulate "
                 "again to read it"
             )
-        trials = len(self.options.rhos) * len(self.options.seeds)
+        trials = self.options.grid_size
         return check_problem_payload(self.read(path), path, trials)
 
     @property

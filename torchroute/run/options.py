@@ -60,6 +60,30 @@ def check_no_repeats(config: Mapping[str, Any]) -> None:
             )
 
 
+def budget_list(config: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """``config["budgets"]``: ``None`` (unset), else a non-empty list of distinct finite
+    positive numbers (mean cost per request, in the table's cost unit), or a
+    :class:`ConfigError` naming the key."""
+    values = config.get("budgets")
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise ConfigError(
+            f"budgets must be a list of mean costs per request (budgets=[0.001,0.002]) or "
+            f"null, got {values!r}"
+        )
+    budgets = number_list({"budgets": list(values)}, "budgets", float)
+    bad = [b for b in budgets if not (0 < b < float("inf"))]
+    if bad:
+        raise ConfigError(
+            f"budgets must be finite and > 0 (mean cost per request), got {bad} in {budgets}"
+        )
+    repeated = sorted({b for b in budgets if budgets.count(b) > 1})
+    if repeated:
+        raise ConfigError(f"budgets repeats {repeated} in {budgets}: list each once")
+    return tuple(budgets)
+
+
 def _flag(config: Mapping[str, Any], key: str, default: bool, prefix: str = "") -> bool:
     """``config[key]`` as a bool: ``true`` or ``false`` (not ``maybe``, not 1)."""
     value = config.get(key, default)
@@ -135,6 +159,9 @@ class RunOptions:
         config: the whole resolved configuration (``config.yaml``; the fingerprint).
         rhos, seeds: the configured lists; the run's ``R = len(rhos) * len(seeds)`` trials
             are their rho-major product (self-contained envs get ``seeds`` only).
+        budgets: ``None``, or spend targets (mean cost per request): the trials are then
+            ``len(budgets) * len(seeds)`` (budget-major) and a pacer sets each trial's rho
+            every round (:mod:`torchroute.run.budgets`); ``rhos`` do not enter the grid.
         learners: ``{name: config node}``; ``run_learners``: the names this run runs.
         data, encoder, env, logger: config nodes (``None`` when unset).
         device: the configured device name (``cpu``, ``cuda``, ``cuda:N``, ``auto``).
@@ -173,6 +200,7 @@ class RunOptions:
     report_sections: tuple[str, ...]
     report_regimes: RuleSpec
     overwrite: bool
+    budgets: tuple[float, ...] | None = None
 
     @classmethod
     def from_config(cls, cfg: Any, *, need_learners: bool = True) -> RunOptions:
@@ -270,13 +298,21 @@ class RunOptions:
             report_sections=_report_sections(c.get("report_sections")),
             report_regimes=check_regime_rule(c.get("report_regimes")),
             overwrite=_flag(c, "overwrite", False),
+            budgets=budget_list(c),
         )
 
     @property
     def fingerprint(self) -> dict[str, Any]:
         """The configuration without the keys of ``runtime_keys`` (they leave numbers alone)."""
         runtime = set(self.config.get("runtime_keys") or ()) | {"runtime_keys"}
+        if self.config.get("budgets") is None:  # unset: the fingerprint of before the key
+            runtime.add("budgets")
         return {k: v for k, v in self.config.items() if k not in runtime}
+
+    @property
+    def grid_size(self) -> int:
+        """The run's trials on a table: ``len(budgets or rhos) * len(seeds)``."""
+        return len(self.budgets or self.rhos) * len(self.seeds)
 
     def digest(self, learner: str | None = None) -> str:
         """A 16-hex-digit hash of the fingerprint (of one learner's results when named)."""
