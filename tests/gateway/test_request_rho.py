@@ -16,6 +16,7 @@ from tests.serve.rho_learner import PriceAwareRouter
 from torchroute.gateway.app import Gateway, create_gateway_app
 from torchroute.gateway.backends import load_backends
 from torchroute.serve import Router
+from torchroute.serve.log import RouterLog, log_path
 
 SCORES = [0.5, 0.8, 0.9]  # predicted quality y of small, medium, big
 ROUTER_PRICES = [0.0, 0.001, 0.01]  # the router's price c of each
@@ -138,3 +139,142 @@ def test_a_utility_learner_serves_only_its_rho(stub, tmp_path):
         own = {"model": "router", "messages": MESSAGES, "rho": OWN_RHO}
         assert httpx.post(url, json=own).status_code == 200  # its own rho
     router.close()
+
+
+# the router's prices in the backends' unit: the stub's cost of one call of MESSAGES (5 words
+# in, 8 out) at PRICES, computed by hand
+CALL_COST = {arm: (5 * PRICES[arm][0] + 8 * PRICES[arm][1]) / 1e6 for arm in ARMS}
+BUDGET, ETA = 1.2e-4, 0.03  # between medium's call and big's: a mix of the two
+CAROL = "carol-key-0123456789abcdef"
+
+
+def _pace_by_hand(rho: float, costs: list[float], budget: float = BUDGET) -> float:
+    """rho <- max(0, rho + eta (c - b) / b^2), one step per charged call."""
+    for c in costs:
+        rho = max(0.0, rho + ETA * (c - budget) / budget**2)
+    return rho
+
+
+def _paced_router(state) -> Router:
+    return Router.fresh(
+        lambda p: PriceAwareRouter.from_problem(p, scores=SCORES),
+        ARMS,
+        rho=OWN_RHO,
+        dim=3,
+        prices=[CALL_COST[arm] for arm in ARMS],
+        dtype=torch.float64,
+        encode=encode,
+        state_path=state,
+    )
+
+
+def _keys_with_carol():
+    from torchroute.gateway.keys import Key, Keys, digest
+
+    return Keys([Key("bob", digest(BOB)), Key("carol", digest(CAROL), budget=BUDGET)])
+
+
+def _stream(url: str, key: str, n: int) -> list[tuple[str, float]]:
+    """``n`` chat calls of ``key``: ``(model, cost charged)`` of each."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    out = []
+    for _ in range(n):
+        info = client.chat.completions.create(model="router", messages=MESSAGES).model_extra
+        out.append((info["torchroute"]["model"], info["torchroute"]["cost"]))
+    return out
+
+
+def _logged_rhos(router: Router, key: str) -> list[float | None]:
+    query = (
+        "SELECT r.rho FROM routes r JOIN attempts a ON a.request_id = r.request_id "
+        "WHERE a.key = ? ORDER BY r.rowid"
+    )
+    return [rho for (rho,) in router.log.db.execute(query, (key,))]
+
+
+def test_a_budget_holds_the_mean_cost_of_model_router(stub, tmp_path):
+    router = _paced_router(tmp_path / "r.pt")
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    gateway = Gateway([router], backends, keys=keys(), budget=BUDGET, budget_eta=ETA)
+    with ServerThread(create_gateway_app(gateway)) as server:
+        stream = _stream(server.url, BOB, 90)
+        health = httpx.get(f"{server.url}/health").json()
+        fixed = httpx.post(  # a rho of its own: not paced
+            f"{server.url}/v1/chat/completions",
+            json={"model": "router", "messages": MESSAGES, "rho": 0},
+            headers={"authorization": f"Bearer {BOB}"},
+        )
+    costs = [c for _, c in stream]
+    assert costs == pytest.approx([CALL_COST[m] for m, _ in stream])  # usage x price
+    assert {m for m, _ in stream} == {"medium", "big"}
+    assert _logged_rhos(router, "bob")[:90] == pytest.approx(
+        [_pace_by_hand(OWN_RHO, costs[:i]) for i in range(90)]
+    )
+    assert sum(costs[30:]) / 60 == pytest.approx(BUDGET, rel=0.05)  # after a warm-up
+    assert health["pacer"]["rho"] == pytest.approx(_pace_by_hand(OWN_RHO, costs))
+    assert fixed.json()["torchroute"]["rho"] == 0.0 and fixed.json()["torchroute"]["model"] == "big"
+    router.close()
+
+
+def test_a_key_budget_paces_its_requests_and_survives_a_restart(stub, tmp_path):
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    costs: list[float] = []
+    for part in range(2):  # the second gateway opens the state the first one left
+        router = _paced_router(tmp_path / "r.pt")
+        gateway = Gateway([router], backends, keys=_keys_with_carol(), budget_eta=ETA)
+        expected_rho = _pace_by_hand(OWN_RHO, costs)
+        with ServerThread(create_gateway_app(gateway)) as server:
+            usage = httpx.get(
+                f"{server.url}/v1/usage", headers={"authorization": f"Bearer {CAROL}"}
+            ).json()["keys"][0]
+            assert usage["pacer"]["rho"] == pytest.approx(expected_rho, rel=1e-12)
+            assert usage["pacer"]["requests"] == len(costs)
+            costs += [c for _, c in _stream(server.url, CAROL, 45)]
+            _stream(server.url, BOB, 3)  # bob has no budget: the router's own rho
+            refused = httpx.post(
+                f"{server.url}/v1/chat/completions",
+                json={"model": "router-0", "messages": MESSAGES},
+                headers={"authorization": f"Bearer {CAROL}"},
+            )
+        assert refused.status_code == 422
+        assert refused.json()["error"]["message"].startswith("rho: key 'carol' has a budget")
+        assert _logged_rhos(router, "bob") == [None] * (3 * (part + 1))
+        router.close()
+    logged = RouterLog.read(log_path(tmp_path / "r.pt"))
+    query = "SELECT r.rho FROM routes r JOIN attempts a USING (request_id) WHERE a.key = 'carol'"
+    rhos = [rho for (rho,) in logged.db.execute(query + " ORDER BY r.rowid")]
+    assert rhos == pytest.approx([_pace_by_hand(OWN_RHO, costs[:i]) for i in range(90)])
+    assert sum(costs[30:]) / 60 == pytest.approx(BUDGET, rel=0.05)
+    ((name, rho, requests),) = logged.db.execute("SELECT name, rho, requests FROM pacers")
+    assert (name, requests) == ("key:carol", 90)
+    assert rho == pytest.approx(_pace_by_hand(OWN_RHO, costs))
+    logged.close()
+
+
+def test_a_budget_is_refused_for_a_utility_learner(stub, tmp_path):
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    router = build_router(rho=OWN_RHO)
+    with pytest.raises(ValueError, match=r"^--budget: LinUCB learns the utility at rho=100"):
+        Gateway([router], backends, budget=BUDGET)
+    with pytest.raises(ValueError, match=r"^the budget of key 'carol': LinUCB learns the util"):
+        Gateway([router], backends, keys=_keys_with_carol())
+    router.close()
+
+
+@pytest.mark.parametrize(
+    ("budget", "error"),
+    [(0.002, None), (0, "budget: expected a mean cost per request > 0, got 0"), (True, "budget")],
+)
+def test_a_keys_file_budget(tmp_path, budget, error):
+    import yaml
+
+    from torchroute.gateway.keys import KeysError, load_keys
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump({"keys": {"carol": {"sha256": "a" * 64, "budget": budget}}}))
+    if error is None:
+        (key,) = load_keys(path)
+        assert (key.name, key.budget, key.cap) == ("carol", 0.002, None)
+    else:
+        with pytest.raises(KeysError, match=f"keys.carol.{error}"):
+            load_keys(path)

@@ -177,3 +177,69 @@ def test_a_log_written_before_the_rho_column_is_read_and_opened(tmp_path):
     assert utility[old] == pytest.approx(0.8) and utility[new] == 1.0
     assert router.log.table()["rho"] == [OWN_RHO, 0.0]
     router.close()
+
+
+BUDGET, ETA = 0.003, 0.03  # between medium's price and large's: a mix of the two
+
+
+def _pace_by_hand(rho: float, costs: list[float]) -> float:
+    """rho <- max(0, rho + eta (c - b) / b^2), one step per answered request."""
+    for c in costs:
+        rho = max(0.0, rho + ETA * (c - BUDGET) / BUDGET**2)
+    return rho
+
+
+def _paced_stream(http, n: int) -> list[tuple[str, float]]:
+    """``n`` requests routed one by one, each answered at its model's price: ``(model,
+    cost)``."""
+    out = []
+    for _ in range(n):
+        (decision,) = _route(http, n=1)
+        cost = PRICES[ARMS.index(decision["model"])]
+        body = {"request_ids": [decision["request_id"]], "scores": [0.7], "costs": [cost]}
+        assert http.post("/feedback", json=body).status_code == 200
+        out.append((decision["model"], cost))
+    return out
+
+
+def test_a_budget_holds_the_mean_cost_and_survives_a_restart(tmp_path):
+    path = tmp_path / "router.pt"
+    router = _router(path)
+    router.pace(BUDGET, ETA)
+    server = _Server(router)
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        stream = _paced_stream(http, 90)
+        response = http.post("/route", json={"embeddings": EMB, "rho": 5})
+        assert response.status_code == 422 and "--budget" in response.json()["detail"]
+        pacer = http.get("/health").json()["pacer"]
+    server.close()
+    costs = [c for _, c in stream]
+    # each request was routed with the hand-computed pacer's rho after the costs before it
+    logged = RouterLog.read(log_path(path)).table()["rho"]
+    assert logged == pytest.approx([_pace_by_hand(OWN_RHO, costs[:i]) for i in range(90)])
+    assert pacer["rho"] == pytest.approx(_pace_by_hand(OWN_RHO, costs), rel=1e-12)
+    assert {m for m, _ in stream} == {"medium", "large"}
+    assert sum(costs[30:]) / 60 == pytest.approx(BUDGET, rel=0.05)  # after a warm-up
+
+    router = _router(path)  # a restart: the pacer goes on where it stopped
+    router.pace(BUDGET, ETA)
+    pacer = router.status()["pacer"]
+    assert pacer["rho"] == pytest.approx(_pace_by_hand(OWN_RHO, costs), rel=1e-12)
+    assert pacer["requests"] == 90 and pacer["mean_cost"] == pytest.approx(sum(costs) / 90)
+    server = _Server(router)
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        more = _paced_stream(http, 60)
+    server.close()
+    every = costs + [c for _, c in more]
+    logged = RouterLog.read(log_path(path)).table()["rho"]
+    assert logged == pytest.approx([_pace_by_hand(OWN_RHO, every[:i]) for i in range(150)])
+    assert sum(every[30:]) / 120 == pytest.approx(BUDGET, rel=0.05)
+
+
+def test_a_budget_is_refused_for_a_utility_learner(tmp_path):
+    router = _router(tmp_path / "router.pt", learner="linucb")
+    with pytest.raises(ValueError, match=r"--budget: LinUCB learns the utility at rho=100 .*"):
+        router.pace(BUDGET)
+    with pytest.raises(ValueError, match=r"--budget must be a mean cost per request > 0"):
+        _router(learner="price_aware").pace(0.0)
+    router.close()

@@ -25,6 +25,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   subset router's decision. Its route row has ``arm = -1``, ``model`` the JSON list of the
   models called (distinct draws, in draw order) and ``propensity`` the probability of that
   set; ``probabilities`` is the learner's per-draw distribution.
+- ``pacers``: ``name``, ``budget``, ``eta``, ``rho``, ``spent``, ``requests``, ``rounds``:
+  the state of each spend pacer (:mod:`~torchroute.serve.pacer`), written with the costs
+  it has seen.
 
 Status 4 (``withdrawn``): a request taken out without learning (set by the layer above,
 the gateway, when the routed model gave no answer to learn from). That layer keeps its own
@@ -74,9 +77,15 @@ CREATE TABLE IF NOT EXISTS feedback (
     utility REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS subsets (
     request_id TEXT PRIMARY KEY REFERENCES routes(request_id), draws TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pacers (
+    name TEXT PRIMARY KEY, budget REAL NOT NULL, eta REAL NOT NULL, rho REAL NOT NULL,
+    spent REAL NOT NULL, requests INTEGER NOT NULL, rounds INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS feedback_event ON feedback(event, pos);
 CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
+
+#: writes a pacer's row (:meth:`torchroute.serve.pacer.Pacer.row`)
+PACER_ROW = "INSERT OR REPLACE INTO pacers VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def log_path(state_path: str | Path) -> Path:
@@ -266,8 +275,10 @@ class RouterLog:
         cost: Sequence[float],
         utility: Sequence[float],
         timestamp: float,
+        pacers: Sequence[tuple] = (),
     ) -> int:
-        """Log learner update ``seq`` on ``n`` answered ids, in one transaction.
+        """Log learner update ``seq`` on ``n`` answered ids, and the ``pacers`` rows (the
+        states after their costs), in one transaction.
 
         Raises ``sqlite3.IntegrityError`` (nothing written) when an id was answered before.
         """
@@ -284,6 +295,7 @@ class RouterLog:
                 ],
             )
             self._mark(ids, ANSWERED)
+            self.db.executemany(PACER_ROW, pacers)
 
     def write(
         self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()

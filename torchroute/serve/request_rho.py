@@ -76,4 +76,19 @@ def check_learner_takes(learner: object, rhos: list[float] | None, own: float) -
         )
 
 
-__all__ = ["MAX_RHO", "check_learner_takes", "request_rhos", "takes_request_rho"]
+def check_pacable(learner: object, own: float, flag: str = "--budget") -> None:
+    """Refuse a spend pacer (which sets each request's rho) for a learner that cannot take
+    each request's rho.
+
+    Raises:
+        InputError: naming ``flag``, the learner and ``objective: quality_cost``.
+    """
+    if not takes_request_rho(learner):
+        raise InputError(
+            f"{flag}: {type(learner).__name__} learns the utility at rho={own:g} and cannot be "
+            "paced (a budget sets each request's rho); serve a learner with objective: "
+            "quality_cost"
+        )
+
+
+__all__ = ["MAX_RHO", "check_learner_takes", "check_pacable", "request_rhos", "takes_request_rho"]
