@@ -223,9 +223,8 @@ def serve(args: argparse.Namespace) -> None:
     from torchroute.serve.trial import open_trials
 
     try:
-        trials = open_trials(
-            [plan.trial], plan.options, encoder=not args.no_encoder, paced=plan.pacing is not None
-        )
+        paced = None if plan.pacing is None else "--budget"
+        trials = open_trials([plan.trial], plan.options, encoder=not args.no_encoder, paced=paced)
     except BaseException:
         plan.sock.close()
         raise

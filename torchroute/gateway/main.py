@@ -136,14 +136,16 @@ def _checks(args: Any) -> None:
         raise GatewayArgsError(f"--inline-route-ms must be >= 0, got {args.inline_route_ms}")
 
 
-def _pacing(args: Any, keys: list) -> tuple[bool, float]:
-    """``(paced, eta)``: whether a pacer sets some requests' rho (``--budget``, a key's
-    ``budget``) and the pacers' step (``--budget-eta``), checked."""
+def _pacing(args: Any, keys: list) -> tuple[str | None, float]:
+    """``(paced, eta)``: what asks a pacer to set some requests' rho (``--budget``, else the
+    first key with a ``budget``; ``None``: nothing) and the pacers' step (``--budget-eta``),
+    checked."""
     from torchroute.serve.pacer import DEFAULT_ETA, check_budget
 
     eta = DEFAULT_ETA if args.budget_eta is None else args.budget_eta
-    paced = args.budget is not None or any(k.budget is not None for k in keys)
-    if args.budget_eta is not None and not paced:
+    budgeted = [f"the budget of key {k.name!r}" for k in keys if k.budget is not None]
+    paced = "--budget" if args.budget is not None else next(iter(budgeted), None)
+    if args.budget_eta is not None and paced is None:
         raise GatewayArgsError("--budget-eta goes with --budget or a key's budget (--keys)")
     try:
         check_budget(1.0 if args.budget is None else args.budget, eta)

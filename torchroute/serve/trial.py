@@ -214,14 +214,15 @@ def open_trials(
     options: RouterOptions,
     *,
     encoder: bool = True,
-    paced: bool = False,
+    paced: str | None = None,
 ) -> OpenTrials:
     """The routers of ``plans``, opened in the order that deletes nothing before every
     check has passed: every router is loaded (but its state), every state locked, then the
     states of ``plan.discard`` are deleted and the states opened. The trials share the
-    first one's text encoder (``encoder=False``: embeddings only). ``paced``: a spend pacer
-    will set the rho of the first router's requests (``--budget``), so its learner must take
-    each request's rho (checked once it is loaded, before any state is touched).
+    first one's text encoder (``encoder=False``: embeddings only). ``paced``: what asks a
+    spend pacer to set the rho of the first router's requests (``"--budget"``, for
+    messages), so its learner must take each request's rho (checked once it is loaded,
+    before any state is touched); ``None``: no pacer.
 
     Raises:
         ServeArgsError: ``paced`` for a learner that cannot take each request's rho.
@@ -240,9 +241,9 @@ def open_trials(
         )
         if i > 0:
             part.encode = parts[0].encode
-        elif paced:
+        elif paced is not None:
             try:
-                check_pacable(part.learner, plan.rho)
+                check_pacable(part.learner, plan.rho, paced)
             except ValueError as exc:
                 raise ServeArgsError(str(exc)) from None
         parts.append(part)
