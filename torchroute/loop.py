@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from torchroute.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from torchroute.envs.base import Env
-from torchroute.errors import NonFiniteError
+from torchroute.errors import NonFiniteError, OptionError
 from torchroute.feedback_queue import PendingFeedback
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.functional.random import TrialRNG, trial_keys
@@ -54,8 +54,17 @@ class SimulationResult:
 
 
 def check_compatible(learner: Learner, env: Env) -> None:
-    """A one-line error when ``learner`` was built for another env (``R``, ``K``, ``d``)."""
+    """A one-line error when ``learner`` was built for another env (``R``, ``K``, ``d``), or
+    when the env's requests carry their own trade-offs (``env.request_rhos``) and the
+    learner cannot decide per request (:attr:`Learner.per_request_rho`)."""
     learner.check_problem(env.problem(), who=f"{type(env).__name__}")
+    if env.request_rhos is not None and not learner.per_request_rho:
+        raise OptionError(
+            f"{type(learner).__name__} decides for each trial's own rho and cannot serve "
+            f"requests that carry their own (env.request_rhos={list(env.request_rhos)}); "
+            "use objective: quality_cost (LinUCB, LinTS, SquareCB and their forgetting "
+            "forms), a static score router or a residual learner"
+        )
 
 
 def simulate(

@@ -78,6 +78,10 @@ class Env(ABC):
             ever reaches the learner (``None``: every round's does); the loop reads it
             without a device sync. The feedback ``step`` returns for a round that is never
             rated observes nothing (``observed`` all ``False``).
+        request_rhos: the trade-offs its requests carry (``Context.rho``, one per request,
+            computed into their utility), or ``None``: every request of a trial has the
+            trial's ``rho``. A run refuses a learner that cannot decide per request
+            (:attr:`~torchroute.learners.Learner.per_request_rho`) on such an env.
     """
 
     num_trials: int
@@ -87,6 +91,7 @@ class Env(ABC):
     single_choice: bool = False
     feedback_delay: int = 0
     feedback_arrives: Tensor | None = None
+    request_rhos: tuple[float, ...] | None = None
 
     def logged_feedback(
         self, context: Context, decision: Decision, feedback: Feedback

@@ -61,6 +61,18 @@ class SingleChoiceEnv(Env):
         recover_tolerance: how close to its settled level the moving average must stay
             for ``rounds_to_recover``, besides its noise (default ``None``: 0.01,
             :data:`~torchroute.envs.scenario.RECOVER_TOLERANCE`).
+        request_rhos: trade-offs the requests carry (e.g. ``[0, 500, 1000]``), or ``None``
+            (the default: every request has its trial's ``rho``). Each query position of a
+            trial's stream draws one of them, uniformly, from the trial's seed (after its
+            permutation), so every learner sees the same requests; the contexts carry it
+            as ``Context.rho [R, 1]`` and the request's utility, regret and feedback are at
+            that ``rho``. The results gain, per value ``v``, ``avg_utility_rho<v>``,
+            ``avg_regret_rho<v>``, ``accuracy_rho<v>``, ``avg_cost_rho<v>`` (means over the
+            requests that carried it) and ``rounds_rho<v>``.
+
+    Whatever fills it (this option, or a caller that builds its own contexts), a request's
+    utility is computed with ``Context.rho`` when the context carries one, else with its
+    trial's ``rho``.
 
     The scenario code (:mod:`torchroute.envs.scenario`) is imported only for an env that
     has a scenario.
@@ -103,6 +115,7 @@ class SingleChoiceEnv(Env):
         scenario: Any = None,
         recover_window: int | None = None,
         recover_tolerance: float | None = None,
+        request_rhos: Sequence[float] | None = None,
     ) -> None:
         events = []
         if scenario is not None:  # the scenario code only for an env that has one
@@ -155,6 +168,12 @@ class SingleChoiceEnv(Env):
             ]
         )[:, :horizon]
         self._stream = rows[perms].to(device)  # [R, T] table rows
+        self._rho_slot: Tensor | None = None  # [R, T] each request's entry of request_rhos
+        if request_rhos is not None:
+            values, slots = request_rho_stream(request_rhos, seeds_t, n_stream, horizon)
+            self.request_rhos = tuple(values)
+            self._request_rho = torch.tensor(values, device=device, dtype=dtype)  # [J]
+            self._rho_slot = slots.to(device)
         self._features = feats.to(device=device, dtype=dtype)  # [n, d]
         emb = table.embeddings
         self._embeddings = None if emb is None else emb.to(device=device, dtype=dtype)  # [n, e]
@@ -228,6 +247,8 @@ class SingleChoiceEnv(Env):
         env.seeds = self.seeds[idx]
         on = idx.to(self.device)
         env._stream, env.rho, env._arm_sums = self._stream[on], self.rho[on], self._arm_sums[:, on]
+        if self._rho_slot is not None:
+            env._rho_slot = self._rho_slot[on]
         if self.scenario is not None:
             env.scenario = self.scenario.select(on)
             env._trace = self._trace[on]
@@ -299,12 +320,22 @@ class SingleChoiceEnv(Env):
         if self.scenario is not None:
             mask = self.scenario.available(t)  # [R, K] or None
             available = None if mask is None else mask[:, None, :]
-        return Context(x=self._features[index], index=index, embedding=emb, available=available)
+        rho = None
+        if self._rho_slot is not None:
+            rho = self._request_rho[self._rho_slot[:, t : t + 1]]  # [R, 1]
+        return Context(
+            x=self._features[index], index=index, embedding=emb, available=available, rho=rho
+        )
 
-    def utilities(self, index: Tensor) -> Tensor:
-        """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``."""
+    def utilities(self, index: Tensor, rho: Tensor | None = None) -> Tensor:
+        """``clip(Y - rho C, 0, 1)`` of the rows ``index [R, B]`` -> ``[R, B, K]``, with each
+        request's ``rho [R, B]`` when given (``Context.rho``), else each trial's."""
         scores, costs = self._scores_costs(index)
-        return utility(scores, costs, self.rho[:, None, None])
+        return utility(scores, costs, self._rho(rho))
+
+    def _rho(self, rho: Tensor | None) -> Tensor:
+        """``rho [R, B]`` as ``[R, B, 1]``, or each trial's ``[R, 1, 1]`` when ``None``."""
+        return self.rho[:, None, None] if rho is None else rho.to(self.rho.dtype)[..., None]
 
     def _scores_costs(self, index: Tensor) -> tuple[Tensor, Tensor]:
         """Scores and costs ``[R, B, K]`` of the rows ``index`` at the current round."""
@@ -330,7 +361,7 @@ class SingleChoiceEnv(Env):
                 f"the learner chose subsets {tuple(decision.action.shape)} ([R, B, m])"
             )
         index = context.index
-        utility_ = self.utilities(index)  # [R, B, K]
+        utility_ = self.utilities(index, context.rho)  # [R, B, K]
         scores, costs = self._scores_costs(index)
         action = decision.action[..., None]  # [R, B, 1]
         only_played = self.feedback == "bandit" and decision.observe is None
@@ -348,7 +379,7 @@ class SingleChoiceEnv(Env):
         seen_utility, seen_scores = utility_, scores
         if self.feedback_schedule is not None:  # late, for some requests, with noise
             seen_scores = self.feedback_schedule.seen_scores(self._round, scores)
-            seen_utility = utility(seen_scores, costs, self.rho[:, None, None])
+            seen_utility = utility(seen_scores, costs, self._rho(context.rho))
             observed &= self.feedback_schedule.rated(self._round)
             only_played = only_played and self.feedback_option.rate == 1.0
         zero = utility_.new_zeros(())
@@ -367,6 +398,8 @@ class SingleChoiceEnv(Env):
             "cost": costs.gather(-1, action)[..., 0],
             "share": torch.zeros_like(scores).scatter_(-1, action, 1.0),
         }
+        if self._rho_slot is not None:
+            outcome |= self._per_request_rho(outcome)
         if self.scenario is not None:
             after = self._round >= self.scenario.change
             outcome |= _phase_split(outcome, after)
@@ -377,6 +410,18 @@ class SingleChoiceEnv(Env):
                 self._trace = torch.zeros_like(self._trace)
             self._trace[:, self._round] = chosen[:, 0]
         return feedback, outcome
+
+    def _per_request_rho(self, outcome: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The round's ``rho_rounds [R, 1, J]`` (the one-hot of each request's entry of
+        ``request_rhos``) and ``rho_<key> [R, 1, J]`` (the key's value there, 0 elsewhere)
+        for the utility, regret, score and cost."""
+        slot = self._rho_slot[:, self._round : self._round + 1]  # [R, 1]
+        onehot = torch.nn.functional.one_hot(slot, len(self.request_rhos))  # [R, 1, J]
+        onehot = onehot.to(outcome["utility"].dtype)
+        out = {"rho_rounds": onehot}
+        for key in _RHO_COLUMNS:
+            out[f"rho_{key}"] = onehot * outcome[key][..., None]
+        return out
 
     def summarize(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
         """``avg_utility``, ``avg_regret``, ``accuracy`` (mean score), ``avg_cost``: ``[R]``.
@@ -398,6 +443,13 @@ class SingleChoiceEnv(Env):
             out |= {"share": sums["share"] / n, "arm_accuracy": arm[0], "arm_cost": arm[1]}
         if self.scenario is not None and "utility_before" in sums:
             out |= self._scenario_columns(sums, rounds)
+        if self.request_rhos is not None and "rho_rounds" in sums:
+            count = sums["rho_rounds"]  # [R, J]
+            for j, value in enumerate(self.request_rhos):
+                tag = f"rho{value:g}"
+                for key, column in _RHO_COLUMNS.items():
+                    out[f"{column}_{tag}"] = sums[f"rho_{key}"][:, j] / count[:, j]
+                out[f"rounds_{tag}"] = count[:, j]
         return out
 
     def _scenario_columns(self, sums: dict[str, Tensor], rounds: int) -> dict[str, Tensor]:
@@ -472,15 +524,53 @@ class SingleChoiceEnv(Env):
 
     def fingerprint(self) -> dict[str, Any]:
         """Table hash, split, horizon, feedback mode, seeds and rho (resume compares it)."""
-        return {
-            "env": type(self).__name__,
-            "table": self.table.fingerprint(),
-            "split": list(self.split) if not isinstance(self.split, str) else self.split,
-            "horizon": self.horizon,
-            "feedback": self.feedback_option.fingerprint(),
-            "seeds": self.seeds.tolist(),
-            "rho": self.rho.detach().cpu().double().tolist(),
-        } | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})
+        return (
+            {
+                "env": type(self).__name__,
+                "table": self.table.fingerprint(),
+                "split": list(self.split) if not isinstance(self.split, str) else self.split,
+                "horizon": self.horizon,
+                "feedback": self.feedback_option.fingerprint(),
+                "seeds": self.seeds.tolist(),
+                "rho": self.rho.detach().cpu().double().tolist(),
+            }
+            | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})
+            | ({} if self.request_rhos is None else {"request_rhos": list(self.request_rhos)})
+        )
+
+
+#: the outcome keys broken down per request trade-off -> their results column
+#: (``<column>_rho<v>``)
+_RHO_COLUMNS = {
+    "utility": "avg_utility",
+    "regret": "avg_regret",
+    "score": "accuracy",
+    "cost": "avg_cost",
+}
+
+
+def request_rho_stream(
+    values: Sequence[float], seeds: Tensor, n_stream: int, horizon: int
+) -> tuple[list[float], Tensor]:
+    """The checked ``request_rhos`` and each trial's draws ``[R, T]`` (long, indices into
+    them): uniform, from a generator seeded with the trial's seed after it drew the trial's
+    permutation of the ``n_stream`` rows (set-up only)."""
+    try:
+        checked = [float(v) for v in values]
+    except (TypeError, ValueError):
+        checked = []
+    if not checked or not all(v >= 0 and v < float("inf") for v in checked):
+        raise ValueError(
+            f"request_rhos must be a non-empty list of finite numbers >= 0, got {values!r}"
+        )
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"request_rhos must not repeat a value, got {checked}")
+    slots = []
+    for seed in seeds.tolist():
+        g = torch.Generator().manual_seed(int(seed))
+        torch.randperm(n_stream, generator=g)  # the trial's permutation, drawn first
+        slots.append(torch.randint(len(checked), (horizon,), generator=g))
+    return checked, torch.stack(slots)
 
 
 def _phase_split(outcome: dict[str, Tensor], after: bool) -> dict[str, Tensor]:

@@ -33,7 +33,7 @@ split apart they would import each other's pieces.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import torch
 from torch import Tensor
@@ -43,6 +43,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
+from torchroute.learners.objective import refuse_request_rho
 from torchroute.learners.static import _StaticRouter, known_costs
 from torchroute.types import Context, Decision, Problem, TrainSplit
 
@@ -428,12 +429,15 @@ class BestArmClassifier(_FittedRouter):
     """A linear softmax classifier of each trial's best arm (``argmax_k u_k`` for its ``rho``
     on the train split), plays the most probable arm.
 
+    Its labels bake each trial's ``rho`` in: a request that carries another trade-off
+    (``Context.rho``) is refused with a one-line error (:attr:`per_request_rho` is
+    ``False``).
+
     Args: as :class:`LogisticScoreRouter` (``l2`` candidates); the classifier of trial ``r``
     and candidate ``c`` is ``weights[r, c]`` (``[R, C, d + 1, K]``, in the state_dict).
     """
 
-    #: its classes are the best arms at each trial's own rho: ``Context.rho`` cannot move it
-    per_request_rho: ClassVar[bool] = False
+    per_request_rho = False
 
     def __init__(
         self,
@@ -474,6 +478,7 @@ class BestArmClassifier(_FittedRouter):
     def act(self, context: Context, generator: Source = None) -> Decision:
         """The most probable best arm: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``."""
         self._check_context(context)
+        refuse_request_rho(type(self).__name__, context, self.rho)
         with torch.no_grad():
             w = self.weights[torch.arange(self.num_trials), self.choice]  # [R, d + 1, K]
             logits = torch.einsum("rbd,rdk->rbk", _with_bias(context.x.to(w.dtype)), w)

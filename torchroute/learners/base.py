@@ -4,7 +4,8 @@ A learner also says what it is and can do, in class attributes read by the runne
 router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
-:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family`,
+:attr:`Learner.per_request_rho` and :attr:`Learner.warm_target`;
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
@@ -118,6 +119,14 @@ class Learner(nn.Module):
     #: online learner built on a router fitted on train): reports count it among the warm
     #: online learners, as one whose config sets ``warm_start``
     starts_warm: ClassVar[bool] = False
+    #: whether ``act`` decides with each request's trade-off ``Context.rho [R, B]`` when the
+    #: context carries one (else each trial's ``Problem.rho``); a learner that cannot (it
+    #: learnt or fitted the utility at its trial's rho) is refused a stream whose requests
+    #: carry other rhos. The ridge learners say it per instance (``objective``).
+    per_request_rho: ClassVar[bool] = False
+    #: what its warm-start rows hold (:func:`torchroute.run.warm.warm_rows`): each trial's
+    #: ``"utility"``, or the quality ``"score"`` (``objective: quality_cost``)
+    warm_target: ClassVar[str] = "utility"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -251,6 +260,8 @@ class Learner(nn.Module):
             index=repeat(context.index),
             embedding=repeat(context.embedding),
             available=repeat(context.available),
+            prices=repeat(context.prices),
+            rho=repeat(context.rho),
         )
         with torch.no_grad():
             picks = self.act(many, generator).action.view(r, m, b)  # [R, M, B]

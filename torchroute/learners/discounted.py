@@ -42,8 +42,9 @@ class _Discounted(GramRidgeLearner):
         lam: float,
         new_arm_bonus: float,
         tilde: bool = False,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective)
         check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
         self.gamma = float(gamma)
         self.register_buffer("gram2", torch.zeros_like(self.gram) if tilde else None)
@@ -70,6 +71,9 @@ class DiscountedLinUCB(_Discounted):
         lam: ridge regulariser.
         new_arm_bonus: added to the score of an arm never observed (see
             :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        objective: ``"utility"`` (the default) or ``"quality_cost"`` (the quality is
+            learnt, the score is ``... - rho c_k``; see
+            :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Buffers: ``gram``, ``gram2`` (the ``gamma^2`` statistics) ``[R, K, d, d]``,
     ``target [R, K, d]``, ``seen [R, K]``. The discount is applied once per round, whatever
@@ -88,8 +92,11 @@ class DiscountedLinUCB(_Discounted):
         alpha: float = 1.0,
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus, tilde=True)
+        super().__init__(
+            num_trials, num_arms, dim, gamma, lam, new_arm_bonus, tilde=True, objective=objective
+        )
         check_number(type(self).__name__, "alpha", alpha, ge=0)
         self.alpha = float(alpha)
 
@@ -118,6 +125,8 @@ class DiscountedLinTS(_Discounted, GramThompson):
         v: posterior scale.
         lam: ridge regulariser.
         new_arm_bonus: added to the score of an arm never observed.
+        objective: ``"utility"`` (the default) or ``"quality_cost"`` (a draw of
+            ``y_k - rho c_k``; see :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -132,6 +141,7 @@ class DiscountedLinTS(_Discounted, GramThompson):
         v: float = 1.0,
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus)
+        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus, objective=objective)
         self._set_scale(v)

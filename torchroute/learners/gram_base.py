@@ -25,6 +25,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source, normal
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
+from torchroute.learners.objective import Objective
 from torchroute.types import Context, Decision, Feedback, Problem
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from torchroute.learners.warm_start import WarmRows
 
 
-class GramRidgeLearner(Learner):
+class GramRidgeLearner(Objective, Learner):
     """A learner with one ridge regression per arm and trial, kept as Gram statistics.
 
     Buffers: ``gram [R, K, d, d]`` (``G_k``, without the regulariser), ``target [R, K, d]``
@@ -50,12 +51,23 @@ class GramRidgeLearner(Learner):
         new_arm_bonus: added to the score of an arm never observed (a model that has just
             arrived, or any arm before its first observation), so that a new model gets
             tried soon after it appears; 0 (the default) adds nothing.
+        objective: ``"utility"`` (the default: the statistics are of each trial's
+            utility) or ``"quality_cost"``: of the quality ``Feedback.score``, and the
+            scores (bound or draw) are of ``y - rho c`` with the request's ``rho`` and the
+            known prices (:mod:`torchroute.learners.objective`).
     """
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0, new_arm_bonus: float = 0.0
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        lam: float = 1.0,
+        new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
         super().__init__(num_trials, num_arms)
+        self._init_objective(objective)
         name = type(self).__name__
         check_number(name, "dim", dim, ge=1, integer=True)
         check_number(name, "lam", lam, gt=0)
@@ -117,8 +129,11 @@ class GramRidgeLearner(Learner):
 
     @classmethod
     def from_problem(cls, problem: Problem, **hparams: Any) -> GramRidgeLearner:
-        """``cls(R, K, d, **hparams)`` for ``problem``."""
-        return cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
+        """``cls(R, K, d, **hparams)`` for ``problem``, with its ``rho`` and ``prices``
+        (:meth:`~torchroute.learners.objective.Objective.set_trade_off`)."""
+        learner = cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
+        learner.set_trade_off(problem.rho, problem.prices)
+        return learner
 
     def posterior(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Ridge means, ``V^{-1} x`` and ``x^T V^{-1} x`` with ``V = lam I + G`` (plus the
@@ -155,7 +170,7 @@ class GramRidgeLearner(Learner):
         """
         self._check_context(context)
         x = context.x.to(self.gram.dtype)
-        scores = self._scores(x, generator)  # [R, B, K]
+        scores = self._decision_values(self._scores(x, generator), context)  # [R, B, K]
         if self.new_arm_bonus:
             scores = scores + self.new_arm_bonus * (self.seen == 0).to(x.dtype)[:, None]
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
@@ -164,12 +179,14 @@ class GramRidgeLearner(Learner):
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
-        """Add the observed rewards (``feedback.observed``) to the statistics. Returns ``{}``."""
+        """Add the observed rewards (``feedback.observed``; the scores with
+        ``objective: quality_cost``) to the statistics. Returns ``{}``."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.gram.dtype)
         weight = feedback.observed.to(x.dtype)  # [R, B, K]
-        reward = torch.where(feedback.observed, feedback.reward.to(x.dtype), 0.0)
+        target = self._learning_target(feedback)
+        reward = torch.where(feedback.observed, target.to(x.dtype), 0.0)
         self._absorb(x, reward, weight)
         self.seen.add_(weight.sum(1))
         self._tick(context)

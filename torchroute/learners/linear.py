@@ -31,6 +31,7 @@ from torchroute.functional.sampling import (
 from torchroute.functional.squarecb import squarecb_probs
 from torchroute.learners.base import ArgmaxRouting
 from torchroute.learners.fused_linucb import Kernel, check_kernel, fused_act, fused_update
+from torchroute.learners.objective import Objective
 from torchroute.learners.ridge_base import RidgeLearner
 from torchroute.types import Context, Decision, Feedback
 
@@ -65,20 +66,24 @@ def _scale(value: float | Tensor, like: Tensor) -> float | Tensor:
     return value if not isinstance(value, Tensor) else value.to(like.dtype)[:, None, None]
 
 
-class _PerTrialRidge(RidgeLearner):
+class _PerTrialRidge(Objective, RidgeLearner):
     """A ridge learner whose ``lam`` may also be given per trial (``R`` values).
 
     ``per_trial_hparams`` names the hyper-parameters a subclass accepts per trial; a float
     keeps the numbers of a float-only learner bit for bit (``A_k^{-1} = I / lam`` is built
-    the same way for every distinct value).
+    the same way for every distinct value). ``objective``: what the ridge model learns and
+    the learner decides by (:mod:`torchroute.learners.objective`).
     """
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
     learns_only_observed = True  # weights = feedback.observed: a 0 leaves A^{-1}, b as they are
 
-    def __init__(self, num_trials: int, num_arms: int, dim: int, lam: PerTrial) -> None:
+    def __init__(
+        self, num_trials: int, num_arms: int, dim: int, lam: PerTrial, objective: str = "utility"
+    ) -> None:
         lam = per_trial(type(self).__name__, "lam", lam, num_trials, gt=0)
         super().__init__(num_trials, num_arms, dim, 1.0 if isinstance(lam, Tensor) else lam)
+        self._init_objective(objective)
         if isinstance(lam, Tensor):
             for value in lam.unique().tolist():
                 self.a_inv[lam == value] = ridge_init(1, num_arms, self.dim, value)[0]
@@ -121,6 +126,11 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             with one warning (``"fused"`` asked for explicitly is an error then), and eager
             on a non-CPU device. See
             :mod:`torchroute.learners.fused_linucb` and ``benchmarks/linucb_throughput.py``.
+        objective: ``"utility"`` (the default: the ridge models learn each trial's utility)
+            or ``"quality_cost"``: they learn the quality ``Feedback.score`` and the score
+            is ``x^T theta_k + alpha width - rho c_k`` with the request's ``rho``
+            (``Context.rho``, else the trial's) and the known prices ``c_k``
+            (:mod:`torchroute.learners.objective`; eager operators, never the fused kernel).
 
     Defaults (``docs/reference/learners.md``, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
@@ -147,8 +157,9 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
         kernel: Kernel = "torch",
         new_arm_bonus: float = 0.0,
         new_arm_prior: str = "zero",
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam)
+        super().__init__(num_trials, num_arms, dim, lam, objective)
         self._per_trial("alpha", alpha, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
         self._init_new_arm_prior(new_arm_prior)
@@ -157,8 +168,8 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
 
     def _fused(self) -> bool:
         """Whether this call takes the fused kernel (``"auto"``: on the CPU only; never with
-        a new-arm bonus or the mean prior)."""
-        if self.new_arm_bonus or self.new_arm_prior != "zero":
+        a new-arm bonus, the mean prior or ``objective: quality_cost``)."""
+        if self.new_arm_bonus or self.new_arm_prior != "zero" or self.per_request_rho:
             return False
         return self.kernel != "torch" and not (self._auto and self.a_inv.device.type != "cpu")
 
@@ -173,27 +184,32 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             One-hot ``probs [R, B, K]`` and ``action [R, B]``.
         """
         if self._fused() and context.available is None:
+            self._decision_values(self.theta, context)  # refuses another Context.rho
             return fused_act(self, context, generator)
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        scores = mask_scores(self._scores(x), context.available)
+        scores = mask_scores(self._scores(x, context), context.available)
         action = argmax_random_ties(scores, generator)
         probs = one_hot_probs(action, self.num_arms, x.dtype)
         return Decision(probs=probs, action=action, scores=scores)
 
-    def _scores(self, x: Tensor) -> Tensor:
+    def _scores(self, x: Tensor, context: Context | None = None) -> Tensor:
         """The upper confidence bounds ``[R, B, K]`` of ``x [R, B, d]`` (eager operators),
-        with the new-arm bonus (arms never observed)."""
+        with the new-arm bonus (arms never observed); with ``objective: quality_cost``,
+        minus ``rho c_k`` (``context``'s trade-offs and prices; ``None``: the trials')."""
         scores = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         if isinstance(self.alpha, Tensor) or self.alpha != 0:
             scores = scores + _scale(self.alpha, x) * ridge_width(self.a_inv, x)
+        if context is not None or self.per_request_rho:
+            scores = self._decision_values(scores, context or Context(x=x))
         return self._add_new_arm_bonus(scores)
 
     def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
         """The bounds ``act`` computes with eager operators, masked, ``[R, B, K]``; where a
         fused kernel rounded them so that its arm is not among the tied ones,
         :meth:`routing_probs` gives that arm's one-hot vector."""
-        return mask_scores(self._scores(context.x.to(self.theta.dtype)), context.available)
+        x = context.x.to(self.theta.dtype)
+        return mask_scores(self._scores(x, context), context.available)
 
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
@@ -261,7 +277,7 @@ class FullFeedbackLinUCB(LinUCB):
         self._check_context(context)
         self._check_feedback(context, feedback)
         x = context.x.to(self.theta.dtype)  # [R, 1, d]
-        reward = feedback.reward[:, 0].to(x.dtype)  # [R, K], every cell observed
+        reward = self._learning_target(feedback)[:, 0].to(x.dtype)  # [R, K], every cell observed
         a_inv, theta = sherman_morrison_shared(self.a_inv[:, :1], self.theta, x, reward)
         self.a_inv.copy_(a_inv.expand_as(self.a_inv))  # in place: no new [R, K, d, d]
         self.theta = theta
@@ -305,6 +321,10 @@ class LinTS(_PerTrialRidge):
         new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default) or
             ``"mean"``, the mean ``theta`` of the trial's observed arms (its prior mean
             from then on), as for :class:`LinUCB`.
+        objective: ``"utility"`` (the default) or ``"quality_cost"``: the posterior is of
+            the quality ``y`` (``Feedback.score``) and each arm's draw is one of
+            ``y_k - rho c_k`` (the draw of ``y`` minus the request's ``rho`` times the
+            known price; :mod:`torchroute.learners.objective`).
 
     Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
     standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
@@ -326,8 +346,9 @@ class LinTS(_PerTrialRidge):
         lam: PerTrial = 1.0,
         new_arm_bonus: float = 0.0,
         new_arm_prior: str = "zero",
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam)
+        super().__init__(num_trials, num_arms, dim, lam, objective)
         self._per_trial("v", v, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
         self._init_new_arm_prior(new_arm_prior)
@@ -339,7 +360,7 @@ class LinTS(_PerTrialRidge):
         mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
         noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
         scores = mean + _scale(self.v, x) * ridge_width(self.a_inv, x) * noise
-        scores = self._add_new_arm_bonus(scores)
+        scores = self._add_new_arm_bonus(self._decision_values(scores, context))
         action = argmax_random_ties(mask_scores(scores, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, x.dtype), action=action)
 
@@ -362,6 +383,8 @@ class LinTS(_PerTrialRidge):
         check_number(type(self).__name__, "draws", m, ge=1, integer=True)
         x = context.x.to(self.theta.dtype)
         mean = ridge_predict(self._theta_for_scores(), x)  # [R, B, K]
+        if self.per_request_rho:  # the draws of y - rho c
+            mean = self._decision_values(mean, context)
         width = _scale(self.v, x) * ridge_width(self.a_inv, x)  # [R, B, K]
         noise = normal(generator, (m, *mean.shape), dtype=mean.dtype, device=mean.device)
         picks = (mean + width * noise).argmax(-1)  # [M, R, B]
@@ -426,8 +449,8 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
-        predicted = mask_scores(predicted, context.available)
+        predicted = self._decision_values(ridge_predict(self.theta, x), context)
+        predicted = mask_scores(self._add_new_arm_bonus(predicted), context.available)
         greedy = argmax_random_ties(predicted, generator)  # [R, B]
         eps = self._eps(x.dtype)  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
@@ -483,6 +506,14 @@ class SquareCB(_PerTrialRidge):
         new_arm_bonus: added to the ridge prediction of an arm never observed before the
             inverse-gap weighting (a model that has just arrived gets more of the mass
             until it is observed); 0 (the default) adds nothing and no state.
+        objective: ``"utility"`` (the default) or ``"quality_cost"``: the ridge models
+            predict the quality ``y^`` (``Feedback.score``) and the weighting is over
+            ``y^_k - rho c_k`` (the request's ``rho``, the known prices;
+            :mod:`torchroute.learners.objective`). Those values are not clipped to
+            ``[0, 1]``: a gap above 1 (a model dearer by more than ``1 / rho`` per query
+            than one of equal quality) gets less than ``1 / (mu + gamma)``, as it should
+            (it loses more than any utility gap can); ``gamma`` keeps its meaning in
+            utility units.
     """
 
     samples_from_probs = True
@@ -497,8 +528,9 @@ class SquareCB(_PerTrialRidge):
         eps_floor: float = 1e-3,
         lam: PerTrial = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam)
+        super().__init__(num_trials, num_arms, dim, lam, objective)
         check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
         self._init_new_arm_bonus(new_arm_bonus)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor
@@ -511,7 +543,7 @@ class SquareCB(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        predicted = self._add_new_arm_bonus(ridge_predict(self.theta, x))
-        probs = squarecb_probs(predicted, self.gamma, self.mu)
+        predicted = self._decision_values(ridge_predict(self.theta, x), context)
+        probs = squarecb_probs(self._add_new_arm_bonus(predicted), self.gamma, self.mu)
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))

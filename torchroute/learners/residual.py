@@ -7,7 +7,9 @@ chosen on validation as for the router's own row) plus a linear correction,
     y_k(x) = base_k(x) + theta_k . x,
 
 and play ``argmax_k y_k(x) - rho c_k(x)`` with the costs ``c_k`` the base router uses (the
-known per-model prices where the train split has them, else its ridge prediction).
+known per-model prices where the train split has them, else its ridge prediction) and the
+request's ``rho`` (``Context.rho`` when the context carries one, else the trial's): what
+they learn is the quality, so one learner serves any trade-off.
 ``x`` is the run's feature vector, which by default is the unit-norm embedding plus a bias
 column, so the correction is ``theta_k . [x', 1]``. ``theta_k`` has prior mean 0 and
 covariance ``I / lam``; the confidence width (UCB) or the posterior draw (TS) is over the
@@ -55,6 +57,7 @@ from torchroute.learners.base import ArgmaxRouting, Learner
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
+from torchroute.learners.objective import request_rho
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -143,6 +146,7 @@ class _Residual(Learner):
 
     family: ClassVar[str] = "residual"
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
+    per_request_rho: ClassVar[bool] = True  # it learns the quality: any rho per request
     #: the correction learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 
@@ -229,8 +233,8 @@ class _Residual(Learner):
 
     def base_value(self, context: Context) -> tuple[Tensor, Tensor, Tensor]:
         """The base router's quality predictions (a model it never saw: the mean of the
-        others), costs and values ``y - rho c``, each ``[R, B, K]``, computed as the
-        router's own ``act`` computes them."""
+        others), costs and values ``y - rho c`` (the request's ``rho``), each ``[R, B, K]``,
+        computed as the router's own ``act`` computes them."""
         base = self.base
         with torch.no_grad():
             y_hat, c_hat = base.predict(context)
@@ -238,7 +242,7 @@ class _Residual(Learner):
                 known = (~base.hidden)[:, None].to(y_hat.dtype)  # [R, 1, K]
                 mean = (y_hat * known).sum(-1, keepdim=True) / known.sum(-1, keepdim=True)
                 y_hat = torch.where(base.hidden[:, None], mean, y_hat)
-            value = y_hat - base.rho.to(y_hat.dtype)[:, None, None] * c_hat
+            value = y_hat - request_rho(context, base.rho, y_hat) * c_hat
         return y_hat, c_hat, value
 
     def predict_quality(self, context: Context) -> Tensor:
@@ -292,7 +296,7 @@ class _Residual(Learner):
         if feedback.score is not None:
             quality = feedback.score
         else:  # the utility's inverse where it was not clipped
-            quality = feedback.reward + self.base.rho[:, None, None].to(c_hat.dtype) * c_hat
+            quality = feedback.reward + request_rho(context, self.base.rho, c_hat) * c_hat
         target = torch.where(observed, quality.to(y_hat.dtype) - y_hat, 0.0)
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         phi = Context(x=self.phi(context.x.to(self._dtype())))

@@ -63,8 +63,19 @@ class RidgeLearner(Learner):
         self._check_context(context)
         self._check_feedback(context, feedback)
         weight = feedback.observed.to(self.theta.dtype)  # [R, B, K]
-        self._fit(context, decision.action, feedback.reward, weight, feedback.only_played)
+        target = self._learning_target(feedback)
+        self._fit(context, decision.action, target, weight, feedback.only_played)
         return {}
+
+    def _learning_target(self, feedback: Feedback) -> Tensor:
+        """What the ridge models learn, ``[R, B, K]``: the utility ``Feedback.reward`` (a
+        learner with an ``objective`` may learn the quality instead)."""
+        return feedback.reward
+
+    def _trial_values(self, y: Tensor) -> Tensor:
+        """The predictions ``y [R, n, K]`` as each trial's utilities (themselves here; a
+        learner that learns the quality subtracts ``rho c``)."""
+        return y
 
     def fit_weighted(
         self,
@@ -115,6 +126,7 @@ class RidgeLearner(Learner):
                 break
             val = problem.require_validation(f"{type(self).__name__} (several warm_weight)")
             predict = torch.einsum("rkd,md->rmk", theta, val.features.to(theta.dtype))
+            predict = self._trial_values(predict)
             best.offer({"a_inv": a_inv, "theta": theta}, greedy_value(predict, val, problem.rho))
         assert best.state is not None
         self.a_inv = best.state["a_inv"].contiguous()

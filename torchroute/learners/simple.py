@@ -9,6 +9,7 @@ from torchroute.functional.random import Source
 from torchroute.functional.sampling import one_hot_probs, sample_categorical
 from torchroute.functional.utility import utility
 from torchroute.learners.base import FixedPolicy
+from torchroute.learners.objective import refuse_request_rho
 from torchroute.types import Context, Decision, Problem
 
 
@@ -36,7 +37,9 @@ class BestSingleArm(FixedPolicy):
     """Always routes to one fixed arm per trial, chosen offline on the train split.
 
     The arm is the one with the largest mean utility ``clip(Y - rho C, 0, 1)`` on the
-    train split for the trial's ``rho`` (the "best single model" baseline).
+    train split for the trial's ``rho`` (the "best single model" baseline). The arm bakes
+    that ``rho`` in: a request that carries another trade-off (``Context.rho``) is refused
+    with a one-line error (:attr:`per_request_rho` is ``False``).
 
     Args:
         num_trials: ``R``.
@@ -45,6 +48,8 @@ class BestSingleArm(FixedPolicy):
         val_mean_utility: ``[R, K]`` the same on the validation split, or ``None``: then
             ``val_utility [R]`` (each trial's arm's mean validation utility, a result
             column) is NaN.
+        rho: ``[R]`` the trials' trade-offs the arms were chosen for (``None``: unknown;
+            then any ``Context.rho`` is refused).
     """
 
     def __init__(
@@ -53,8 +58,11 @@ class BestSingleArm(FixedPolicy):
         num_arms: int,
         train_mean_utility: Tensor,
         val_mean_utility: Tensor | None = None,
+        rho: Tensor | None = None,
     ) -> None:
         super().__init__(num_trials, num_arms)
+        trial_rho = None if rho is None else torch.as_tensor(rho).float().reshape(num_trials)
+        self.register_buffer("trial_rho", trial_rho, persistent=False)  # [R] or None
         if tuple(train_mean_utility.shape) != (num_trials, num_arms):
             raise ValueError(
                 f"train_mean_utility must be [R={num_trials}, K={num_arms}], "
@@ -89,7 +97,7 @@ class BestSingleArm(FixedPolicy):
         if val is not None:
             rho = problem.rho.to(val.scores.dtype)[:, None, None]  # [R, 1, 1]
             val_mean = utility(val.scores[None], val.costs[None], rho).mean(1)  # [R, K]
-        return cls(problem.num_trials, problem.num_arms, mean, val_mean)
+        return cls(problem.num_trials, problem.num_arms, mean, val_mean, rho=problem.rho)
 
     def result_columns(self) -> dict[str, Tensor]:
         """``{"val_utility": [R]}``: each trial's arm's mean validation utility (or NaN)."""
@@ -98,6 +106,7 @@ class BestSingleArm(FixedPolicy):
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Each trial's fixed arm: one-hot ``probs [R, B, K]``, ``action [R, B]``."""
         self._check_context(context)
+        refuse_request_rho(type(self).__name__, context, self.trial_rho)
         action = self.arm[:, None].expand(context.x.shape[:2])  # [R, B]
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)
         return Decision(probs=probs, action=action.clone())

@@ -35,8 +35,9 @@ class _SlidingWindow(GramRidgeLearner):
         window: int,
         lam: float,
         new_arm_bonus: float,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus)
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective)
         check_number(type(self).__name__, "window", window, ge=1, integer=True)
         self.window = int(window)
         self.register_buffer("ring_x", torch.zeros(num_trials, self.window, self.dim))
@@ -94,6 +95,9 @@ class SlidingWindowLinUCB(_SlidingWindow):
         lam: ridge regulariser.
         new_arm_bonus: added to the score of an arm never observed (see
             :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        objective: ``"utility"`` (the default) or ``"quality_cost"`` (the quality is
+            learnt, the score is ``... - rho c_k``; see
+            :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -108,8 +112,9 @@ class SlidingWindowLinUCB(_SlidingWindow):
         alpha: float = 1.0,
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus)
+        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus, objective)
         check_number(type(self).__name__, "alpha", alpha, ge=0)
         self.alpha = float(alpha)
 
@@ -130,6 +135,8 @@ class SlidingWindowLinTS(_SlidingWindow, GramThompson):
         v: posterior scale.
         lam: ridge regulariser.
         new_arm_bonus: added to the score of an arm never observed.
+        objective: ``"utility"`` (the default) or ``"quality_cost"`` (a draw of
+            ``y_k - rho c_k``; see :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -144,6 +151,7 @@ class SlidingWindowLinTS(_SlidingWindow, GramThompson):
         v: float = 1.0,
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus)
+        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus, objective)
         self._set_scale(v)

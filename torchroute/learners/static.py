@@ -1,14 +1,13 @@
 """Static routers fitted offline: a regressor on oracle heads and cosine k-nearest neighbours.
 
-Both pick ``argmax_k y^_k - rho c^_k`` per trial (each trial has its own ``rho``) and do not
-learn online (``update`` only counts rounds). The core never imports
+Both pick ``argmax_k y^_k - rho c^_k`` per trial (each trial has its own ``rho``; a request
+that carries its own trade-off, ``Context.rho [R, B]``, is decided with it) and do not learn
+online (``update`` only counts rounds). The core never imports
 :mod:`torchroute.models`: the oracle module or the precomputed tensors come in as
 constructor arguments.
 """
 
 from __future__ import annotations
-
-from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +18,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
+from torchroute.learners.objective import request_rho
 from torchroute.types import Context, Decision, Problem
 
 
@@ -51,11 +51,9 @@ def known_costs(costs: Tensor, rtol: float = 1e-9) -> Tensor | None:
 
 class _StaticRouter(FixedPolicy):
     """Shared ``act`` of the static routers: argmax of ``y^ - rho c^`` (random tie-break),
-    with each request's ``Context.rho [R, B]`` when the context carries one, else each
-    trial's ``rho [R]``."""
+    ``rho`` the request's (``Context.rho``) when the context carries one, else the trial's."""
 
-    #: ``act`` decides with ``Context.rho`` when given (a budget pacer sets it every round)
-    per_request_rho: ClassVar[bool] = True
+    per_request_rho = True
 
     def __init__(self, num_trials: int, num_arms: int, rho: Tensor) -> None:
         super().__init__(num_trials, num_arms)
@@ -80,10 +78,7 @@ class _StaticRouter(FixedPolicy):
             y_hat, c_hat = self.predict(context)
             if self.hidden is not None:
                 y_hat = y_hat.masked_fill(self.hidden[:, None], 0.0)
-            if context.rho is None:  # each trial's own rho
-                rho = self.rho.to(y_hat.dtype)[:, None, None]
-            else:  # each request's trade-off (a budget pacer's)
-                rho = context.rho.to(y_hat.dtype)[..., None]  # [R, B, 1]
+            rho = request_rho(context, self.rho, y_hat)  # [R, B or 1, 1]
             value = y_hat - rho * c_hat  # [R, B, K]
         action = argmax_random_ties(mask_scores(value, context.available), generator)
         return Decision(probs=one_hot_probs(action, self.num_arms, context.x.dtype), action=action)

@@ -5,8 +5,10 @@ of a learner config). ``train``: every train query with every arm's utility
 ``clip(Y - rho C, 0, 1)`` for each trial's ``rho`` (full feedback). A decision log (the serve
 export or a run's ``log_decisions`` output, with ``features`` and ``propensity`` columns):
 the logged arm's utility only, weighted by the importance weight
-``min(1 / propensity, warm_clip)``, the clipping of the OPE estimators. The run reads the
-source and hands the rows (:class:`WarmRows`) to :meth:`Learner.warm_start
+``min(1 / propensity, warm_clip)``, the clipping of the OPE estimators. A learner that
+learns the quality (:attr:`Learner.warm_target <torchroute.learners.Learner.warm_target>`
+``"score"``: ``objective: quality_cost``) gets the scores ``Y`` instead of the utilities.
+The run reads the source and hands the rows (:class:`WarmRows`) to :meth:`Learner.warm_start
 <torchroute.learners.Learner.warm_start>`, which each learner owns:
 
 - ridge learners (LinUCB, LinTS, SquareCB, epsilon-greedy, ...): one closed-form batched
@@ -59,7 +61,9 @@ class WarmRows:
 
     Attributes:
         x: bandit features ``[n, d]``.
-        target: utilities ``[R, n, K]`` (each trial's ``rho``); unread where ``weight`` is 0.
+        target: utilities ``[R, n, K]`` (each trial's ``rho``), or the scores (the same
+            for every trial) for a learner that learns the quality; unread where
+            ``weight`` is 0.
         weight: sample weights ``[n, K]`` (0: not observed; 1 for a train row).
         action: the logged arm ``[n]`` (long), or ``None`` for full-feedback rows.
     """
@@ -80,18 +84,28 @@ class LoggedDecisions(Protocol):
     propensity: Tensor  # [n]
 
 
-def train_rows(problem: Problem, who: str) -> WarmRows:
-    """Every train query with every arm's utility for each trial's ``rho``."""
+def train_rows(problem: Problem, who: str, target: str = "utility") -> WarmRows:
+    """Every train query with every arm's utility for each trial's ``rho`` (``target``
+    ``"utility"``) or its score (``"score"``, ``[R, n, K]`` all trials alike)."""
     train = problem.require_train(who)
-    target = _utilities(train, problem.rho)
-    return WarmRows(train.features, target, torch.ones_like(train.scores))
+    if target == "score":
+        values = train.scores[None].expand(problem.num_trials, -1, -1)
+    else:
+        values = _utilities(train, problem.rho)
+    return WarmRows(train.features, values, torch.ones_like(train.scores))
 
 
 def logged_rows(
-    problem: Problem, log: LoggedDecisions, clip: float, who: str, path: str
+    problem: Problem,
+    log: LoggedDecisions,
+    clip: float,
+    who: str,
+    path: str,
+    target: str = "utility",
 ) -> WarmRows:
     """The decisions of ``log`` (read from ``path``) that received feedback, weighted by
-    ``min(1 / propensity, clip)`` on the logged arm (the only one observed)."""
+    ``min(1 / propensity, clip)`` on the logged arm (the only one observed); their utility
+    for each trial's ``rho`` (``target`` ``"utility"``) or their score (``"score"``)."""
     if log.features is None:
         raise ValueError(
             f"{who}: warm_start={path!r} needs a decision log with a 'features' column "
@@ -109,7 +123,10 @@ def logged_rows(
     action = log.action[keep].to(dev)
     x = log.features[keep].to(dev, dt)
     score, cost = log.score[keep].to(dev, dt), log.cost[keep].to(dev, dt)
-    u = utility(score[None], cost[None], problem.rho.to(dt)[:, None])  # [R, n]
+    if target == "score":
+        u = score[None].expand(problem.num_trials, -1)  # [R, n]
+    else:
+        u = utility(score[None], cost[None], problem.rho.to(dt)[:, None])  # [R, n]
     k = problem.num_arms
     target = u[..., None].expand(-1, -1, k).contiguous()  # read on the logged arm only
     iw = (1.0 / log.propensity[keep].to(dev, dt)).clamp(max=clip)  # [n]

@@ -15,13 +15,15 @@ from torchroute.learners.warm_start import WarmRows, logged_rows, train_rows
 from torchroute.types import Problem
 
 
-def warm_rows(problem: Problem, warm: WarmStart, who: str) -> WarmRows:
-    """The rows of ``warm.source`` (``train`` or a decision log path) for ``problem``."""
+def warm_rows(problem: Problem, warm: WarmStart, who: str, target: str = "utility") -> WarmRows:
+    """The rows of ``warm.source`` (``train`` or a decision log path) for ``problem``: each
+    trial's utilities, or the scores (``target="score"``, a learner's
+    :attr:`~torchroute.learners.Learner.warm_target`)."""
     if warm.source == "train":
-        return train_rows(problem, who)
+        return train_rows(problem, who, target)
     assert warm.source is not None
     log = load_decisions(warm.source, arms=list(problem.arm_names))
-    return logged_rows(problem, log, warm.clip, who, warm.source)
+    return logged_rows(problem, log, warm.clip, who, warm.source, target)
 
 
 def apply_warm_start(learner: Learner, problem: Problem, warm: WarmStart, who: str) -> Learner:
@@ -39,7 +41,7 @@ def apply_warm_start(learner: Learner, problem: Problem, warm: WarmStart, who: s
             f"{who}.warm_start applies to online learners; {type(learner).__name__} does not "
             "learn online (a static router is fitted on the train split already)"
         )
-    learner.warm_start(warm_rows(problem, warm, who), problem, warm)
+    learner.warm_start(warm_rows(problem, warm, who, learner.warm_target), problem, warm)
     for module in learner.modules():
         if isinstance(module, Learner):
             module.rounds.zero_()
