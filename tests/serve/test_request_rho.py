@@ -243,3 +243,26 @@ def test_a_budget_is_refused_for_a_utility_learner(tmp_path):
     with pytest.raises(ValueError, match=r"--budget must be a mean cost per request > 0"):
         _router(learner="price_aware").pace(0.0)
     router.close()
+
+
+def test_a_quality_cost_linucb_learns_the_scores_of_requests_at_any_rho():
+    router = Router.fresh(
+        lambda p: LinUCB.from_problem(p, alpha=1.0, lam=1.0, objective="quality_cost").double(),
+        ARMS,
+        rho=OWN_RHO,
+        dim=2,
+        prices=PRICES,
+        dtype=torch.float64,
+    )
+    truth = dict(zip(ARMS, SCORES))  # every model always scores its y, whatever the query
+    for _ in range(30):  # requests at three trade-offs, each answered with its model's score
+        decisions = router.route(embeddings=[[1.0, 0.0]] * 3, rho=[0.0, 100.0, 1000.0])
+        ids = [d["request_id"] for d in decisions]
+        router.feedback(ids, [truth[d["model"]] for d in decisions], [0.002] * 3)
+    counts = dict(router.log.db.execute("SELECT model, count(*) FROM routes GROUP BY model"))
+    assert sum(counts.values()) == 90 and len(counts) >= 2
+    # ridge on the score with x = [1, 0]: theta_k[0] = n_k y_k / (n_k + lam), whatever the rho
+    theta = router.learner.theta[0, :, 0]
+    expected = [counts.get(k, 0) * truth[k] / (counts.get(k, 0) + 1.0) for k in ARMS]
+    assert theta.tolist() == pytest.approx(expected, abs=1e-12)
+    router.close()
