@@ -46,7 +46,7 @@ def _price_aware(state=None) -> Router:
 @pytest.fixture
 def gateway(stub, tmp_path):
     router = _price_aware(tmp_path / "r.pt")
-    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url, timeout_s=30))
     with ServerThread(create_gateway_app(Gateway([router], backends, keys=keys()))) as server:
         yield router, server.url
     router.close()
@@ -126,7 +126,7 @@ def test_a_rho_out_of_range_is_refused_before_anything_is_logged(gateway, model,
 
 def test_a_utility_learner_serves_only_its_rho(stub, tmp_path):
     router = build_router(rho=OWN_RHO)
-    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url, timeout_s=30))
     with ServerThread(create_gateway_app(Gateway([router], backends))) as server:
         url = f"{server.url}/v1/chat/completions"
         response = httpx.post(url, json={"model": "router", "messages": MESSAGES, "rho": 500})
@@ -184,17 +184,20 @@ def _stream(url: str, key: str, n: int) -> list[tuple[str, float]]:
     return out
 
 
+#: the rho of each request a key made, in order
+_BY_KEY = (
+    "SELECT r.rho FROM routes r WHERE r.request_id IN "
+    "(SELECT request_id FROM attempts WHERE key = ?) ORDER BY r.rowid"
+)
+
+
 def _logged_rhos(router: Router, key: str) -> list[float | None]:
-    query = (
-        "SELECT r.rho FROM routes r JOIN attempts a ON a.request_id = r.request_id "
-        "WHERE a.key = ? ORDER BY r.rowid"
-    )
-    return [rho for (rho,) in router.log.db.execute(query, (key,))]
+    return [rho for (rho,) in router.log.db.execute(_BY_KEY, (key,))]
 
 
 def test_a_budget_holds_the_mean_cost_of_model_router(stub, tmp_path):
     router = _paced_router(tmp_path / "r.pt")
-    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url, timeout_s=30))
     gateway = Gateway([router], backends, keys=keys(), budget=BUDGET, budget_eta=ETA)
     with ServerThread(create_gateway_app(gateway)) as server:
         stream = _stream(server.url, BOB, 90)
@@ -217,7 +220,7 @@ def test_a_budget_holds_the_mean_cost_of_model_router(stub, tmp_path):
 
 
 def test_a_key_budget_paces_its_requests_and_survives_a_restart(stub, tmp_path):
-    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url, timeout_s=30))
     costs: list[float] = []
     for part in range(2):  # the second gateway opens the state the first one left
         router = _paced_router(tmp_path / "r.pt")
@@ -241,8 +244,7 @@ def test_a_key_budget_paces_its_requests_and_survives_a_restart(stub, tmp_path):
         assert _logged_rhos(router, "bob") == [None] * (3 * (part + 1))
         router.close()
     logged = RouterLog.read(log_path(tmp_path / "r.pt"))
-    query = "SELECT r.rho FROM routes r JOIN attempts a USING (request_id) WHERE a.key = 'carol'"
-    rhos = [rho for (rho,) in logged.db.execute(query + " ORDER BY r.rowid")]
+    rhos = [rho for (rho,) in logged.db.execute(_BY_KEY, ("carol",))]
     assert rhos == pytest.approx([_pace_by_hand(OWN_RHO, costs[:i]) for i in range(90)])
     assert sum(costs[30:]) / 60 == pytest.approx(BUDGET, rel=0.05)
     ((name, rho, requests),) = logged.db.execute("SELECT name, rho, requests FROM pacers")
@@ -252,7 +254,7 @@ def test_a_key_budget_paces_its_requests_and_survives_a_restart(stub, tmp_path):
 
 
 def test_a_budget_is_refused_for_a_utility_learner(stub, tmp_path):
-    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url))
+    backends = load_backends(write_backends(tmp_path / "b.yaml", stub.url, timeout_s=30))
     router = build_router(rho=OWN_RHO)
     with pytest.raises(ValueError, match=r"^--budget: LinUCB learns the utility at rho=100"):
         Gateway([router], backends, budget=BUDGET)
