@@ -56,7 +56,9 @@ class Pacer:
     state: BudgetPacer
 
     @classmethod
-    def open(cls, db: sqlite3.Connection, name: str, budget: float, eta: float, rho: float):
+    def open(
+        cls, db: sqlite3.Connection, name: str, budget: float, eta: float, rho: float
+    ) -> Pacer:
         """The pacer ``name`` as the log holds it, else a fresh one starting at ``rho``."""
         check_budget(budget, eta)
         state = BudgetPacer(torch.tensor([float(budget)], dtype=torch.float64), rho, eta)

@@ -3,9 +3,9 @@
 A request may carry its own ``rho`` (utility per unit of cost, in the table's cost unit).
 A learner serves such requests when it decides ``argmax y - rho c`` with the request's rho
 and learns the score and cost rather than the utility: it says so with its attribute
-``per_request_rho`` (a class attribute, or a property where an option decides; without
-the attribute: ``objective == "quality_cost"``; :func:`takes_request_rho`). Any other
-learner (it learns the utility at one rho) serves only requests whose rho is the router's.
+``Learner.per_request_rho`` (a class attribute, or a property where its ``objective``
+decides; :func:`takes_request_rho`). Any other learner (it learns the utility at one rho)
+serves only requests whose rho is the router's.
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ MAX_RHO = 1e8
 def takes_request_rho(learner: object) -> bool:
     """Whether ``learner`` decides with each request's ``Context.rho`` (``[R, B]``).
 
-    Read from the learner: its attribute ``per_request_rho`` when it has one, else whether
-    its ``objective`` is ``"quality_cost"`` (it learns score and cost, so any rho can be
-    applied at decision time); a learner with neither learns a utility at its own rho.
+    Read from the learner's ``per_request_rho`` (true for the static score routers and the
+    ridge learners with ``objective: quality_cost``, which learn score and cost, so any rho
+    can be applied at decision time); an object without it learns a utility at one rho.
     """
-    said = getattr(learner, "per_request_rho", None)
-    if isinstance(said, bool):
-        return said
-    return getattr(learner, "objective", None) == "quality_cost"
+    return bool(getattr(learner, "per_request_rho", False))
 
 
 def request_rhos(rho: float | Sequence[float] | None, batch: int) -> list[float] | None:
