@@ -146,7 +146,8 @@ def test_an_unknown_field_of_the_keys_file_is_named_with_what_is_allowed(tmp_pat
     with pytest.raises(KeysError) as caught:
         load_keys(path)
     assert str(caught.value) == (
-        f"{path}: keys.alice: unknown field 'capp'; a key entry takes only sha256, cap, admin"
+        f"{path}: keys.alice: unknown field 'capp'; a key entry takes only sha256, cap, "
+        "budget, admin"
     )
     path.write_text(yaml.safe_dump({"keys": {"alice": {"sha256": digest}}, "key": {}}))
     with pytest.raises(KeysError) as caught:

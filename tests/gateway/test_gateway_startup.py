@@ -222,3 +222,23 @@ def test_one_state_one_process_and_the_generated_key_is_never_printed(run_dir, t
     finally:
         _stop(gateway)
     assert key not in out.read_text() + err.read_text()
+
+
+def test_a_budget_is_checked_and_refused_for_a_utility_learner_before_writing(
+    run_dir, tmp_path, capsys
+):
+    backends = _backends(tmp_path / "backends.yaml", run_dir)
+    state = tmp_path / "states"
+    base = [str(run_dir), "--backends", str(backends), "--port", "0", "--insecure-no-auth"]
+    base += ["--state-dir", str(state)]
+    _refused([*base, "--budget", "-1"], capsys, "--budget must be a mean cost per request > 0")
+    _refused([*base, "--budget-eta", "0.1"], capsys, "--budget-eta goes with --budget")
+    _refused([*base, "--budget", "0.001"], capsys, "--budget: LinUCB learns the utility at rho=0")
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": {"carol": {"sha256": "a" * 64, "budget": 0.001}}}))
+    _refused(
+        [*base[:-3], "--state-dir", str(state), "--keys", str(keys)],
+        capsys,
+        "the budget of key 'carol': LinUCB learns the utility",
+    )
+    assert not state.exists()

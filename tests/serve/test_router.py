@@ -124,7 +124,7 @@ def test_route_input_errors():
         router.route(texts=["hello"])
     with pytest.raises(ValueError, match="either texts or embeddings"):
         router.route()
-    with pytest.raises(ValueError, match=r"rho=1.0 but this router serves the trial with rho=2.0"):
+    with pytest.raises(ValueError, match=r"rho=1: LinUCB learns the utility at rho=2 and serves"):
         router.route(embeddings=_embeddings(1), rho=1.0)
     with pytest.raises(ValueError, match="NaN"):
         router.route(embeddings=[[float("nan")] * D])

@@ -236,3 +236,22 @@ def test_a_refused_fresh_start_leaves_the_state_byte_identical(
     monkeypatch.undo()  # the real loader: this run cannot load (it has no problem.pt)
     _refused([*fresh, "--port", "0"], capsys, "problem.pt not found")
     assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
+
+
+def test_budget_flags_are_checked_before_loading(run_dir, capsys):
+    base = [str(run_dir), "--learner", "linucb", "--port", "0", "--insecure-no-auth"]
+    _refused([*base, "--budget", "0"], capsys, "--budget must be a mean cost per request > 0")
+    _refused([*base, "--budget", "inf"], capsys, "--budget must be finite")
+    _refused([*base, "--budget", "1", "--budget-eta", "-1"], capsys, "--budget-eta must be")
+    _refused([*base, "--budget-eta", "0.1"], capsys, "--budget-eta goes with --budget")
+
+
+def test_a_budget_for_a_utility_learner_is_refused_before_the_state_is_written(
+    real_run, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.undo()  # the real loader: the run's LinUCB is loaded, then refused
+    state = tmp_path / "state" / "router.pt"
+    argv = [str(real_run), "--port", "0", "--no-encoder", "--insecure-no-auth", "--fresh"]
+    argv += ["--state", str(state), "--budget", "0.001"]
+    _refused(argv, capsys, "--budget: LinUCB learns the utility at rho=0", "objective: quality")
+    assert not state.parent.exists()

@@ -223,11 +223,21 @@ def serve(args: argparse.Namespace) -> None:
     from torchroute.serve.trial import open_trials
 
     try:
-        trials = open_trials([plan.trial], plan.options, encoder=not args.no_encoder)
+        paced = None if plan.pacing is None else "--budget"
+        trials = open_trials([plan.trial], plan.options, encoder=not args.no_encoder, paced=paced)
     except BaseException:
         plan.sock.close()
         raise
     (router,) = trials.routers
+    if plan.pacing is not None:
+        try:
+            router.pace(*plan.pacing)
+        except BaseException:
+            trials.close()
+            plan.sock.close()
+            raise
+        rho_now = router.status()["pacer"]["rho"]
+        log.info("pacing to a mean cost of %g per request from rho=%g", plan.pacing[0], rho_now)
     if plan.token_file is not None:  # written once the run is read: a refused run gets none
         try:
             write_token(plan.token_file, plan.token)

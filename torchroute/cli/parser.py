@@ -177,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
         token_help="bearer token of every POST (default: $TORCHROUTE_SERVE_TOKEN, else a token "
         "serve makes and writes beside the state, readable by you only)",
     )
-    add_router_flags(p)
+    add_router_flags(
+        p,
+        budget_help="a spend target: the mean cost per request (the unit of the costs fed "
+        "back); a pacer sets each request's rho from the spend so far (the learner must "
+        "take each request's rho: objective: quality_cost)",
+    )
     p.add_argument("--max-batch", type=int, default=256, help="queries or ids per call")
     p.add_argument(
         "--export-log",

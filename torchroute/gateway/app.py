@@ -36,6 +36,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -52,11 +53,13 @@ from torchroute.gateway.ledger import INTERRUPTED, Ledger
 from torchroute.gateway.redact import backend_message
 from torchroute.gateway.sessions import Sessions
 from torchroute.gateway.shapes import (
+    GATEWAY_FIELDS,
+    ROUTER,
     ChatRequest,
     FeedbackBody,
     model_ids,
     prompt_text,
-    router_rho,
+    route_target,
 )
 from torchroute.gateway.spend import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -70,6 +73,8 @@ from torchroute.gateway.spend import (
 from torchroute.gateway.upstream import CallFailed, ClientError, Stream, Upstream, Usage
 from torchroute.serve.app import LOOPBACK_HOSTS, Guard
 from torchroute.serve.limits import LimitError, Limits, check_strings
+from torchroute.serve.pacer import DEFAULT_ETA, Pacer
+from torchroute.serve.request_rho import check_pacable, takes_request_rho
 from torchroute.serve.router import Router, StoreError
 from torchroute.serve.subset_router import SubsetRouter
 
@@ -139,6 +144,14 @@ class Gateway:
         max_output_tokens: the output tokens reserved for a request without
             ``max_tokens`` (:mod:`~torchroute.gateway.spend`); a capped key's request is
             sent with this ``max_tokens``.
+        budget: a spend target (mean cost per request) of the requests to ``router``
+            without a rho of their own, from keys without a budget of their own (``None``:
+            none). A key's ``budget`` (the keys file) paces that key's requests; a key with
+            one may not name a rho. Each pacer (:mod:`~torchroute.serve.pacer`) sets the
+            rho of its requests from their charges so far, one step per charged call, its
+            state written with the charge in the default router's log; the default
+            router's learner must take each request's rho.
+        budget_eta: the pacers' step.
     """
 
     def __init__(
@@ -155,6 +168,8 @@ class Gateway:
         max_response_bytes: int = 8 << 20,
         inline_route_ms: float = 2.0,
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        budget: float | None = None,
+        budget_eta: float = DEFAULT_ETA,
     ) -> None:
         if not routers:
             raise ValueError("a gateway needs at least one router")
@@ -177,6 +192,9 @@ class Gateway:
         self.routers = by_rho
         self.rhos = list(self.routers)
         self.default_rho = self.rhos[0] if default_rho is None else float(default_rho)
+        #: whether the default router's learner takes each request's rho (then it serves
+        #: every rho no other router is opened for)
+        self.takes_any_rho = takes_request_rho(self.routers[self.default_rho].learner)
         self.backends = dict(backends)
         self.keys = keys or Keys([])
         self.sessions = Sessions(session_ttl)
@@ -201,6 +219,25 @@ class Gateway:
             self.keys.add_spent(ledger.spend())
             ledger.withdraw(cut)
             self._withdraw_unanswered(router, ledger, unanswered)
+        self.pacers = self._open_pacers(budget, budget_eta)
+
+    def _open_pacers(self, budget: float | None, eta: float) -> dict[str | None, Pacer]:
+        """``{key name: its pacer}`` of the keys with a budget, and ``{None: pacer}`` of
+        ``budget``, each as the default router's log holds it."""
+        wanted = [(k.name, f"key:{k.name}", k.budget) for k in self.keys.keys if k.budget]
+        if budget is not None:
+            wanted.append((None, "router", budget))
+        if not wanted:
+            return {}
+        default = self.routers[self.default_rho]
+        flag = "--budget" if budget is not None else f"the budget of key {wanted[0][0]!r}"
+        check_pacable(default.learner, self.default_rho, flag)
+        return {
+            owner: default.query(
+                partial(Pacer.open, name=name, budget=b, eta=eta, rho=self.default_rho)
+            )
+            for owner, name, b in wanted
+        }
 
     def _withdraw_unanswered(self, router: Router, ledger: Ledger, ids: list[str]) -> None:
         """Withdraw routed requests the gateway stopped before calling a backend, each with
@@ -237,12 +274,18 @@ class Gateway:
         except ValidationError as exc:
             raise GatewayError(422, _validation_line(exc)) from None
         try:
-            rho = router_rho(chat.model, self.default_rho, self.rhos)
+            served, own = route_target(
+                chat.model, chat.rho, self.default_rho, self.rhos, takes_any=self.takes_any_rho
+            )
             text = prompt_text(chat.messages, self.prompt)
         except ValueError as exc:
             raise GatewayError(422, str(exc)) from None
         check_strings("prompt", [text], self.limits.max_prompt_chars, "--max-prompt-chars")
-        router = self.routers[rho]
+        pacer = self._pacer(key, chat.model == ROUTER and chat.rho is None)
+        if pacer is not None:
+            own = pacer.rho  # the default router's: route_target gave it
+        router = self.routers[served]
+        rho = served if own is None else own
         session_id = request.headers.get(SESSION_HEADER) or chat.user
         if session_id is not None and len(session_id) > self.limits.max_id_chars:
             raise GatewayError(422, f"session id over {self.limits.max_id_chars} characters")
@@ -254,15 +297,16 @@ class Gateway:
             raise GatewayError(429, str(exc), "insufficient_quota") from None
         streaming = False
         try:
-            scope = None if session_id is None else (key and key.name, rho, session_id)
-            request_id, routed, reason, ranked = await self._decide(router, text, scope)
+            conversation = ("paced", served) if pacer is not None else rho  # its turns alike
+            scope = None if session_id is None else (key and key.name, conversation, session_id)
+            request_id, routed, reason, ranked = await self._decide(router, text, scope, own)
             tries = candidates(routed, ranked, self.backends, self.max_fallbacks, reason)
-            body = {k: v for k, v in raw.items() if k not in ("model", "stream", "stream_options")}
+            body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
             capped = key is not None and key.cap is not None
             if capped and not (chat.max_completion_tokens or chat.max_tokens):
                 body["max_tokens"] = self.max_output_tokens  # the call stays within its hold
             info = {"request_id": request_id, "routed": routed, "rho": rho}
-            call = _Call(self.ledgers[rho], key, limit)
+            call = _Call(self.ledgers[served], key, limit, pacer=pacer)
             if chat.stream:
                 include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
                 response = await self._stream(router, tries, body, info, call, include_usage)
@@ -275,9 +319,25 @@ class Gateway:
             if not streaming:
                 self.keys.settle(key, estimate)
 
-    async def _decide(self, router: Router, text: str, scope: tuple | None) -> tuple:
+    def _pacer(self, key: Key | None, plain: bool) -> Pacer | None:
+        """The pacer of a request of ``key`` (``plain``: model ``router`` without a rho);
+        a :class:`GatewayError` 422 for a key with a budget naming a rho."""
+        if key is not None and key.name in self.pacers:
+            if not plain:
+                raise GatewayError(
+                    422,
+                    f"rho: key {key.name!r} has a budget ({key.budget:g} per request): its "
+                    "requests' rho is set from its spend; send model 'router' without a rho",
+                )
+            return self.pacers[key.name]
+        return self.pacers.get(None) if plain else None
+
+    async def _decide(
+        self, router: Router, text: str, scope: tuple | None, rho: float | None = None
+    ) -> tuple:
         """``(request_id, model, reason, ranked)``: the session's request, or a new routed
-        one, and every model's probability for it.
+        one (with the request's ``rho``; ``None``: the router's), and every model's
+        probability for it.
 
         The decision runs on the event loop while the router's decisions have been quick
         (their mean CPU time, :attr:`route_cpu`, at most ``inline_route_ms``), else in a
@@ -291,7 +351,7 @@ class Gateway:
             if session is not None and router.routed_model(session.request_id) == session.model:
                 rid, model, reason = session.request_id, session.model, "session"
             else:
-                (decision,) = router.route(texts=[text])
+                (decision,) = router.route(texts=[text], rho=rho)
                 rid, model, reason = decision["request_id"], decision["model"], "routed"
             return rid, model, reason, router.ranked(rid), time.thread_time() - start
 
@@ -424,8 +484,14 @@ class Gateway:
         logged, the charge still counted (the caller may be a cancelled relay)."""
         cost = charge(candidate.backend, call.limit, usage, relayed, answered)
         tokens = None if usage is None else (usage.input_tokens, usage.output_tokens)
+        paced = None
+        if call.pacer is not None and cost is not None:
+            paced = call.pacer.stepped(torch.tensor([cost], dtype=torch.float64))
+        rows = () if paced is None else [call.pacer.row(paced)]
         try:
-            call.ledger.end(rid, pos, outcome, tokens, cost, withdraw=not learnable)
+            call.ledger.end(rid, pos, outcome, tokens, cost, withdraw=not learnable, pacers=rows)
+            if paced is not None:
+                call.pacer.take(paced)
         except StoreError as exc:
             log.error("%s", exc)
         if not learnable:
@@ -540,15 +606,24 @@ class Gateway:
         }
 
     def usage(self, request: Request) -> dict[str, Any]:
-        """``GET /v1/usage``: the caller's spend (every key's for an admin key)."""
-        return {"keys": self.keys.usage(self.identify(request))}
+        """``GET /v1/usage``: the caller's spend (every key's for an admin key), with its
+        pacer's state (``pacer``) for a key with a budget."""
+        rows = self.keys.usage(self.identify(request))
+        for row in rows:
+            if row["key"] in self.pacers:
+                row["pacer"] = self.pacers[row["key"]].status()
+        return {"keys": rows}
 
     def health(self) -> dict[str, Any]:
-        """``GET /health``: each router's :meth:`~torchroute.serve.router.Router.status`."""
-        return {
+        """``GET /health``: each router's :meth:`~torchroute.serve.router.Router.status`,
+        and the state of the ``--budget`` pacer (``pacer``, only with one)."""
+        out = {
             "status": "ok",
             "routers": {f"{rho:g}": r.status() for rho, r in self.routers.items()},
         }
+        if None in self.pacers:
+            out["pacer"] = self.pacers[None].status()
+        return out
 
 
 @dataclass
@@ -560,6 +635,7 @@ class _Call:
     key: Key | None
     limit: Ceiling
     release: Callable[[], None] | None = None
+    pacer: Pacer | None = None
 
 
 def _with_info(data: bytes, payload: dict[str, Any], info: dict[str, Any]) -> bytes:

@@ -5,10 +5,13 @@ A keys file (YAML) names each key and holds its sha256, never the key itself:
 ```yaml
 keys:
   alice: {sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, cap: 5.0}
+  bob: {sha256: ..., budget: 0.002}
   ops: {sha256: ..., admin: true}
 ```
 
-``cap`` (optional) is the most the key may spend, in the backends' cost units; ``admin``
+``cap`` (optional) is the most the key may spend, in the backends' cost units; ``budget``
+(optional, ``> 0``) is the key's spend target, a mean cost per request: a pacer sets the rho
+of the key's requests from its spend so far (:mod:`torchroute.serve.pacer`); ``admin``
 keys see every key's spend in ``GET /v1/usage``. One ``--token`` is a single key named
 ``token`` without a cap. A request is refused (429) before any backend call when the key's
 spend, plus what the key's calls still running hold, plus what the request must hold (the
@@ -35,17 +38,19 @@ from torchroute.errors import KeysError as KeysError
 _HEX = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: the fields of a key entry
-_FIELDS = ("sha256", "cap", "admin")
+_FIELDS = ("sha256", "cap", "budget", "admin")
 
 
 @dataclass(frozen=True)
 class Key:
-    """A gateway key: its name, the sha256 of the secret, its cap (``None``: no cap)."""
+    """A gateway key: its name, the sha256 of the secret, its cap (``None``: no cap), whether
+    it is an admin, its spend target per request (``None``: none)."""
 
     name: str
     digest: bytes
     cap: float | None = None
     admin: bool = False
+    budget: float | None = None
 
 
 def digest(secret: str) -> bytes:
@@ -98,10 +103,25 @@ def load_keys(path: str | Path) -> list[Key]:
             or cap < 0
         ):
             raise KeysError(f"{where}.cap: expected a number >= 0, got {cap!r}")
+        budget = entry.get("budget")
+        if budget is not None and (
+            isinstance(budget, bool)
+            or not isinstance(budget, (int, float))
+            or not (0 < budget < math.inf)
+        ):
+            raise KeysError(f"{where}.budget: expected a mean cost per request > 0, got {budget!r}")
         admin = entry.get("admin", False)
         if not isinstance(admin, bool):
             raise KeysError(f"{where}.admin: expected true or false")
-        keys.append(Key(name, bytes.fromhex(hexdigest), None if cap is None else float(cap), admin))
+        keys.append(
+            Key(
+                name,
+                bytes.fromhex(hexdigest),
+                None if cap is None else float(cap),
+                admin,
+                None if budget is None else float(budget),
+            )
+        )
     if not keys:
         raise KeysError(f"{path}: no keys")
     return keys

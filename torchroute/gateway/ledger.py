@@ -25,6 +25,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torchroute.serve.pacer import write_pacer
 from torchroute.serve.router import Router
 
 RUNNING, INTERRUPTED = "running", "interrupted"
@@ -129,10 +130,13 @@ class Ledger:
         tokens: tuple[int, int] | None,
         cost: float | None,
         withdraw: bool = False,
+        pacers: Sequence[tuple] = (),
     ) -> None:
         """Set how try ``pos`` of ``request_id`` ended: ``outcome``, the usage ``tokens``
         ``(input, output)`` (``None``: none given), the ``cost`` charged; ``withdraw``
-        takes the request out of the pending ones in the same transaction."""
+        takes the request out of the pending ones and ``pacers`` (rows of
+        :meth:`~torchroute.serve.pacer.Pacer.row`: the states after the charge) are written,
+        in the same transaction."""
         tokens_in, tokens_out = tokens or (None, None)
 
         def update(db: sqlite3.Connection) -> None:
@@ -141,6 +145,8 @@ class Ledger:
                 "WHERE request_id = ? AND pos = ?",
                 (outcome, tokens_in, tokens_out, cost, request_id, pos),
             )
+            for row in pacers:
+                write_pacer(db, row)
 
         self.router.store(update, [request_id] if withdraw else ())
 

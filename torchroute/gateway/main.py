@@ -61,7 +61,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--keys", default=None, help="YAML file of hashed gateway keys and caps")
     p.add_argument("--cap", type=float, default=None, help="spend cap of --token")
-    add_router_flags(p)
+    add_router_flags(
+        p,
+        budget_help="a spend target of model 'router' without a rho: the mean cost per "
+        "request (the backends' unit); a pacer sets each such request's rho from the spend "
+        "so far (the learner must take each request's rho: objective: quality_cost)",
+    )
     p.add_argument("--max-fallbacks", type=int, default=2, help="models tried after the routed")
     p.add_argument(
         "--session-ttl", type=float, default=600.0, help="seconds a conversation keeps its model"
@@ -131,6 +136,24 @@ def _checks(args: Any) -> None:
         raise GatewayArgsError(f"--inline-route-ms must be >= 0, got {args.inline_route_ms}")
 
 
+def _pacing(args: Any, keys: list) -> tuple[str | None, float]:
+    """``(paced, eta)``: what asks a pacer to set some requests' rho (``--budget``, else the
+    first key with a ``budget``; ``None``: nothing) and the pacers' step (``--budget-eta``),
+    checked."""
+    from torchroute.serve.pacer import DEFAULT_ETA, check_budget
+
+    eta = DEFAULT_ETA if args.budget_eta is None else args.budget_eta
+    budgeted = [f"the budget of key {k.name!r}" for k in keys if k.budget is not None]
+    paced = "--budget" if args.budget is not None else next(iter(budgeted), None)
+    if args.budget_eta is not None and paced is None:
+        raise GatewayArgsError("--budget-eta goes with --budget or a key's budget (--keys)")
+    try:
+        check_budget(1.0 if args.budget is None else args.budget, eta)
+    except ValueError as exc:
+        raise GatewayArgsError(str(exc)) from None
+    return paced, float(eta)
+
+
 def state_dir(args: Any) -> Path:
     """The folder of the routers' states (``--state-dir``, default ``run_dir/gateway``)."""
     return Path(args.state_dir) if args.state_dir else Path(args.run_dir) / "gateway"
@@ -186,6 +209,7 @@ def run(args: argparse.Namespace) -> None:
     limits = server_limits(args, max_batch=MAX_BATCH)
     backends = load_backends(_file("--backends", args.backends))
     keys, secret = _keys(args)
+    paced, eta = _pacing(args, keys)
     hosts = host_policy(
         args.host,
         args.allowed_hosts,
@@ -206,7 +230,7 @@ def run(args: argparse.Namespace) -> None:
         for plan in plans:
             check_checkpoint(plan)
         _check_backends(args, folder.problem.arm_names, backends)
-        trials = open_trials(plans, options)
+        trials = open_trials(plans, options, paced=paced)
     except BaseException:
         sock.close()
         raise
@@ -221,7 +245,7 @@ def run(args: argparse.Namespace) -> None:
         trials.close()
         sock.close()
         raise
-    _serve(args, trials, backends, keys, key_file, hosts, limits, sock)
+    _serve(args, trials, backends, keys, key_file, hosts, limits, sock, eta)
 
 
 def _generated_key(token: str) -> list:
@@ -231,7 +255,7 @@ def _generated_key(token: str) -> list:
     return [Key("token", digest(token))]
 
 
-def _serve(args, trials, backends, keys, key_file, hosts, limits, sock) -> None:
+def _serve(args, trials, backends, keys, key_file, hosts, limits, sock, eta) -> None:
     import uvicorn
 
     from torchroute.gateway.app import Gateway, create_gateway_app
@@ -249,6 +273,8 @@ def _serve(args, trials, backends, keys, key_file, hosts, limits, sock) -> None:
             limits=limits,
             max_response_bytes=args.max_response_bytes,
             inline_route_ms=args.inline_route_ms,
+            budget=args.budget,
+            budget_eta=eta,
         )
     except BaseException:
         trials.close()

@@ -2,10 +2,13 @@
 text the router sees.
 
 A request names the router, not a model: ``"router"`` routes with the default rho,
-``"router-<rho>"`` with that rho (RouteLLM's convention), which must be one the gateway
-serves. The router sees the text of the conversation: the last user message (``last``,
-the default) or every message as ``role: text`` lines (``conversation``). Fields the
-gateway does not read (``temperature``, ``tools``, ...) go to the backend unchanged.
+``"router-<rho>"`` with that rho (RouteLLM's convention). A router opened for that rho
+serves it; otherwise the default router serves it when its learner takes each request's
+rho (:mod:`~torchroute.serve.request_rho`). The field ``"rho"`` asks for a trade-off with
+``"router"`` (not sent to the backend). The router sees the text of the conversation: the
+last user message (``last``, the default) or every message as ``role: text`` lines
+(``conversation``). Fields the gateway does not read (``temperature``, ``tools``, ...) go
+to the backend unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from torchroute.serve.request_rho import MAX_RHO
 
 ROUTER = "router"
 PROMPT_MODES = ("last", "conversation")
@@ -55,6 +60,11 @@ class ChatRequest(_Open):
     user: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    rho: float | None = Field(default=None, ge=0, le=MAX_RHO, allow_inf_nan=False)
+
+
+#: the fields the gateway reads and does not send to the backend
+GATEWAY_FIELDS = ("model", "stream", "stream_options", "rho")
 
 
 class FeedbackBody(BaseModel):
@@ -66,21 +76,43 @@ class FeedbackBody(BaseModel):
     score: float = Field(ge=0, le=1, allow_inf_nan=False)
 
 
-def router_rho(model: str, default: float, served: Sequence[float]) -> float:
-    """The rho a request's ``model`` asks for: ``router`` -> ``default``, ``router-<rho>``
-    -> ``rho`` (one of ``served``); a one-line ``ValueError`` otherwise."""
+def route_target(
+    model: str, rho: float | None, default: float, served: Sequence[float], *, takes_any: bool
+) -> tuple[float, float | None]:
+    """``(router, request rho)``: the rho of the router that serves a request, and the rho
+    the request carries to it (``None``: the router's own).
+
+    ``model`` ``router`` asks for the field ``rho`` (else ``default``), ``router-<rho>``
+    for that rho (the field, if given, must agree). A rho in ``served`` goes to its router;
+    any other to the ``default`` router when ``takes_any`` (its learner takes each
+    request's rho). A one-line ``ValueError`` otherwise.
+    """
     names = ", ".join(model_ids(served))
     if model == ROUTER:
-        return default
-    if model.startswith(ROUTER + "-"):
+        wanted = rho
+    elif model.startswith(ROUTER + "-"):
         try:
-            rho = float(model[len(ROUTER) + 1 :])
+            wanted = float(model[len(ROUTER) + 1 :])
         except ValueError:
-            rho = math.nan
-        if rho in served:
-            return rho
-        raise ValueError(f"model {model[:80]!r}: this gateway serves {names} (--rho)")
-    raise ValueError(f"model {model[:80]!r}: name the router, one of {names}")
+            wanted = math.nan
+        if not (math.isfinite(wanted) and 0 <= wanted <= MAX_RHO):
+            raise ValueError(f"model {model[:80]!r}: this gateway serves {names} (--rho)")
+        if rho is not None and rho != wanted:
+            raise ValueError(f"rho: {rho:g}, but the model {model[:80]!r} fixes rho={wanted:g}")
+    else:
+        raise ValueError(f"model {model[:80]!r}: name the router, one of {names}")
+    if wanted is None:
+        return default, None
+    if wanted in served:
+        return wanted, None
+    if takes_any:
+        return default, wanted
+    if model == ROUTER:
+        raise ValueError(
+            f"rho: {wanted:g} is not served: this gateway serves {names} (--rho, --also-rho), "
+            "and its learner learns the utility at one rho (objective: quality_cost takes any)"
+        )
+    raise ValueError(f"model {model[:80]!r}: this gateway serves {names} (--rho)")
 
 
 def model_ids(served: Sequence[float]) -> list[str]:

@@ -10,8 +10,9 @@ JSON, a Host not allowed), 401 (no or a wrong token), 403 (a ``POST`` from a pag
 ``Origin`` is not an allowed host), 404 (feedback of which no id is pending), 409 (adding
 a model already served), 413 (a body or a batch over the limits), 415 (a ``POST`` body not
 declared ``application/json``), 422 (a field missing, of the wrong type or out of range,
-an unknown model, a prompt too long or not valid Unicode, embeddings of the wrong size) or
-503 (the decision log cannot be written; nothing changed).
+a ``rho`` the router's learner cannot take, an unknown model, a prompt too long or not
+valid Unicode, embeddings of the wrong size) or 503 (the decision log cannot be written;
+nothing changed).
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ class _Body(BaseModel):
 
 
 class RouteRequest(_Body):
-    """``texts`` (``B`` strings) or ``embeddings`` (``[B, e]``); ``rho`` must be the router's;
-    ``groups`` (``B`` group names) only for a subset router."""
+    """``texts`` (``B`` strings) or ``embeddings`` (``[B, e]``); ``rho``: the trade-off of
+    every query (a number) or of each (``B`` numbers), finite in ``[0, 1e8]``, other than the
+    router's only for a learner that takes each request's rho
+    (:mod:`~torchroute.serve.request_rho`); ``groups`` (``B`` group names) only for a
+    subset router."""
 
     texts: list[str] | None = None
     embeddings: list[list[float]] | None = None
-    rho: float | None = None
+    rho: float | list[float] | None = None
     groups: list[str] | None = None
 
 

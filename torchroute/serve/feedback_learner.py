@@ -19,6 +19,7 @@ from torchroute.learners.base import Learner
 from torchroute.serve.arms import add_arm
 from torchroute.serve.fingerprint import mix_seed
 from torchroute.serve.log import ANSWERED
+from torchroute.serve.pacer import Pacer
 from torchroute.serve.pending import feedback_batch
 from torchroute.serve.pending_requests import PendingRequests
 from torchroute.serve.router_store import RouterStore, StoreError
@@ -68,6 +69,8 @@ class FeedbackLearner:
         self.checkpoint_every = checkpoint_every
         self.feedback_count = 0
         self.feedback_at_checkpoint = 0
+        #: the spend pacer stepped with the costs learnt (``None``: no ``--budget``)
+        self.pacer: Pacer | None = None
 
     def join(
         self, ids: Sequence[str], models: Sequence[str] | None
@@ -102,9 +105,11 @@ class FeedbackLearner:
 
     def learn(self, ids: list[str], score: Tensor, cost: Tensor) -> None:
         """Update the learner with pending ``ids`` (scores ``[n]``, costs ``[n]``), log the
-        update, then forget the requests (or undo it all)."""
+        update (with the pacer's state after the costs), then forget the requests (or undo
+        it all)."""
         items = [self.pending.requests[rid] for rid in ids]
         snapshot = copy.deepcopy(self.learner.state_dict())
+        paced = None if self.pacer is None else self.pacer.stepped(cost)
         try:
             utility = self.update(items, score, cost)
             self.store.write(
@@ -115,10 +120,13 @@ class FeedbackLearner:
                 cost.tolist(),
                 utility.tolist(),
                 time.time(),
+                () if paced is None else [self.pacer.row(paced)],
             )
         except BaseException:
             self.learner.load_state_dict(snapshot)
             raise
+        if paced is not None:
+            self.pacer.take(paced)
         self.store.events += 1
         self.pending.remove(ids)
         self.feedback_count += len(ids)

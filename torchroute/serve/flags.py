@@ -54,10 +54,11 @@ def add_access_flags(p: argparse.ArgumentParser, *, port: int, token_help: str) 
     )
 
 
-def add_router_flags(p: argparse.ArgumentParser) -> None:
+def add_router_flags(p: argparse.ArgumentParser, *, budget_help: str) -> None:
     """A live router's bounds: ``--max-body-bytes``, ``--max-prompt-chars``,
     ``--max-pending``, ``--pending-ttl``, ``--checkpoint-every``, ``--propensity-draws``,
-    ``--explore``."""
+    ``--explore``, and its spend target ``--budget`` with the pacer's step
+    ``--budget-eta``."""
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit")
     p.add_argument("--max-prompt-chars", type=int, default=20_000, help="characters per prompt")
     p.add_argument("--max-pending", type=int, default=100_000, help="requests awaiting feedback")
@@ -79,6 +80,15 @@ def add_router_flags(p: argparse.ArgumentParser) -> None:
         "EPS (the logged propensity is the mixture's), so the log can evaluate other "
         "routers (default 0)",
     )
+    p.add_argument("--budget", type=float, default=None, metavar="COST", help=budget_help)
+    p.add_argument(
+        "--budget-eta",
+        type=float,
+        default=None,
+        metavar="ETA",
+        help="the pacer's unit-free step (default 0.03): larger holds the budget tighter, "
+        "smaller moves rho less from request to request",
+    )
 
 
 def router_options(args: Any) -> RouterOptions:
@@ -93,6 +103,24 @@ def router_options(args: Any) -> RouterOptions:
         propensity_draws=args.propensity_draws,
         explore=args.explore,
     )
+
+
+def pacing_options(args: Any) -> tuple[float, float] | None:
+    """``(budget, eta)`` of ``--budget`` and ``--budget-eta`` (checked), or ``None``
+    without a budget."""
+    from torchroute.serve.pacer import DEFAULT_ETA, check_budget
+    from torchroute.serve.trial import ServeArgsError
+
+    eta = DEFAULT_ETA if args.budget_eta is None else args.budget_eta
+    if args.budget is None:
+        if args.budget_eta is not None:
+            raise ServeArgsError("--budget-eta goes with --budget")
+        return None
+    try:
+        check_budget(args.budget, eta)
+    except ValueError as exc:
+        raise ServeArgsError(str(exc)) from None
+    return float(args.budget), float(eta)
 
 
 def server_limits(args: Any, *, max_batch: int) -> Limits:

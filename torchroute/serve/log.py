@@ -14,7 +14,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
 - ``routes``: one row per routed request: ``request_id``, ``timestamp``, ``arm`` (index),
   ``model``, ``propensity``, ``num_arms`` (models served at decision time),
   ``probabilities`` / ``x`` / ``embedding`` (float64 bytes), ``text_sha256``, ``status``
-  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``, 4 withdrawn).
+  (0 pending, 1 answered, 2 expired, 3 dropped over ``max_pending``, 4 withdrawn),
+  ``rho`` (the request's own trade-off; ``NULL``: the router's, as in logs written before
+  the column existed, which gain it when a router opens them).
 - ``events``: ``seq``, ``kind`` (``feedback``: one learner update; ``model``: a model
   added, with ``name`` and ``price``), ``timestamp``.
 - ``feedback``: ``request_id``, ``event``, ``pos`` (place in the update's batch),
@@ -23,6 +25,9 @@ Tables (``WAL`` journal, standard library ``sqlite3``):
   subset router's decision. Its route row has ``arm = -1``, ``model`` the JSON list of the
   models called (distinct draws, in draw order) and ``propensity`` the probability of that
   set; ``probabilities`` is the learner's per-draw distribution.
+- ``pacers``: ``name``, ``budget``, ``eta``, ``rho``, ``spent``, ``requests``, ``rounds``:
+  the state of each spend pacer (:mod:`~torchroute.serve.pacer`), written with the costs
+  it has seen.
 
 Status 4 (``withdrawn``): a request taken out without learning (set by the layer above,
 the gateway, when the routed model gave no answer to learn from). That layer keeps its own
@@ -62,7 +67,7 @@ CREATE TABLE IF NOT EXISTS routes (
     request_id TEXT PRIMARY KEY, timestamp REAL NOT NULL, arm INTEGER NOT NULL,
     model TEXT NOT NULL, propensity REAL NOT NULL, num_arms INTEGER NOT NULL,
     probabilities BLOB NOT NULL, x BLOB NOT NULL, embedding BLOB NOT NULL,
-    text_sha256 TEXT, status INTEGER NOT NULL);
+    text_sha256 TEXT, status INTEGER NOT NULL, rho REAL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, timestamp REAL NOT NULL,
     name TEXT, price REAL);
@@ -72,9 +77,15 @@ CREATE TABLE IF NOT EXISTS feedback (
     utility REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS subsets (
     request_id TEXT PRIMARY KEY REFERENCES routes(request_id), draws TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pacers (
+    name TEXT PRIMARY KEY, budget REAL NOT NULL, eta REAL NOT NULL, rho REAL NOT NULL,
+    spent REAL NOT NULL, requests INTEGER NOT NULL, rounds INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS feedback_event ON feedback(event, pos);
 CREATE INDEX IF NOT EXISTS routes_pending ON routes(status) WHERE status = 0;
 """
+
+#: writes a pacer's row (:meth:`torchroute.serve.pacer.Pacer.row`)
+PACER_ROW = "INSERT OR REPLACE INTO pacers VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def log_path(state_path: str | Path) -> Path:
@@ -98,6 +109,7 @@ class RouteRow:
     """One routed request: features ``x [d]``, embedding ``[e]``, probabilities ``[K]``.
 
     ``draws``: the ``M`` arm indices of a subset decision (``arm`` is then ``-1``).
+    ``rho``: the request's own trade-off (``None``: the router's).
     """
 
     request_id: str
@@ -110,6 +122,7 @@ class RouteRow:
     embedding: np.ndarray
     text_sha256: str | None = None
     draws: list[int] | None = None
+    rho: float | None = None
 
 
 @dataclass
@@ -155,9 +168,15 @@ class RouterLog:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(routes)")}
+            if "rho" not in columns and fingerprint is not None:  # a log of before the column
+                self.db.execute("ALTER TABLE routes ADD COLUMN rho REAL")
+                columns.add("rho")
             stored = dict(self.db.execute("SELECT key, value FROM meta"))
         except (sqlite3.Error, OSError) as exc:
             raise LogError(f"decision log {where} cannot be opened: {exc}") from exc
+        #: the routes' rho column (``NULL`` when read from a log of before the column)
+        self.rho_column = "r.rho" if "rho" in columns else "NULL"
         if fingerprint is None:  # reading an existing log
             if not stored:
                 raise LogError(f"{where} is not a decision log (no configuration)")
@@ -207,7 +226,9 @@ class RouterLog:
         """Log ``rows`` as pending and mark ``expired`` / ``dropped`` ids, in one transaction."""
         with self._transaction():
             self.db.executemany(
-                "INSERT INTO routes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+                "INSERT INTO routes (request_id, timestamp, arm, model, propensity, num_arms, "
+                "probabilities, x, embedding, text_sha256, status, rho) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
                 [
                     (
                         r.request_id,
@@ -220,6 +241,7 @@ class RouterLog:
                         _blob(r.x),
                         _blob(r.embedding),
                         r.text_sha256,
+                        r.rho,
                     )
                     for r in rows
                 ],
@@ -253,8 +275,10 @@ class RouterLog:
         cost: Sequence[float],
         utility: Sequence[float],
         timestamp: float,
+        pacers: Sequence[tuple] = (),
     ) -> int:
-        """Log learner update ``seq`` on ``n`` answered ids, in one transaction.
+        """Log learner update ``seq`` on ``n`` answered ids, and the ``pacers`` rows (the
+        states after their costs), in one transaction.
 
         Raises ``sqlite3.IntegrityError`` (nothing written) when an id was answered before.
         """
@@ -271,6 +295,7 @@ class RouterLog:
                 ],
             )
             self._mark(ids, ANSWERED)
+            self.db.executemany(PACER_ROW, pacers)
 
     def write(
         self, statements: Callable[[sqlite3.Connection], Any], withdraw: Sequence[str] = ()
@@ -310,7 +335,7 @@ class RouterLog:
     def pending(self) -> Iterator[RouteRow]:
         """The requests still waiting for feedback, oldest first."""
         cursor = self.db.execute(
-            f"SELECT {_ROUTE_COLUMNS} FROM routes r WHERE r.status = 0 ORDER BY r.rowid"
+            f"SELECT {self._columns} FROM routes r WHERE r.status = 0 ORDER BY r.rowid"
         )
         return (_route_row(row) for row in cursor)
 
@@ -323,7 +348,7 @@ class RouterLog:
                 yield Event(seq, kind, name=name, price=price)
                 continue
             joined = self.db.execute(
-                f"SELECT {_ROUTE_COLUMNS}, f.score, f.cost FROM feedback f JOIN routes r "
+                f"SELECT {self._columns}, f.score, f.cost FROM feedback f JOIN routes r "
                 "ON r.request_id = f.request_id WHERE f.event = ? ORDER BY f.pos",
                 (seq,),
             ).fetchall()
@@ -359,7 +384,8 @@ class RouterLog:
 
         ``request_id``, ``timestamp``, ``arm`` (model name), ``propensity``, ``arms`` (the
         models served at decision time), ``probabilities``, ``embedding``, ``features``,
-        ``score`` / ``cost`` (``None`` without feedback), ``learner``, ``rho``.
+        ``score`` / ``cost`` (``None`` without feedback), ``learner``, ``rho`` (the
+        request's own, else the router's).
         """
         arms = list(self.meta["arm_names"])
         models = self.db.execute(
@@ -385,11 +411,11 @@ class RouterLog:
         }
         cursor = self.db.execute(
             "SELECT r.request_id, r.timestamp, r.embedding, r.x, r.model, r.propensity, "
-            "r.num_arms, r.probabilities, f.score, f.cost FROM routes r LEFT JOIN feedback f "
-            "ON f.request_id = r.request_id ORDER BY r.rowid"
+            f"r.num_arms, r.probabilities, f.score, f.cost, {self.rho_column} FROM routes r "
+            "LEFT JOIN feedback f ON f.request_id = r.request_id ORDER BY r.rowid"
         )
         learner, rho = str(self.meta["learner"]), float(self.meta["rho"])
-        for rid, ts, emb, x, model, prop, k, probs, score, cost in cursor:
+        for rid, ts, emb, x, model, prop, k, probs, score, cost, own in cursor:
             columns["request_id"].append(rid)
             columns["timestamp"].append(ts)
             columns["embedding"].append(_array(emb).tolist())
@@ -401,8 +427,13 @@ class RouterLog:
             columns["score"].append(score)
             columns["cost"].append(cost)
             columns["learner"].append(learner)
-            columns["rho"].append(rho)
+            columns["rho"].append(rho if own is None else own)
         return columns
+
+    @property
+    def _columns(self) -> str:
+        """The route columns :func:`_route_row` reads."""
+        return f"{_ROUTE_COLUMNS}, {self.rho_column}"
 
 
 _ROUTE_COLUMNS = (
@@ -413,7 +444,7 @@ _ROUTE_COLUMNS = (
 
 
 def _route_row(row: tuple) -> RouteRow:
-    rid, ts, arm, model, prop, probs, x, emb, sha, draws = row
+    rid, ts, arm, model, prop, probs, x, emb, sha, draws, rho = row
     return RouteRow(
         rid,
         ts,
@@ -425,6 +456,7 @@ def _route_row(row: tuple) -> RouteRow:
         _array(emb),
         sha,
         None if draws is None else [int(i) for i in json.loads(draws)],
+        rho,
     )
 
 

@@ -23,15 +23,18 @@ def feedback_batch(
     """The learner's batch for ``n`` answered requests: bandit feedback on the routed arms.
 
     Args:
-        items: ``n`` pending requests (``x [d]``, ``embedding [e]``, ``arm``, ``probs [K']``).
+        items: ``n`` pending requests (``x [d]``, ``embedding [e]``, ``arm``, ``probs [K']``,
+            optionally ``rho``: the request's own trade-off, ``None`` for the router's).
         score: ``[n]`` qualities.
         cost: ``[n]`` costs.
-        rho: the cost sensitivity of the utility ``clip(score - rho cost, 0, 1)``.
+        rho: the router's cost sensitivity of the utility ``clip(score - rho cost, 0, 1)``
+            (a request's own ``rho`` replaces it for that request).
         num_arms: ``K`` now (probabilities of older decisions are zero-padded).
         dtype: the dtype of the batch's tensors.
 
     Returns:
-        ``Context(x [1, n, d], embedding [1, n, e])``, ``Decision(probs [1, n, K],
+        ``Context(x [1, n, d], embedding [1, n, e], rho [1, n])`` (``rho`` only when a
+        request has its own), ``Decision(probs [1, n, K],
         action [1, n])`` and ``Feedback`` ``[1, n, K]`` observed on the routed arm only.
     """
     x = torch.stack([it["x"] for it in items])[None]  # [1, n, d]
@@ -39,7 +42,14 @@ def feedback_batch(
     arm = torch.tensor([it["arm"] for it in items])[None]  # [1, n]
     probs = torch.stack([pad_arms(it["probs"], num_arms) for it in items])[None]  # [1, n, K]
     observed = torch.nn.functional.one_hot(arm, num_arms).bool()  # [1, n, K]
-    u = utility(score, cost, rho).to(dtype)[None, :, None]  # [1, n, 1]
+    own = [it.get("rho") for it in items]
+    if any(r is not None for r in own):  # each request's rho: the utility it was routed for
+        rhos = torch.tensor([rho if r is None else r for r in own], dtype=score.dtype)  # [n]
+        u = utility(score, cost, rhos).to(dtype)[None, :, None]  # [1, n, 1]
+        context = Context(x=x, embedding=emb, rho=rhos.to(dtype)[None])
+    else:
+        u = utility(score, cost, rho).to(dtype)[None, :, None]  # [1, n, 1]
+        context = Context(x=x, embedding=emb)
     feedback = Feedback(
         reward=torch.where(observed, u, 0.0),
         observed=observed,
@@ -47,4 +57,4 @@ def feedback_batch(
         cost=torch.where(observed, cost.to(dtype)[None, :, None], 0.0),
         only_played=True,
     )
-    return Context(x=x, embedding=emb), Decision(probs=probs, action=arm), feedback
+    return context, Decision(probs=probs, action=arm), feedback

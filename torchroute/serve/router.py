@@ -32,8 +32,10 @@ from torchroute.serve.exploration import explore as explore_floor
 from torchroute.serve.feedback_learner import FeedbackLearner
 from torchroute.serve.fingerprint import learner_settings, mix_seed, state_fingerprint
 from torchroute.serve.log import STATUS_NAMES, RouteRow
+from torchroute.serve.pacer import DEFAULT_ETA, Pacer
 from torchroute.serve.pending_requests import PendingRequests
 from torchroute.serve.propensity import routing_probs
+from torchroute.serve.request_rho import check_learner_takes, check_pacable, request_rhos
 from torchroute.serve.router_store import RouterStore, StoreError
 from torchroute.serve.security import check_model_name
 from torchroute.types import Context, Problem
@@ -241,27 +243,40 @@ class Router:
         self,
         texts: Sequence[str] | None = None,
         embeddings: Tensor | Sequence[Sequence[float]] | None = None,
-        rho: float | None = None,
+        rho: float | Sequence[float] | None = None,
     ) -> list[dict[str, Any]]:
         """Choose a model for each of ``B`` queries (texts, or embeddings ``[B, e]``).
+
+        ``rho``: the trade-off of every query (a number) or of each (``B`` numbers), each
+        finite in ``[0, MAX_RHO]`` (:mod:`~torchroute.serve.request_rho`); a learner that
+        does not take a request's rho serves only its own. ``None``: the router's rho.
 
         Returns:
             ``B`` dicts ``{request_id, model, propensity}`` (the probability the routing
             rule gave the chosen model).
 
         Raises:
+            InputError: a rho out of range, or one the learner cannot take; nothing logged.
             StoreError: the log cannot be written; no request was added.
         """
-        if rho is not None and float(rho) != self.rho:
+        batch = len(texts) if texts is not None else 0 if embeddings is None else len(embeddings)
+        rhos = request_rhos(rho, batch)
+        check_learner_takes(self.learner, rhos, self.rho)
+        pacer = self.learning.pacer
+        if pacer is not None and rhos is not None:
             raise InputError(
-                f"rho={rho} but this router serves the trial with rho={self.rho}; start a "
-                "router for that rho"
+                f"rho: this router sets each request's rho from its budget ({pacer.budget:g} "
+                "per request, --budget); send no rho"
             )
         emb = self._embed(texts, embeddings)  # [B, e]
         x = emb if self.features is None else self.features(emb)  # [B, d]
-        context = Context(x=x[None].to(self.problem.dtype), embedding=emb[None])
+        dtype = self.problem.dtype
         hashes = None if texts is None else [_sha256(t) for t in texts]
         with self._lock:
+            if pacer is not None:  # the pacer's rho now, under the lock that steps it
+                rhos = [pacer.rho] * batch
+            own = None if rhos is None else torch.tensor(rhos, dtype=dtype)[None]  # [1, B]
+            context = Context(x=x[None].to(dtype), embedding=emb[None], rho=own)
             now = time.time()
             self.generator.manual_seed(mix_seed(self.seed, "route", self.requests.routes))
             decision = self.learner.act(context, self.generator)
@@ -285,6 +300,7 @@ class Router:
                     x64[b],
                     e64[b],
                     None if hashes is None else hashes[b],
+                    rho=None if rhos is None else rhos[b],
                 )
                 for b, a in enumerate(action)
             ]
@@ -334,10 +350,24 @@ class Router:
             check_model_name(name, self.arm_names)
             self.learning.add_model(name, float(price))
 
+    def pace(self, budget: float, eta: float = DEFAULT_ETA) -> None:
+        """Set each request's rho from the spend so far to hold a mean cost of ``budget``
+        per request (:mod:`~torchroute.serve.pacer`: step ``eta``, starting at the router's
+        rho, or where the log's pacer stopped); requests then carry no rho of their own.
+
+        Raises:
+            InputError: the learner does not take each request's rho, or a bad value.
+        """
+        check_pacable(self.learner, self.rho)
+        with self._lock:
+            self.learning.pacer = Pacer.open(self.log.db, "router", budget, eta, self.rho)
+
     def status(self) -> dict[str, Any]:
-        """Models, rho, the learner, and the counts of pending, answered, dropped requests."""
+        """Models, rho, the learner, the counts of pending, answered, dropped requests and
+        the pacer's state (``pacer``, only with a budget)."""
         with self._lock:
             prices = self.problem.prices
+            pacer = self.learning.pacer
             return {
                 "learner": type(self.learner).__name__,
                 "rho": self.rho,
@@ -348,6 +378,7 @@ class Router:
                 "expired": self.requests.expired_count,
                 "dropped": self.requests.dropped_count,
                 "withdrawn": self.requests.withdrawn_count,
+                **({} if pacer is None else {"pacer": pacer.status()}),
             }
 
     def ranked(self, request_id: str) -> list[tuple[str, float]]:
@@ -446,7 +477,8 @@ class Router:
 
     def _item(self, row: RouteRow) -> dict[str, Any]:
         """The pending item of a routed row: ``x [d]``, ``embedding [e]``, ``arm``,
-        ``probs [K']`` (the problem's dtype) and ``t``."""
+        ``probs [K']`` (the problem's dtype), ``t`` and the request's ``rho`` (``None``:
+        the router's)."""
         dtype = self.problem.dtype
         return {
             "x": torch.from_numpy(row.x).to(dtype),
@@ -454,6 +486,7 @@ class Router:
             "arm": row.arm,
             "probs": torch.from_numpy(row.probabilities).to(dtype),
             "t": row.timestamp,
+            "rho": row.rho,
         }
 
     def _embed_dim(self, problem: Problem, features: Callable | None) -> int | None:

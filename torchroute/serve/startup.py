@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from torchroute.run.folder import RunFolder
-from torchroute.serve.flags import router_options, server_limits
+from torchroute.serve.flags import pacing_options, router_options, server_limits
 from torchroute.serve.limits import Limits
 from torchroute.serve.log import log_path
 from torchroute.serve.security import TOKEN_ENV, check_token, host_policy
@@ -53,7 +53,8 @@ __all__ = [
 @dataclass
 class ServePlan:
     """What the checks resolved: the trial (:class:`~torchroute.serve.trial.TrialPlan`), the
-    token and its file, the allowed hosts, the limits and router options, the bound socket."""
+    token and its file, the allowed hosts, the limits and router options, the bound socket,
+    the spend target and the pacer's step (``pacing``: ``--budget``, ``--budget-eta``)."""
 
     trial: TrialPlan
     token: str | None
@@ -63,6 +64,7 @@ class ServePlan:
     options: RouterOptions
     token_file: Path | None = None
     insecure: bool = False
+    pacing: tuple[float, float] | None = None
 
 
 #: a ``--trust`` value: a dotted module path, optionally ending in a dot
@@ -127,6 +129,7 @@ def plan_serve(args: Any) -> ServePlan:
         ServeArgsError: the first problem found, before anything is loaded or written.
     """
     options = router_options(args)
+    pacing = pacing_options(args)
     limits = server_limits(args, max_batch=args.max_batch)
     if args.max_pending < args.max_batch:
         raise ServeArgsError(
@@ -164,7 +167,7 @@ def plan_serve(args: Any) -> ServePlan:
     except BaseException:
         sock.close()
         raise
-    return ServePlan(trial, token, hosts, sock, limits, options, token_file, insecure)
+    return ServePlan(trial, token, hosts, sock, limits, options, token_file, insecure, pacing)
 
 
 def token_path(state_path: Path) -> Path:

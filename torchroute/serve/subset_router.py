@@ -23,6 +23,7 @@ from torch import Tensor
 from torchroute.errors import InputError, ScoreRangeError
 from torchroute.serve.fingerprint import mix_seed
 from torchroute.serve.log import RouteRow
+from torchroute.serve.request_rho import request_rhos
 from torchroute.serve.router import Router, _sha256
 from torchroute.serve.subset_learner import SubsetFeedbackLearner
 from torchroute.serve.subset_propensity import subset_propensity
@@ -68,7 +69,7 @@ class SubsetRouter(Router):
         self,
         texts: Sequence[str] | None = None,
         embeddings: Tensor | Sequence[Sequence[float]] | None = None,
-        rho: float | None = None,
+        rho: float | Sequence[float] | None = None,
         groups: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Choose a set of models for each of ``B`` queries (texts, or embeddings ``[B, e]``).
@@ -76,7 +77,8 @@ class SubsetRouter(Router):
         Args:
             texts: ``B`` query texts (embedded with the run's encoder), or ``None``.
             embeddings: ``[B, e]`` embeddings instead of texts.
-            rho: when given, it must be the served trial's ``rho``.
+            rho: when given (one number, or one per query), it must be the served trial's
+                ``rho``.
             groups: ``B`` group names among ``problem.context_names`` (needed by a
                 contextual learner).
 
@@ -89,8 +91,12 @@ class SubsetRouter(Router):
         Raises:
             StoreError: the log cannot be written; no request was added.
         """
-        if rho is not None and float(rho) != self.rho:
-            raise InputError(f"rho={rho} but this router serves the trial with rho={self.rho}")
+        batch = len(texts) if texts is not None else 0 if embeddings is None else len(embeddings)
+        other = next((r for r in request_rhos(rho, batch) or () if r != self.rho), None)
+        if other is not None:
+            raise InputError(
+                f"rho={other:g} but this router serves the trial with rho={self.rho:g}"
+            )
         emb = self._embed(texts, embeddings)  # [B, e]
         x = self._contexts(groups, emb.shape[0])  # [B, X]
         hashes = None if texts is None else [_sha256(t) for t in texts]

@@ -25,6 +25,7 @@ import torchroute.serve.from_run as from_run
 from torchroute.errors import ServeArgsError as ServeArgsError
 from torchroute.run.folder import RunFolder
 from torchroute.serve.log import LogError, RouterLog, log_path
+from torchroute.serve.request_rho import check_pacable
 from torchroute.serve.router import Router
 from torchroute.serve.state_lock import StateLock
 
@@ -209,14 +210,22 @@ class OpenTrials:
 
 
 def open_trials(
-    plans: Sequence[TrialPlan], options: RouterOptions, *, encoder: bool = True
+    plans: Sequence[TrialPlan],
+    options: RouterOptions,
+    *,
+    encoder: bool = True,
+    paced: str | None = None,
 ) -> OpenTrials:
     """The routers of ``plans``, opened in the order that deletes nothing before every
     check has passed: every router is loaded (but its state), every state locked, then the
     states of ``plan.discard`` are deleted and the states opened. The trials share the
-    first one's text encoder (``encoder=False``: embeddings only).
+    first one's text encoder (``encoder=False``: embeddings only). ``paced``: what asks a
+    spend pacer to set the rho of the first router's requests (``"--budget"``, for
+    messages), so its learner must take each request's rho (checked once it is loaded,
+    before any state is touched); ``None``: no pacer.
 
     Raises:
+        ServeArgsError: ``paced`` for a learner that cannot take each request's rho.
         StateInUse: another process serves one of the states.
         ConfigError, CheckpointError: a trial that does not load (nothing written).
     """
@@ -232,6 +241,11 @@ def open_trials(
         )
         if i > 0:
             part.encode = parts[0].encode
+        elif paced is not None:
+            try:
+                check_pacable(part.learner, plan.rho, paced)
+            except ValueError as exc:
+                raise ServeArgsError(str(exc)) from None
         parts.append(part)
     opened = OpenTrials([], [])
     try:
