@@ -4,7 +4,8 @@ A learner also says what it is and can do, in class attributes read by the runne
 router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
-:attr:`Learner.learns_online`, :attr:`Learner.role` and :attr:`Learner.family`;
+:attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family` and
+:attr:`Learner.chosen_on_validation`;
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
@@ -118,6 +119,11 @@ class Learner(nn.Module):
     #: online learner built on a router fitted on train): reports count it among the warm
     #: online learners, as one whose config sets ``warm_start``
     starts_warm: ClassVar[bool] = False
+    #: the config keys that exist for a changing world (a discount, a window, a new-model
+    #: bonus, a warm weight, ...): given as a list in a run's learner config, each trial
+    #: gets the value chosen on the validation split with the run's scenario replayed on
+    #: it (:mod:`torchroute.run.choose_on_validation`); none by default
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -15,7 +15,7 @@ a warm start, or the prior of a model a residual learner's base router never saw
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -51,6 +51,10 @@ class GramRidgeLearner(Learner):
             arrived, or any arm before its first observation), so that a new model gets
             tried soon after it appears; 0 (the default) adds nothing.
     """
+
+    #: given as lists, chosen on validation with the run's scenario replayed (the warm
+    #: weight too: a prior is never forgotten, so its weight matters after a change)
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("new_arm_bonus", "warm_weight")
 
     def __init__(
         self, num_trials: int, num_arms: int, dim: int, lam: float = 1.0, new_arm_bonus: float = 0.0

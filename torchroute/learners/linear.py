@@ -74,6 +74,7 @@ class _PerTrialRidge(RidgeLearner):
     """
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
+    chosen_on_validation: tuple[str, ...] = ("new_arm_bonus",)
     learns_only_observed = True  # weights = feedback.observed: a 0 leaves A^{-1}, b as they are
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, lam: PerTrial) -> None:
@@ -136,6 +137,7 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
     """
 
     per_trial_hparams = ("alpha", "lam")
+    chosen_on_validation = ("new_arm_bonus", "new_arm_prior")
 
     def __init__(
         self,
@@ -316,6 +318,7 @@ class LinTS(_PerTrialRidge):
     """
 
     per_trial_hparams = ("v", "lam")
+    chosen_on_validation = ("new_arm_bonus", "new_arm_prior")
 
     def __init__(
         self,

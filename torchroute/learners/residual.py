@@ -143,6 +143,7 @@ class _Residual(Learner):
 
     family: ClassVar[str] = "residual"
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("base", "gamma", "window")
     #: the correction learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 

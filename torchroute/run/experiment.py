@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,12 @@ from torchroute.run.build import (
     check_learner_options,
     instantiate_node,
     learner_for,
+)
+from torchroute.run.choose_on_validation import (
+    Choice,
+    all_candidates,
+    choose_all,
+    chosen_learner,
 )
 from torchroute.run.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.run.jobs import map_in_processes
@@ -66,6 +72,8 @@ class Job:
     pieces: list[Piece]
     layout: dict[str, Any]
     resume_name: str | None = None
+    #: the learners whose change options were chosen on validation, and their choices
+    choices: dict[str, Choice] = field(default_factory=dict)
 
     @property
     def single(self) -> bool:
@@ -80,6 +88,14 @@ class Job:
     def piece_env(self, piece: Piece) -> Env:
         """The env of ``piece`` (the whole env for the plain run)."""
         return self.env if self.single else self.env.select_trials(piece.index)
+
+    def learner(self, name: str, env: Env, piece: Piece) -> Learner:
+        """Learner ``name`` for ``env`` (the env of ``piece``): with the values chosen on
+        validation for its trials when its config gives lists of them."""
+        choice = self.choices.get(name)
+        if choice is None:
+            return learner_for(self.opts, name, env)
+        return chosen_learner(self.opts, name, env, choice, piece.index)
 
     def tracker(self, name: str) -> Tracker:
         """The learner's tracker (``logger`` config; none when unset)."""
@@ -135,6 +151,7 @@ def _run(
     on_start: Callable[[], None] | None,
 ) -> pd.DataFrame:
     check_learner_options(opts)  # before an oracle is pre-trained into out_dir
+    candidates = all_candidates(opts)  # list-valued change options, checked likewise
 
     def guard():
         check_run_folders(opts)
@@ -165,9 +182,11 @@ def _run(
         first_env = job.piece_env(pieces[0])
     except NotImplementedError as exc:
         raise ConfigError(f"trial_chunk / torchrun: {exc}") from exc
+    # change options given as lists: chosen on the validation split before anything is written
+    job.choices = choose_all(opts, built, env, candidates) if candidates else {}
     learners: dict[str, Learner] = {}
     for name in opts.run_learners:  # each built (options checked) before anything is written
-        learner = learner_for(opts, name, first_env)
+        learner = job.learner(name, first_env, pieces[0])
         if opts.jobs == 1:  # with jobs > 1 the worker running it builds it again (same seed)
             learners[name] = learner
         del learner  # freed before the next one is built
@@ -279,7 +298,7 @@ def _run_piece(
 ) -> tuple[Piece, pd.DataFrame, pd.DataFrame, tuple[int, list]]:
     opts = job.opts
     env = job.piece_env(piece)
-    learner = learner if learner is not None else learner_for(opts, name, env)
+    learner = learner if learner is not None else job.learner(name, env, piece)
     recorder = tracker or LogRecorder()
     decisions = None
     if opts.log_decisions:
@@ -303,7 +322,10 @@ def _run_piece(
         folder = opts.out_dir / "decisions" / name
         write_decision_logs(decisions.logs(), folder, start=piece.start)
     logs = recorder.logs if isinstance(recorder, LogRecorder) else []
-    return piece, result.summary, result.curve, (len(piece.index), logs)
+    summary = result.summary
+    if name in job.choices:  # chosen_<key> per trial, from the choice on validation
+        summary = summary.assign(**job.choices[name].columns(piece.index))
+    return piece, summary, result.curve, (len(piece.index), logs)
 
 
 def _resume_from(job: Job, name: str, piece: Piece) -> Path | str | None:
@@ -335,6 +357,8 @@ def _finish(
     run_dir = job.opts.out_dir / "runs" / name
     write_csv_atomic(run_dir / "summary.csv", summary)
     write_csv_atomic(run_dir / "curve.csv", curve)
+    if name in job.choices:  # every candidate's validation utility per rho
+        write_csv_atomic(run_dir / "choice_on_validation.csv", job.choices[name].table)
     digest = json.dumps({"config": job.opts.digest(name)}) + "\n"
     write_text_atomic(run_dir / "fingerprint.json", digest)
     return summary, curve
