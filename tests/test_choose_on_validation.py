@@ -177,6 +177,9 @@ def test_a_learner_without_change_options_takes_no_candidates():
     linucb = {"_target_": "torchroute.learners.LinUCB.from_problem", "alpha": [0.5, 1.0]}
     assert candidates_of(linucb, "linucb") is None  # per-trial values, not a choice
     assert candidates_of({**D_LINUCB, "gamma": 0.99}, "d") is None
+    residual = {"_target_": "torchroute.learners.residual.ResidualLinUCB.from_problem"}
+    found = candidates_of({**residual, "base": ["mlp_router", "knn_val"], "window": 9}, "r")
+    assert found.points == ({"base": "mlp_router"}, {"base": "knn_val"})
     found = candidates_of({**D_LINUCB, "gamma": [0.9, 1.0], "new_arm_bonus": [0.0, 0.5]}, "d")
     assert found.keys == ("gamma", "new_arm_bonus")
     assert found.points == (
