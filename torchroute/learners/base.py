@@ -5,8 +5,9 @@ router, the reports and the device check (no list of classes is kept elsewhere):
 :attr:`Learner.feedback`, :attr:`Learner.protocol`, :attr:`Learner.device_tolerance`,
 :attr:`Learner.reads_groups`, :attr:`Learner.samples_from_probs`,
 :attr:`Learner.learns_online`, :attr:`Learner.role`, :attr:`Learner.family`,
-:attr:`Learner.per_request_rho`, :attr:`Learner.warm_target` and
-:attr:`Learner.reads_prices` (or :attr:`Learner.prices_unread`);
+:attr:`Learner.per_request_rho`, :attr:`Learner.warm_target`,
+:attr:`Learner.chosen_on_validation` and :attr:`Learner.reads_prices` (or
+:attr:`Learner.prices_unread`);
 :meth:`Learner.routing_probs` gives the probability of every arm under the rule ``act``
 applies, and :meth:`Learner.warm_start` takes rows observed before round 1.
 """
@@ -134,6 +135,11 @@ class Learner(KnownPrices, nn.Module):
     #: what its warm-start rows hold (:func:`torchroute.run.warm.warm_rows`): each trial's
     #: ``"utility"``, or the quality ``"score"`` (``objective: quality_cost``)
     warm_target: ClassVar[str] = "utility"
+    #: the config keys that exist for a changing world (a discount, a window, a new-model
+    #: bonus, a warm weight, ...): given as a list in a run's learner config, each trial
+    #: gets the value chosen on the validation split with the run's scenario replayed on
+    #: it (:mod:`torchroute.run.choose_on_validation`); none by default
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

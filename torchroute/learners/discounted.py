@@ -18,6 +18,8 @@ observed returns to its warm-start prediction, not to 0.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
@@ -32,6 +34,8 @@ class _Discounted(GramRidgeLearner):
     Buffers (besides ``gram``, ``target``, ``seen``): with ``tilde``, ``gram2 [R, K, d, d]``
     (``G~_k``, the same observations discounted by ``gamma^2``).
     """
+
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("gamma", "new_arm_bonus", "warm_weight")
 
     def __init__(
         self,

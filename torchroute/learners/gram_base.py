@@ -15,7 +15,7 @@ a warm start, or the prior of a model a residual learner's base router never saw
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -64,6 +64,9 @@ class GramRidgeLearner(Objective, Learner):
     """
 
     reads_prices = True
+    #: given as lists, chosen on validation with the run's scenario replayed (the warm
+    #: weight too: a prior is never forgotten, so its weight matters after a change)
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("new_arm_bonus", "warm_weight")
 
     def __init__(
         self,

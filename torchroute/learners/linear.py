@@ -84,6 +84,7 @@ class _PerTrialRidge(Objective, RidgeLearner):
     """
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
+    chosen_on_validation: tuple[str, ...] = ("new_arm_bonus",)
     learns_only_observed = True  # weights = feedback.observed: a 0 leaves A^{-1}, b as they are
     # Context.prices: scores moved by -rho (p_now - p_ref), targets at the reference prices
     reads_prices = True
@@ -157,6 +158,7 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
     """
 
     per_trial_hparams = ("alpha", "lam")
+    chosen_on_validation = ("new_arm_bonus", "new_arm_prior")
 
     def __init__(
         self,
@@ -351,6 +353,7 @@ class LinTS(_PerTrialRidge):
     """
 
     per_trial_hparams = ("v", "lam")
+    chosen_on_validation = ("new_arm_bonus", "new_arm_prior")
 
     def __init__(
         self,

@@ -142,6 +142,7 @@ class _Residual(Learner):
     reads_prices: ClassVar[bool] = True  # through its base router's costs (base_value)
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
     per_request_rho: ClassVar[bool] = True  # it learns the quality: any rho per request
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("base", "gamma", "window")
     #: the correction learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 

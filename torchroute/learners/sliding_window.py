@@ -10,7 +10,7 @@ no per-trial loop).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -26,6 +26,8 @@ class _SlidingWindow(GramRidgeLearner):
     Buffers (besides the statistics): ``ring_x [R, W, d]``, ``ring_reward [R, W, K]``,
     ``ring_weight [R, W, K]`` (0: not observed, or an empty slot).
     """
+
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("window", "new_arm_bonus", "warm_weight")
 
     def __init__(
         self,

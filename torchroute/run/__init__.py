@@ -9,7 +9,8 @@
    (:mod:`torchroute.run.build`, the only such path; ``sweep``, ``gap`` and ``serve`` use
    it too);
 4. :func:`learner_for` (``Built.learner``) builds each learner from its config node and the
-   env's Problem;
+   env's Problem (change options given as lists are first chosen on the validation split
+   with the scenario replayed, :mod:`torchroute.run.choose_on_validation`);
 5. the inputs are saved: ``config.yaml``, ``fingerprint.json``, ``problem.pt``,
    ``features.pt``;
 6. :func:`run_learner` runs each learner over the trial pieces of this rank

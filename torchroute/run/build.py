@@ -323,6 +323,16 @@ def build_learner(
     cls = own_learner_class(node)
     if cls is not None and node.get("_partial_") is not True:
         raise ConfigError(_factory_hint(name, cls, str(node["_target_"])))
+    listed = [
+        k
+        for k in getattr(cls, "chosen_on_validation", ())
+        if isinstance(node.get(k), (list, tuple))
+    ]
+    if listed:  # a run chooses among them (torchroute.run.choose_on_validation)
+        raise ConfigError(
+            f"learners.{name}.{listed[0]} is a list of values that a simulate run chooses "
+            "among on the validation split; building one learner needs one value"
+        )
     factory = instantiate_node(node, f"learners.{name}", **kwargs)
     if not callable(factory) or isinstance(factory, Learner):
         raise ConfigError(
@@ -417,18 +427,20 @@ def check_learner_options(opts: RunOptions) -> None:
             )
 
 
-def learner_for(opts: RunOptions, name: str, env: Env, node: Any = None) -> Learner:
+def learner_for(
+    opts: RunOptions, name: str, env: Env, node: Any = None, problem: Problem | None = None
+) -> Learner:
     """Learner ``name`` (its config node, or ``node``) for ``env``'s trials (per-trial
-    initial streams with ``rng=per_trial``), warm-started as its ``warm_*`` keys say."""
+    initial streams with ``rng=per_trial``), warm-started as its ``warm_*`` keys say;
+    built for ``problem`` when given (default ``env.problem()``)."""
     keys = None
     if opts.rng == "per_trial":
         keys = trial_keys(env.trials(), opts.loop_seed, stream="init")
     node = opts.learners[name] if node is None else node
     node = _hide_new_models(node, opts, getattr(env, "table", None))
+    problem = env.problem() if problem is None else problem
     changed = getattr(env, "after_change", None)  # an env with scenarios (single choice)
-    return build_learner(
-        node, env.problem(), name, opts.loop_seed, keys, warm=True, after_change=changed
-    )
+    return build_learner(node, problem, name, opts.loop_seed, keys, warm=True, after_change=changed)
 
 
 def _hide_new_models(node: Any, opts: RunOptions, table: Any) -> Any:

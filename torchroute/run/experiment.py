@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,12 @@ from torchroute.run.build import (
     check_learner_options,
     instantiate_node,
     learner_for,
+)
+from torchroute.run.choose_on_validation import (
+    Choice,
+    all_candidates,
+    choose_all,
+    chosen_learner,
 )
 from torchroute.run.decision_logger import DecisionRecorder, write_decision_logs
 from torchroute.run.jobs import map_in_processes
@@ -80,6 +86,8 @@ class Job:
     layout: dict[str, Any]
     resume_name: str | None = None
     plans: dict[str, PacingPlan] = field(default_factory=dict)
+    #: the learners whose change options were chosen on validation, and their choices
+    choices: dict[str, Choice] = field(default_factory=dict)
 
     @property
     def single(self) -> bool:
@@ -101,6 +109,18 @@ class Job:
         env = self.piece_env(piece)
         plan = self.plans.get(name)
         return env if plan is None else env.with_rho(plan.select(piece.index).rho)  # type: ignore[attr-defined]
+
+    def learner(
+        self, name: str, env: Env, piece: Piece, trials: Sequence[int] | None = None
+    ) -> Learner:
+        """Learner ``name`` for ``env`` (the env of ``piece``, or of the run's trials
+        ``trials`` of it): with the values chosen on validation for its trials when its
+        config gives lists of them."""
+        choice = self.choices.get(name)
+        if choice is None:
+            return learner_for(self.opts, name, env)
+        index = piece.index if trials is None else trials
+        return chosen_learner(self.opts, name, env, choice, index)
 
     def tracker(self, name: str) -> Tracker:
         """The learner's tracker (``logger`` config; none when unset)."""
@@ -157,6 +177,7 @@ def _run(
 ) -> pd.DataFrame:
     check_learner_options(opts)  # before an oracle is pre-trained into out_dir
     check_budget_learners(opts)
+    candidates = all_candidates(opts)  # list-valued change options, checked likewise
 
     def guard():
         check_run_folders(opts)
@@ -196,14 +217,18 @@ def _run(
             list(opts.rhos),
         )
         job.plans = {name: plan_pacing(opts, name, built) for name in opts.run_learners}
+    # change options given as lists: chosen on the validation split before anything is written
+    job.choices = choose_all(opts, built, env, candidates) if candidates else {}
     learners: dict[str, Learner] = {}
     for name in opts.run_learners:  # each built (options checked) before anything is written
         learner_env = job.learner_env(name, pieces[0])  # with budgets: its starting rhos
         if opts.jobs == 1:
-            learners[name] = learner_for(opts, name, learner_env)
+            learners[name] = job.learner(name, learner_env, pieces[0])
         else:  # the worker running it builds (and fits) it: checked here, not fitted
+            one = _one_trial(learner_env)
+            first = list(pieces[0].index)[:1] if one is not learner_env else None
             with fits_skipped():
-                learner_for(opts, name, _one_trial(learner_env))  # freed before the next
+                job.learner(name, one, pieces[0], first)  # freed before the next one is built
     ranks.barrier()  # every rank validated before rank 0 writes
     if ranks.is_main:
         write_inputs(opts, env.problem(), built.feature_map, job.layout)
@@ -321,7 +346,7 @@ def _run_piece(
 ) -> tuple[Piece, pd.DataFrame, pd.DataFrame, tuple[int, list]]:
     opts = job.opts
     env = job.learner_env(name, piece)
-    learner = learner if learner is not None else learner_for(opts, name, env)
+    learner = learner if learner is not None else job.learner(name, env, piece)
     plan = job.plans.get(name)
     pacer = None if plan is None else plan.select(piece.index).pacer(env.device, torch.float64)
     recorder = tracker or LogRecorder()
@@ -348,7 +373,10 @@ def _run_piece(
         folder = opts.out_dir / "decisions" / name
         write_decision_logs(decisions.logs(), folder, start=piece.start)
     logs = recorder.logs if isinstance(recorder, LogRecorder) else []
-    return piece, result.summary, result.curve, (len(piece.index), logs)
+    summary = result.summary
+    if name in job.choices:  # chosen_<key> per trial, from the choice on validation
+        summary = summary.assign(**job.choices[name].columns(piece.index))
+    return piece, summary, result.curve, (len(piece.index), logs)
 
 
 def _resume_from(job: Job, name: str, piece: Piece) -> Path | str | None:
@@ -380,6 +408,8 @@ def _finish(
     run_dir = job.opts.out_dir / "runs" / name
     write_csv_atomic(run_dir / "summary.csv", summary)
     write_csv_atomic(run_dir / "curve.csv", curve)
+    if name in job.choices:  # every candidate's validation utility per rho
+        write_csv_atomic(run_dir / "choice_on_validation.csv", job.choices[name].table)
     digest = json.dumps({"config": job.opts.digest(name)}) + "\n"
     write_text_atomic(run_dir / "fingerprint.json", digest)
     return summary, curve

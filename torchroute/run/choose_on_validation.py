@@ -1,0 +1,362 @@
+"""Options that exist for a changing world, chosen on the validation split with the
+run's scenario replayed on it.
+
+A learner class names its change options in
+:attr:`~torchroute.learners.Learner.chosen_on_validation` (a discount ``gamma``, a
+``window``, ``new_arm_bonus``, a residual learner's ``base``, the forgetting learners'
+``warm_weight``). Given as a list in a run's learner config::
+
+    learners:
+      discounted_linucb: {gamma: [0.98, 0.99, 0.995, 1.0], warm_start: train}
+
+the run chooses one value per trial before the test stream is read:
+
+1. **Candidates.** The product of the lists (the last key fastest), each a learner config
+   with one value per key.
+2. **Validation stream.** The env of the run, built again on the table's ``val`` rows
+   (``split: val``; the first ``min(T, n_val)`` of each trial's own order, ``T`` the test
+   stream's rounds), with the same trials (``rho``, ``seed``), feedback and **scenario**:
+   each event starts at the same fraction ``at`` of the validation stream
+   (``floor(at T_val)``), ``arm: best`` is the arm the test run changes (it is chosen on
+   the train split, or with ``best_at: validation`` on the validation split, never on the
+   replayed rows), and a new model is unavailable on the validation stream until its
+   event. The test split is never read.
+3. **One simulation.** The ``C`` candidates x ``R`` trials run as one learner of
+   ``C R`` trials (:class:`~torchroute.learners.trial_groups.TrialGroups`), one
+   :func:`~torchroute.loop.simulate` call. Each candidate is built as the test run builds
+   its learner (warm-started from the train split as its ``warm_*`` keys say) on the
+   problem of the validation stream, whose ``validation`` split is the test run's (so a
+   base router or a warm weight chosen on validation inside a candidate is the one the
+   test run gets; those inner choices see the rows they are then replayed on, alike for
+   every candidate).
+4. **Choice.** Per ``rho`` (the trials of one cost regime, averaged over their seeds),
+   the candidate with the highest mean utility **over the whole validation stream**
+   (``avg_utility``; ties: the first in list order). The whole stream, not the rounds
+   after the change: the test run is scored on its whole stream, with the change at the
+   same fraction, so a value that forgets too eagerly (cheap after a change, costly
+   before it) is charged for both, as it will be on test.
+5. **Test run.** Each trial runs its chosen values: the plain learner when every trial
+   chose the same, else a :class:`~torchroute.learners.trial_groups.TrialGroups` of one
+   learner per chosen candidate. ``results.csv`` gains ``chosen_<key>`` per list-valued
+   key and ``chosen_val_utility`` (the chosen candidate's mean validation utility of the
+   trial's ``rho``); ``runs/<learner>/choice_on_validation.csv`` holds every candidate's
+   validation utility per ``rho`` (and after the change, with a scenario); the log says
+   what was chosen.
+
+A config without such lists runs as before, through none of this. The scenario code is
+imported only for an env with a scenario, as in a plain run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+
+from torchroute.envs.base import Env
+from torchroute.errors import ConfigError
+from torchroute.learners.base import Learner
+from torchroute.learners.trial_groups import TrialGroups
+from torchroute.learners.warm_options import WarmStart
+from torchroute.loop import simulate
+from torchroute.run.build import Built, instantiate_node, learner_for, trial_grid
+from torchroute.run.classes import own_learner_class
+from torchroute.run.options import RunOptions
+
+log = logging.getLogger(__name__)
+
+#: the split the change options are chosen on
+CHOICE_SPLIT = "val"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The candidates of one learner config.
+
+    Attributes:
+        name: the learner's name (``learners.<name>``).
+        keys: the list-valued change options, in the learner class's order.
+        points: ``C`` dicts ``{key: value}``, the product of the lists (last key fastest).
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    points: tuple[dict[str, Any], ...]
+
+    def node(self, node: Mapping[str, Any], c: int) -> dict[str, Any]:
+        """The learner config of candidate ``c``: ``node`` with its values."""
+        return {**node, **self.points[c]}
+
+
+def candidates_of(node: Mapping[str, Any], name: str) -> Candidates | None:
+    """The candidates of learner config ``node``, or ``None`` when none of its class's
+    :attr:`~torchroute.learners.Learner.chosen_on_validation` keys holds a list.
+
+    Raises:
+        ConfigError: one line naming ``learners.<name>.<key>``: an empty list, a value
+            that is itself a list, a number option given a value that is not a number, or
+            a candidate whose ``warm_*`` keys or options its class refuses.
+    """
+    cls = own_learner_class(node)
+    if cls is None:
+        return None
+    keys = tuple(k for k in cls.chosen_on_validation if _is_list(node.get(k)))
+    if not keys:
+        return None
+    numeric = _numeric_options(cls)
+    for key in keys:
+        values = list(node[key])
+        where = f"learners.{name}.{key}"
+        if not values:
+            raise ConfigError(
+                f"{where} is an empty list: give the values to choose among on the "
+                f"validation split ({key}: [a, b, ...]) or one value"
+            )
+        for i, value in enumerate(values):
+            if _is_list(value):
+                raise ConfigError(f"{where}[{i}] must be one value, got the list {value!r}")
+            if key in numeric and not _is_number(value):
+                raise ConfigError(f"{where}[{i}] must be a number, got {value!r}")
+    points = tuple(
+        dict(zip(keys, combo)) for combo in itertools.product(*(list(node[k]) for k in keys))
+    )
+    found = Candidates(name, keys, points)
+    for c in range(len(points)):
+        _check_candidate(cls, found.node(node, c), found, c)
+    return found
+
+
+def _check_candidate(cls: type[Learner], node: dict[str, Any], cand: Candidates, c: int) -> None:
+    """A candidate's ``warm_*`` keys and :meth:`Learner.check_options` (no problem needed)."""
+    who = f"learners.{cand.name}"
+    try:
+        _, rest = WarmStart.from_node(node, who)
+        cls.check_options(**{k: v for k, v in rest.items() if not str(k).startswith("_")})
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{who}, candidate {cand.points[c]}: {exc}") from exc
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _numeric_options(cls: type[Learner]) -> set[str]:
+    """The options whose default, in the class's constructor, is a number (and
+    ``warm_weight``): a candidate of theirs must be a number."""
+    out = {"warm_weight"}
+    for fn in (cls.__init__, getattr(cls, "from_problem", None)):
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        out |= {p.name for p in params if _is_number(p.default)}
+    return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What was chosen for one learner.
+
+    Attributes:
+        candidates: the :class:`Candidates`.
+        chosen: ``[R]`` the candidate of each trial of the test run.
+        val_utility: ``[R]`` the chosen candidate's mean validation utility (its ``rho``).
+        table: one row per candidate and ``rho``: the candidate's values, ``val_utility``
+            (and ``val_utility_after`` with a scenario), ``chosen``.
+    """
+
+    candidates: Candidates
+    chosen: tuple[int, ...]
+    val_utility: tuple[float, ...]
+    table: pd.DataFrame
+
+    def columns(self, trials: Sequence[int]) -> dict[str, list[Any]]:
+        """The ``results.csv`` columns of the trials ``trials`` (positions):
+        ``chosen_<key>`` for each list-valued key, ``chosen_val_utility``."""
+        points = self.candidates.points
+        out = {
+            f"chosen_{k}": [points[self.chosen[t]][k] for t in trials] for k in self.candidates.keys
+        }
+        out["chosen_val_utility"] = [self.val_utility[t] for t in trials]
+        return out
+
+    def describe(self) -> str:
+        """One line: the values chosen per ``rho``."""
+        rows = self.table[self.table["chosen"]]
+        parts = [
+            f"rho={row['rho']:g}: "
+            + ", ".join(f"{k}={row[k]}" for k in self.candidates.keys)
+            + f" (val utility {row['val_utility']:.4f})"
+            for _, row in rows.iterrows()
+        ]
+        return "; ".join(parts)
+
+
+def all_candidates(opts: RunOptions) -> dict[str, Candidates]:
+    """The :class:`Candidates` of every run learner whose config gives list-valued change
+    options (checked: :func:`candidates_of`); ``{}`` when none does."""
+    found = {name: candidates_of(opts.learners[name], name) for name in opts.run_learners}
+    return {name: cand for name, cand in found.items() if cand is not None}
+
+
+def choose_all(
+    opts: RunOptions, built: Built, env: Env, candidates: Mapping[str, Candidates]
+) -> dict[str, Choice]:
+    """The :class:`Choice` of each learner of ``candidates`` (:func:`choose`)."""
+    return {name: choose(opts, built, env, cand) for name, cand in candidates.items()}
+
+
+def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice:
+    """Run the candidates on the validation stream (module docstring, steps 2 to 4).
+
+    ``env`` is the test run's env: only its trial count and its problem's ``validation``
+    split are read, never its stream.
+    """
+    name = cand.name
+    val_env = validation_env(opts, built, env, len(cand.points), name)
+    r, c_count = env.num_trials, len(cand.points)
+    validation = env.problem().validation
+    node = opts.learners[name]
+    groups, index = [], []
+    for c in range(c_count):
+        block = torch.arange(c * r, (c + 1) * r)
+        sub = val_env.select_trials(block)
+        problem = dataclasses.replace(sub.problem(), validation=validation)
+        try:
+            groups.append(learner_for(opts, name, sub, cand.node(node, c), problem=problem))
+        except ConfigError as exc:
+            raise ConfigError(f"learners.{name}, candidate {cand.points[c]}: {exc}") from exc
+        index.append(block)
+    check_partial_feedback(groups[0], val_env, name)
+    learner = TrialGroups(groups, index)
+    result = simulate(
+        learner,
+        val_env,
+        seed=opts.loop_seed,
+        rng=opts.rng,
+        log_every=max(1, val_env.horizon // 5),
+        progress=opts.progress,
+        desc=f"{name} (choice on {CHOICE_SPLIT})",
+    )
+    choice = pick(cand, result.summary, r)
+    log.info("%s: chosen on the %s split: %s", name, CHOICE_SPLIT, choice.describe())
+    return choice
+
+
+def pick(cand: Candidates, summary: pd.DataFrame, num_trials: int) -> Choice:
+    """The :class:`Choice` from the validation run's ``summary`` (``C R`` rows, candidate
+    ``c``'s trial ``t`` at ``c R + t``, with ``rho`` and ``avg_utility``): per ``rho`` the
+    candidate of the highest mean ``avg_utility`` over its trials (the first on a tie)."""
+    frame = summary.reset_index(drop=True)
+    frame = frame.assign(candidate=[i // num_trials for i in range(len(frame))])
+    means = ["avg_utility"] + (["avg_utility_after"] if "avg_utility_after" in frame else [])
+    table = frame.groupby(["candidate", "rho"], sort=True)[means].mean().reset_index()
+    table = table.rename(columns={m: m.replace("avg_", "val_") for m in means})
+    best = table.groupby("rho")["val_utility"].transform("max")
+    is_best = table["val_utility"] == best
+    first = is_best & (is_best.groupby(table["rho"]).cumsum() == 1)
+    table = table.assign(chosen=first)
+    for key in cand.keys:
+        table.insert(
+            1 + cand.keys.index(key), key, [cand.points[c][key] for c in table["candidate"]]
+        )
+    winners = table[table["chosen"]].set_index("rho")
+    rhos = frame["rho"].iloc[:num_trials].tolist()
+    chosen = tuple(int(winners.loc[rho, "candidate"]) for rho in rhos)
+    value = tuple(float(winners.loc[rho, "val_utility"]) for rho in rhos)
+    return Choice(cand, chosen, value, table)
+
+
+def validation_env(opts: RunOptions, built: Built, env: Env, copies: int, name: str) -> Env:
+    """The run's env on the validation rows: its trials repeated ``copies`` times
+    (candidate-major), the same feedback and scenario, ``min(T, n_val)`` rounds."""
+    key = f"learners.{name}"
+    table = built.table
+    if table is None or built.features is None or opts.env is None:
+        raise ConfigError(
+            f"{key}: list-valued change options are chosen on a table's {CHOICE_SPLIT} split; "
+            "this env reads or simulates its own data"
+        )
+    replayed = opts.env.get("split", opts.split)
+    replayed = {replayed} if isinstance(replayed, str) else set(replayed)
+    if CHOICE_SPLIT in replayed:
+        raise ConfigError(
+            f"{key}: list-valued change options are chosen on the {CHOICE_SPLIT} split, which "
+            f"this run replays (split={opts.split}); replay another split or give one value"
+        )
+    n_val = len(table.rows(CHOICE_SPLIT)) if CHOICE_SPLIT in table.split else 0
+    if n_val < 2:
+        raise ConfigError(
+            f"{key}: list-valued change options are chosen on the {CHOICE_SPLIT} split, but "
+            f"{table.source} has {n_val} {CHOICE_SPLIT} row(s) (e.g. data.val_fraction=0.1)"
+        )
+    rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
+    if len(rhos) != env.num_trials:
+        raise ConfigError(f"{key}: the env's trials are not the rho x seed grid of the run")
+    node = {**opts.env, "split": CHOICE_SPLIT, "horizon": min(env.horizon, n_val)}
+    factory = instantiate_node(node, "env", _partial_=True)
+    kwargs = {"table": table, "rho": rhos * copies, "seeds": seeds * copies}
+    try:
+        return factory(**kwargs, features=built.features, device=env.device, dtype=opts.dtype)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: the {CHOICE_SPLIT} stream of the choice: {exc}") from exc
+
+
+def check_partial_feedback(learner: Learner, env: Env, name: str) -> None:
+    """Refuse feedback for some requests only with a learner that does not learn only
+    from the observed cells: its groups' state cannot be put back per trial."""
+    option = getattr(env, "feedback_option", None)
+    partial = option is not None and getattr(option, "rate", 1.0) < 1.0
+    if partial and not learner.learns_only_observed:
+        raise ConfigError(
+            f"learners.{name}: list-valued change options with feedback for some requests "
+            f"only (feedback.rate < 1) need a learner that learns only from the observed "
+            f"cells; {type(learner).__name__} does not: give one value per option"
+        )
+
+
+def chosen_learner(
+    opts: RunOptions, name: str, env: Env, choice: Choice, trials: Sequence[int]
+) -> Learner:
+    """The test run's learner for ``env``, whose trials are the run's trials ``trials``
+    (positions): each trial with its chosen values (see the module docstring, step 5)."""
+    node = opts.learners[name]
+    picked = torch.tensor([choice.chosen[t] for t in trials], dtype=torch.long)
+    values = picked.unique().tolist()
+    if len(values) == 1:
+        return learner_for(opts, name, env, choice.candidates.node(node, values[0]))
+    groups, index = [], []
+    for c in values:
+        local = (picked == c).nonzero()[:, 0]
+        groups.append(
+            learner_for(opts, name, env.select_trials(local), choice.candidates.node(node, c))
+        )
+        index.append(local)
+    check_partial_feedback(groups[0], env, name)
+    return TrialGroups(groups, index).to(env.device)
+
+
+__all__ = [
+    "CHOICE_SPLIT",
+    "Candidates",
+    "Choice",
+    "all_candidates",
+    "candidates_of",
+    "choose",
+    "choose_all",
+    "chosen_learner",
+    "pick",
+    "validation_env",
+]
