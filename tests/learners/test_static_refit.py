@@ -168,8 +168,8 @@ def test_a_run_hands_the_changed_problems_to_static_refit(tmp_path):
     from torchroute.run import run_config
 
     knn = {**KNN, "_partial_": True}
-    learners = {"knn": knn, "refit": {"_target_": f"{StaticRefit.__module__}.StaticRefit.from_problem",
-                                      "_partial_": True, "base": knn}}  # fmt: skip
+    target = f"{StaticRefit.__module__}.StaticRefit.from_problem"
+    learners = {"knn": knn, "refit": {"_target_": target, "_partial_": True, "base": knn}}
     scenario = "+env.scenario=[{kind: drift, arm: best, at: 0.5, score_shift: -1.0}]"
     results = run_config(tiny_run_config(tmp_path / "run", learners, scenario, "rhos=[0]"))
     by = results.set_index("learner")
