@@ -161,3 +161,19 @@ def test_a_bad_base_names_it():
         StaticRefit.from_problem(env.problem(), base="no_such_router")
     with pytest.raises(ValueError, match="base must be a static router"):
         StaticRefit.from_problem(env.problem(), base="random")
+
+
+def test_a_run_hands_the_changed_problems_to_static_refit(tmp_path):
+    from tests.conftest import tiny_run_config
+    from torchroute.run import run_config
+
+    knn = {**KNN, "_partial_": True}
+    target = f"{StaticRefit.__module__}.StaticRefit.from_problem"
+    learners = {"knn": knn, "refit": {"_target_": target, "_partial_": True, "base": knn}}
+    scenario = "+env.scenario=[{kind: drift, arm: best, at: 0.5, score_shift: -1.0}]"
+    results = run_config(tiny_run_config(tmp_path / "run", learners, scenario, "rhos=[0]"))
+    by = results.set_index("learner")
+    assert by.loc["refit", "avg_utility_before"] == by.loc["knn", "avg_utility_before"]
+    # the best model scores 0 after the change: the stale router keeps routing to it, the
+    # refit (which without the changed problems would be the kNN router) does not
+    assert by.loc["refit", "avg_utility_after"] > by.loc["knn", "avg_utility_after"] + 0.1
