@@ -122,7 +122,7 @@ def test_a_model_new_after_a_warm_start_has_the_known_models_spread_as_its_width
     from torchroute.run.warm import apply_warm_start
 
     problem = _warm_problem(hidden=True)
-    learner = cls(R, K, D, lam=LAM, new_arm_prior="mean").double()
+    learner = cls(R, K, D, lam=LAM, new_arm_prior="spread").double()
     apply_warm_start(learner, problem, WarmStart("train", (1.5,)), "warm")
     x = problem.train.features.numpy()
     a = LAM * np.eye(D) + 1.5 * x.T @ x
@@ -147,10 +147,21 @@ def test_a_warm_start_that_observes_every_model_keeps_the_ridge_width():
     from torchroute.run.warm import apply_warm_start
 
     problem = _warm_problem(hidden=False)
-    learner = LinUCB(R, K, D, lam=LAM, new_arm_prior="mean").double()
+    learner = LinUCB(R, K, D, lam=LAM, new_arm_prior="spread").double()
     apply_warm_start(learner, problem, WarmStart("train", (1.5,)), "warm")
     x = problem.train.features.numpy()
     want = np.linalg.inv(LAM * np.eye(D) + 1.5 * x.T @ x)
     for r in range(R):
         for k in range(K):
             np.testing.assert_allclose(learner.a_inv[r, k].numpy(), want, rtol=1e-9)
+
+
+def test_with_the_mean_prior_a_new_model_keeps_the_full_width_after_a_warm_start():
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.run.warm import apply_warm_start
+
+    problem = _warm_problem(hidden=True)
+    learner = LinUCB(R, K, D, lam=LAM, new_arm_prior="mean").double()
+    apply_warm_start(learner, problem, WarmStart("train", (1.5,)), "warm")
+    for r in range(R):
+        np.testing.assert_allclose(learner.a_inv[r, 2].numpy(), np.eye(D) / LAM, rtol=1e-12)

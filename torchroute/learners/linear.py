@@ -126,10 +126,11 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             arrived through a scenario or ``/models``); 0 (the default) adds nothing.
         new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default, the
             ridge prior) or ``"mean"``, the mean ``theta`` of the trial's observed arms,
-            its prior mean from then on (a new model starts as an average one rather than
-            at 0 below the warm models; its width is the full ``alpha |x| / sqrt(lam)``
-            cold, and after a warm start that did not see it the observed models' spread,
-            :meth:`~torchroute.learners.ridge_base.RidgeLearner._new_arm_covariance`).
+            its prior mean from then on (a new model starts as an average one, with the
+            full width ``alpha |x| / sqrt(lam)`` on top, rather than at 0 below the warm
+            models); or ``"spread"``: that mean, and after a warm start that did not see
+            it the observed models' width plus their spread instead of the full width
+            (:meth:`~torchroute.learners.ridge_base.RidgeLearner._new_arm_covariance`).
         kernel: ``"torch"`` (eager operators, any device); ``"fused"``: one C++ call for
             the scores and one for a bandit update (CPU, a torch C++ extension built at
             first use), the same results up to rounding; ``"fused_fp16"``: also a float16 copy of
@@ -337,7 +338,7 @@ class LinTS(_PerTrialRidge):
             nothing.
         new_arm_prior: what an arm never observed predicts: ``"zero"`` (the default) or
             ``"mean"``, the mean ``theta`` of the trial's observed arms (its prior mean
-            from then on), as for :class:`LinUCB`.
+            from then on), or ``"spread"``, as for :class:`LinUCB`.
         objective: ``"utility"`` (the default) or ``"quality_cost"``: the posterior is of
             the quality ``y`` (``Feedback.score``) and each arm's draw is one of
             ``y_k - rho c_k`` (the draw of ``y`` minus the request's ``rho`` times the

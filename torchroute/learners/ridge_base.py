@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from torchroute.learners.warm_start import WarmRows
 
 #: the values of ``new_arm_prior`` (:meth:`RidgeLearner._init_new_arm_prior`)
-NEW_ARM_PRIORS = ("zero", "mean")
+NEW_ARM_PRIORS = ("zero", "mean", "spread")
+#: the values whose never-observed arm predicts the observed arms' mean
+_MEAN_PRIORS = ("mean", "spread")
 
 
 class RidgeLearner(Learner):
@@ -134,11 +136,11 @@ class RidgeLearner(Learner):
         assert best.state is not None
         self.a_inv = best.state["a_inv"].contiguous()
         self.theta = best.state["theta"].contiguous()
-        if getattr(self, "new_arm_prior", "zero") == "mean":
+        if getattr(self, "new_arm_prior", "zero") == "spread":
             self._new_arm_covariance(x)
 
     def _new_arm_covariance(self, features: Tensor) -> None:
-        """With ``new_arm_prior="mean"``, after a warm start: each arm still never observed
+        """With ``new_arm_prior="spread"``, after a warm start: each arm still never observed
         (a scenario's new model) gets the covariance ``A_k^{-1} = mean of the observed arms'
         A^{-1} + s^2 E``, with ``s^2`` the spread of the observed arms' predictions over the
         warm rows ``features [n, d]`` and ``E`` the bias direction
@@ -176,11 +178,12 @@ class RidgeLearner(Learner):
         """``new_arm_prior``: what an arm never observed predicts. ``"zero"`` (the ridge
         prior ``theta_k = 0``), or ``"mean"``: the mean ``theta`` of the trial's observed
         arms, its prior mean until it is observed, so that its first observation updates
-        from there (the ridge regression towards that mean). Cold, ``A_k^{-1} = I / lam``
-        gives it the full width; after a warm start an arm the rows never observed gets the
-        observed arms' uncertainty plus their spread (:meth:`_new_arm_covariance`), so it is
-        tried where an average model could be the best and kept only where it is better.
-        With ``"mean"`` a ``seen [R, K]`` count is kept, as for a new-arm bonus.
+        from there (the ridge regression towards that mean; ``A_k^{-1} = I / lam`` gives it
+        the full width). ``"spread"``: the same mean, and after a warm start an arm the rows
+        never observed gets the observed arms' uncertainty plus their spread instead of the
+        full width (:meth:`_new_arm_covariance`): it is tried only where an average model
+        within that spread could be the best (cold, it is ``"mean"``). With ``"mean"`` or
+        ``"spread"`` a ``seen [R, K]`` count is kept, as for a new-arm bonus.
         """
         if prior not in NEW_ARM_PRIORS:
             raise ValueError(
@@ -188,7 +191,7 @@ class RidgeLearner(Learner):
                 f"got {prior!r}"
             )
         self.new_arm_prior = prior
-        if prior == "mean" and "seen" not in self._buffers:
+        if prior in _MEAN_PRIORS and "seen" not in self._buffers:
             self.register_buffer("seen", torch.zeros(self.num_trials, self.num_arms))
 
     def _counts_seen(self) -> bool:
@@ -199,7 +202,7 @@ class RidgeLearner(Learner):
         """``theta [R, K, d]`` as the scores read it: with ``new_arm_prior="mean"`` an arm
         never observed takes the mean ``theta`` of the trial's observed arms (0 when none
         is); otherwise ``theta`` itself. Reads the state only."""
-        if getattr(self, "new_arm_prior", "zero") != "mean":
+        if getattr(self, "new_arm_prior", "zero") not in _MEAN_PRIORS:
             return self.theta
         seen = (self.seen > 0)[..., None]  # [R, K, 1]
         weight = seen.to(self.theta.dtype)
@@ -213,7 +216,7 @@ class RidgeLearner(Learner):
         """The one ridge update: cells of ``weight [R, B, K]`` > 0 enter with that weight."""
         x = context.x.to(self.theta.dtype)  # [R, B, d]
         observed = weight > 0
-        if getattr(self, "new_arm_prior", "zero") == "mean":
+        if getattr(self, "new_arm_prior", "zero") in _MEAN_PRIORS:
             self.theta = self._theta_for_scores()  # an arm's first update starts from the mean
         if self._counts_seen():
             self.seen.add_(observed.sum(1).to(self.seen.dtype))
