@@ -225,7 +225,9 @@ def _run(
         if opts.jobs == 1:
             learners[name] = job.learner(name, learner_env, pieces[0])
         else:  # the worker running it builds (and fits) it: checked here, not fitted
-            one = _one_trial(learner_env)
+            one = learner_env
+            if not _has_per_trial_values(opts.learners[name], learner_env.num_trials):
+                one = _one_trial(learner_env)
             first = list(pieces[0].index)[:1] if one is not learner_env else None
             with fits_skipped():
                 job.learner(name, one, pieces[0], first)  # freed before the next one is built
@@ -265,6 +267,18 @@ def _run(
         write_csv_atomic(opts.out_dir / "results.csv", results)
         write_csv_atomic(opts.out_dir / "curves.csv", pd.concat(curves, ignore_index=True))
     return results
+
+
+def _has_per_trial_values(node: Any, trials: int) -> bool:
+    """Whether learner config ``node`` gives some hyper-parameter one value per trial (a
+    list of ``trials > 1`` values, as a sweep's batched grid does): its options are then
+    checked on every trial, not the first alone."""
+    from omegaconf import ListConfig
+
+    values = node.values() if hasattr(node, "values") else ()
+    return trials > 1 and any(
+        isinstance(v, (list, tuple, ListConfig)) and len(v) == trials for v in values
+    )
 
 
 def _one_trial(env: Env) -> Env:
