@@ -277,7 +277,8 @@ def test_report_command_takes_sections_by_name(extension_cfg, capsys):
     assert "'tests.test_extension.graph_section', which is not under torchroute" in err
     assert "--trust" in err
     assert main(["report", out, "--section", "nothing_here"]) == 2
-    assert "expected a section name, one of ['budgets', 'cabs', 'graph_section'" in capsys.readouterr().err
+    expected = "expected a section name, one of ['budgets', 'cabs', 'graph_section'"
+    assert expected in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ a plug-in package
