@@ -48,13 +48,13 @@ from torchroute.checks import check_number
 from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import ridge_predict, ridge_width
-from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.anchors import _candidates, _FittedRouter, held_out
-from torchroute.learners.base import ArgmaxRouting, Learner
+from torchroute.learners.base import ArgmaxRouting
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
+from torchroute.learners.on_base_router import ScoredArgmax, observed_quality
 from torchroute.learners.residual import build_base
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
@@ -65,7 +65,7 @@ def with_bias(h: Tensor) -> Tensor:
     return torch.cat([h, h.new_ones(*h.shape[:-1], 1)], -1)
 
 
-class _NeuralLinear(Learner):
+class _NeuralLinear(ScoredArgmax):
     """Shared parts: the representation, the heads' warm start, new-model prior and update.
 
     Submodules: ``base`` (the static router, fixed) and ``heads`` (LinUCB / LinTS, or their
@@ -290,15 +290,6 @@ class _NeuralLinear(Learner):
         value = quality - request_rho(context, self.base.rho, quality) * cost
         return mask_scores(value, context.available)
 
-    def act(self, context: Context, generator: Source = None) -> Decision:
-        """``argmax_k`` of the scores (random tie-break): ``x [R, B, d]`` -> one-hot
-        ``probs [R, B, K]``, ``action [R, B]`` (and the ``scores``)."""
-        self._check_context(context)
-        scores = self._scores(context, generator)
-        action = argmax_random_ties(scores, generator)
-        probs = one_hot_probs(action, self.num_arms, context.x.dtype)
-        return Decision(probs=probs, action=action, scores=scores)
-
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
@@ -306,11 +297,7 @@ class _NeuralLinear(Learner):
         self._check_context(context)
         self._check_feedback(context, feedback)
         observed = feedback.observed
-        if feedback.score is not None:
-            quality = feedback.score
-        else:  # the utility's inverse where it was not clipped
-            cost = self._costs(context)
-            quality = feedback.reward + request_rho(context, self.base.rho, cost) * cost
+        quality = observed_quality(feedback, context, self.base.rho, lambda: self._costs(context))
         phi = self.phi(context.x)
         target = torch.where(observed, quality.to(phi.dtype), 0.0)
         fb = Feedback(reward=target, observed=observed, only_played=feedback.only_played)

@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
-from torchroute.learners.base import ArgmaxRouting, Learner
+from torchroute.learners.base import ArgmaxRouting
+from torchroute.learners.on_base_router import resolve_base
 from torchroute.learners.static import _StaticRouter
 from torchroute.types import Context, Decision, Feedback, Problem
 
@@ -41,22 +42,10 @@ def build_static(base: Any, problem: Problem, who: str) -> _StaticRouter:
     ``base``: the name of a packaged learner config (``"mlp_router"``, ``"knn_val"``,
     ``"logistic_router"``, ``"mf_router"``, ``"best_arm_classifier"``), a config node (a
     mapping with a ``_target_``, such as the run's own anchor ``${learners.mlp}``) or the
-    factory Hydra made of one. Raises ``ValueError`` (one line naming ``base``) otherwise.
+    factory Hydra made of one, or a built router. Raises ``ValueError`` (one line naming
+    ``base``) otherwise.
     """
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from torchroute.configs_path import config_dir
-
-    node = base
-    if isinstance(base, str):
-        path = config_dir() / "learner" / f"{base}.yaml"
-        if not path.is_file():
-            raise ValueError(f"{who}: base must name a static router config, got {base!r}")
-        node = OmegaConf.to_container(OmegaConf.load(path))
-    if isinstance(node, dict) and "_target_" in node:
-        node = instantiate({**node, "_partial_": True})
-    router = node(problem) if callable(node) and not isinstance(node, Learner) else None
+    router = resolve_base(base, problem, who)
     if not isinstance(router, _StaticRouter):
         raise ValueError(
             f"{who}: base must be a static router config (mlp_router, knn_val, "

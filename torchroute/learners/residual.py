@@ -54,13 +54,13 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.new_model import spread_direction
 from torchroute.functional.random import Source, normal
 from torchroute.functional.ridge import ridge_predict, ridge_width
-from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.anchors import BestArmClassifier, _FittedRouter
-from torchroute.learners.base import ArgmaxRouting, Learner
+from torchroute.learners.base import ArgmaxRouting
 from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
+from torchroute.learners.on_base_router import ScoredArgmax, observed_quality, resolve_base
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -73,20 +73,7 @@ def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
     such as the run's own anchor, ``${learners.mlp}``), the factory Hydra made of one, or a
     built router. Raises ``ValueError`` (one line naming ``base``) for anything else.
     """
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from torchroute.configs_path import config_dir
-
-    node = base
-    if isinstance(base, str):
-        path = config_dir() / "learner" / f"{base}.yaml"
-        if not path.is_file():
-            raise ValueError(f"{who}: base must name a static router config, got {base!r}")
-        node = OmegaConf.to_container(OmegaConf.load(path))
-    if isinstance(node, dict) and "_target_" in node:
-        node = instantiate({**node, "_partial_": True})
-    router = node(problem) if callable(node) and not isinstance(node, Learner) else node
+    router = resolve_base(base, problem, who)
     if not isinstance(router, _FittedRouter) or isinstance(router, BestArmClassifier):
         raise ValueError(
             f"{who}: base must be a static router that predicts every model's score "
@@ -130,7 +117,7 @@ def principal_basis(features: Tensor, rank: int) -> Tensor:
     return vh[:rank].T.contiguous()
 
 
-class _Residual(Learner):
+class _Residual(ScoredArgmax):
     """Shared parts: the base value, the correction's statistics and its update.
 
     Submodules: ``base`` (the static router, fixed) and ``correction`` (the learner of the
@@ -273,15 +260,6 @@ class _Residual(Learner):
         corr = self.correction
         return corr.gram.dtype if isinstance(corr, GramRidgeLearner) else corr.theta.dtype
 
-    def act(self, context: Context, generator: Source = None) -> Decision:
-        """``argmax_k`` of the scores (random tie-break): ``x [R, B, d]`` -> one-hot
-        ``probs [R, B, K]``, ``action [R, B]`` (and the ``scores``)."""
-        self._check_context(context)
-        scores = self._scores(context, generator)
-        action = argmax_random_ties(scores, generator)
-        probs = one_hot_probs(action, self.num_arms, context.x.dtype)
-        return Decision(probs=probs, action=action, scores=scores)
-
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
@@ -290,10 +268,7 @@ class _Residual(Learner):
         self._check_feedback(context, feedback)
         y_hat, c_hat, _ = self.base_value(context)
         observed = feedback.observed
-        if feedback.score is not None:
-            quality = feedback.score
-        else:  # the utility's inverse where it was not clipped
-            quality = feedback.reward + request_rho(context, self.base.rho, c_hat) * c_hat
+        quality = observed_quality(feedback, context, self.base.rho, lambda: c_hat)
         target = torch.where(observed, quality.to(y_hat.dtype) - y_hat, 0.0)
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         phi = Context(x=self.phi(context.x.to(self._dtype())))

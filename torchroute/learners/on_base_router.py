@@ -1,0 +1,74 @@
+"""Shared parts of the learners built on a fitted static router (the residual and
+neural-linear learners, ``static_refit``): the router a ``base:`` option names, the argmax
+of their scores, and the quality an update learns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor
+
+from torchroute.functional.random import Source
+from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
+from torchroute.learners.base import Learner
+from torchroute.learners.objective import request_rho
+from torchroute.types import Context, Decision, Feedback, Problem
+
+
+def resolve_base(base: Any, problem: Problem, who: str) -> Any:
+    """The router ``base`` names, built for ``problem`` (its type is the caller's check).
+
+    ``base``: the name of a packaged learner config (``"mlp_router"``), a config node (a
+    mapping with a ``_target_``, such as the run's own anchor ``${learners.mlp}``), the
+    factory Hydra made of one, or a built router (returned as it is). Raises
+    ``ValueError`` (one line naming ``base``) for a name that is no packaged config.
+    """
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import config_dir
+
+    node = base
+    if isinstance(base, str):
+        path = config_dir() / "learner" / f"{base}.yaml"
+        if not path.is_file():
+            raise ValueError(f"{who}: base must name a static router config, got {base!r}")
+        node = OmegaConf.to_container(OmegaConf.load(path))
+    if isinstance(node, dict) and "_target_" in node:
+        node = instantiate({**node, "_partial_": True})
+    return node(problem) if callable(node) and not isinstance(node, Learner) else node
+
+
+def observed_quality(
+    feedback: Feedback, context: Context, trial_rho: Tensor, costs: Callable[[], Tensor]
+) -> Tensor:
+    """The quality ``[R, B, K]`` an update learns: ``Feedback.score``, or without it the
+    utility's inverse ``reward + rho c`` (exact where the utility was not clipped), with
+    the request's ``rho`` (``Context.rho``, else ``trial_rho [R]``) and the costs
+    ``costs() [R, B, K]`` (called only then)."""
+    if feedback.score is not None:
+        return feedback.score
+    cost = costs()
+    return feedback.reward + request_rho(context, trial_rho, cost) * cost
+
+
+class ScoredArgmax(Learner):
+    """A learner that plays the argmax of its ``_scores`` (random tie-break); subclasses
+    define ``_scores(context, generator) -> [R, B, K]`` (the unavailable arms masked)."""
+
+    def _scores(self, context: Context, generator: Source) -> Tensor:
+        """The masked scores ``[R, B, K]`` of ``context.x [R, B, d]``."""
+        raise NotImplementedError
+
+    def act(self, context: Context, generator: Source = None) -> Decision:
+        """``argmax_k`` of the scores (random tie-break): ``x [R, B, d]`` -> one-hot
+        ``probs [R, B, K]``, ``action [R, B]`` (and the ``scores``)."""
+        self._check_context(context)
+        scores = self._scores(context, generator)
+        action = argmax_random_ties(scores, generator)
+        probs = one_hot_probs(action, self.num_arms, context.x.dtype)
+        return Decision(probs=probs, action=action, scores=scores)
+
+
+__all__ = ["ScoredArgmax", "observed_quality", "resolve_base"]
