@@ -267,3 +267,25 @@ def test_the_score_hyper_parameter_is_checked_by_name_and_kept(build, name, valu
         build(base, value)
     learner = build(base, 2)
     assert getattr(learner, name) == 2.0 and isinstance(getattr(learner, name), float)
+
+
+@pytest.mark.parametrize("builder", ["residual", "refit"])
+def test_a_base_name_is_never_a_path_out_of_the_packaged_configs(tmp_path, builder):
+    """A run folder's ``base: "../../<somewhere>/evil"`` (a planted config with a
+    ``_target_`` that runs a command) is refused by its name; nothing runs."""
+    from torchroute.configs_path import config_dir
+    from torchroute.learners.refit import build_static
+    from torchroute.learners.residual import build_base
+    from torchroute.types import Problem
+
+    marker = tmp_path / "MARKER"
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(f"_target_: torchroute.models.encoders.os.system\ncommand: touch {marker}\n")
+    folder = config_dir() / "learner"
+    escape = "/".join([".."] * len(folder.resolve().parts)) + str(tmp_path / "evil")
+    assert (folder / f"{escape}.yaml").resolve() == evil.resolve()  # the plant is reachable
+    build = build_base if builder == "residual" else build_static
+    problem = Problem(R, K, D, rho=torch.zeros(R), arm_names=("a", "b", "c", "d"))
+    with pytest.raises(ValueError, match="base must name a static router config"):
+        build(escape, problem, "Who")
+    assert not marker.exists()

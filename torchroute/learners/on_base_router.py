@@ -21,7 +21,8 @@ def resolve_base(base: Any, problem: Problem, who: str) -> Any:
 
     ``base``: the name of a packaged learner config (``"mlp_router"``), a config node (a
     mapping with a ``_target_``, such as the run's own anchor ``${learners.mlp}``), the
-    factory Hydra made of one, or a built router (returned as it is). Raises
+    factory Hydra made of one, or a built router (returned as it is). A name is a bare
+    identifier of a file in the packaged ``learner`` folder, never a path. Raises
     ``ValueError`` (one line naming ``base``) for a name that is no packaged config.
     """
     from hydra.utils import instantiate
@@ -31,8 +32,10 @@ def resolve_base(base: Any, problem: Problem, who: str) -> Any:
 
     node = base
     if isinstance(base, str):
-        path = config_dir() / "learner" / f"{base}.yaml"
-        if not path.is_file():
+        folder = config_dir() / "learner"
+        path = folder / f"{base}.yaml"
+        packaged = path.is_file() and path.resolve().parent == folder.resolve()
+        if not base.isidentifier() or not packaged:  # a bare name, never a path out of it
             raise ValueError(f"{who}: base must name a static router config, got {base!r}")
         node = OmegaConf.to_container(OmegaConf.load(path))
     if isinstance(node, dict) and "_target_" in node:
