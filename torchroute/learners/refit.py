@@ -27,10 +27,10 @@ from torch import Tensor, nn
 from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
-from torchroute.learners.base import ArgmaxRouting
+from torchroute.learners.base import ArgmaxRouting, FixedPolicy
 from torchroute.learners.on_base_router import resolve_base
 from torchroute.learners.static import _StaticRouter
-from torchroute.types import Context, Decision, Feedback, Problem
+from torchroute.types import Context, Decision, Problem
 
 if TYPE_CHECKING:
     from torchroute.envs.after_change import AfterChange
@@ -54,7 +54,7 @@ def build_static(base: Any, problem: Problem, who: str) -> _StaticRouter:
     return router
 
 
-class StaticRefit(ArgmaxRouting):
+class StaticRefit(ArgmaxRouting, FixedPolicy):
     """A static router before the change, the same router refitted after it from then on.
 
     Args:
@@ -73,8 +73,7 @@ class StaticRefit(ArgmaxRouting):
         and ``scores [R, B, K]`` (the values of the router playing this round).
     """
 
-    role = "reference"
-    learns_online = False
+    role = "reference"  # a yardstick, not a static router to beat (FixedPolicy: no learning)
     refits_after_change = True
     #: before the change its router reads ``Context.prices``; after it, the refitted
     #: routers were fitted at the new prices (their contexts carry none, so not twice)
@@ -148,19 +147,6 @@ class StaticRefit(ArgmaxRouting):
         self.played.add_(context.batch_size)
         probs = one_hot_probs(action, self.num_arms, context.x.dtype)
         return Decision(probs=probs, action=action, scores=scores)
-
-    def update(
-        self,
-        context: Context,
-        decision: Decision,
-        feedback: Feedback,
-        generator: Source = None,
-    ) -> dict[str, Tensor]:
-        """Validate the feedback and count the round; nothing is learnt. Returns ``{}``."""
-        self._check_context(context)
-        self._check_feedback(context, feedback)
-        self._tick(context)
-        return {}
 
 
 __all__ = ["StaticRefit", "build_static"]
