@@ -45,6 +45,8 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from torchroute.functional.availability import mask_scores
+from torchroute.functional.cost_ridge import fit_cost_ridge, predict_costs
+from torchroute.functional.cost_ridge import with_bias as _with_bias
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
@@ -52,10 +54,6 @@ from torchroute.learners.fits import fingerprint, fitted, skipping
 from torchroute.learners.objective import refuse_request_rho
 from torchroute.learners.static import _StaticRouter, known_costs
 from torchroute.types import Context, Decision, Problem, TrainSplit
-
-
-def _with_bias(x: Tensor) -> Tensor:
-    return torch.cat([x, x.new_ones(*x.shape[:-1], 1)], -1)
 
 
 def _candidates(name: str, value: float | Sequence[float]) -> tuple[float, ...]:
@@ -88,8 +86,9 @@ class _FittedRouter(_StaticRouter):
     """Shared parts: known or ridge-predicted costs, the per-trial choice of a candidate.
 
     Buffers: ``choice [R]`` (the candidate of each trial, in the state_dict), ``cost_known
-    [K]`` or ``cost_w [d + 1, K]`` (ridge of the costs on the features plus a bias). The
-    fitted weights are buffers outside the state_dict (no trial dimension; refitted
+    [K]`` or ``cost_w [d + 1, K]`` (ridge of the costs on the features plus a bias,
+    :func:`~torchroute.functional.cost_ridge.fit_cost_ridge`, kept in float32). The fitted
+    weights are buffers outside the state_dict (no trial dimension; refitted
     deterministically from the train split when a router is built, as for ``KNNRouter``).
     """
 
@@ -99,9 +98,7 @@ class _FittedRouter(_StaticRouter):
         known = known_costs(train.costs.float())
         self.register_buffer("cost_known", known, persistent=False)
         if known is None:
-            x = _with_bias(train.features.double())
-            gram = x.T @ x + torch.eye(x.shape[1], dtype=x.dtype)
-            cost_w = torch.linalg.solve(gram, x.T @ train.costs.double()).float()
+            cost_w = fit_cost_ridge(train.features, train.costs).float()
             self.register_buffer("cost_w", cost_w, persistent=False)
         else:
             self.register_buffer("cost_w", None, persistent=False)
@@ -144,7 +141,7 @@ class _FittedRouter(_StaticRouter):
         """Known or predicted costs ``[..., K]`` for features ``x [..., d]``."""
         if self.cost_known is not None:
             return self.cost_known.to(x.dtype).expand(*x.shape[:-1], self.num_arms)
-        return _with_bias(x) @ self.cost_w.to(x.dtype)
+        return predict_costs(self.cost_w, x)
 
     def candidate_scores(self, x: Tensor) -> Tensor:
         """Predicted scores of every candidate, ``x [n, d]`` -> ``[C, n, K]``."""

@@ -47,8 +47,9 @@ class _Discounted(GramRidgeLearner):
         new_arm_bonus: float,
         tilde: bool = False,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective)
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective, cost_model)
         check_number(type(self).__name__, "gamma", gamma, gt=0, le=1)
         self.gamma = float(gamma)
         self.register_buffer("gram2", torch.zeros_like(self.gram) if tilde else None)
@@ -78,6 +79,8 @@ class DiscountedLinUCB(_Discounted):
         objective: ``"utility"`` (the default) or ``"quality_cost"`` (the quality is
             learnt, the score is ``... - rho c_k``; see
             :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost`` (:class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Buffers: ``gram``, ``gram2`` (the ``gamma^2`` statistics) ``[R, K, d, d]``,
     ``target [R, K, d]``, ``seen [R, K]``. The discount is applied once per round, whatever
@@ -97,9 +100,10 @@ class DiscountedLinUCB(_Discounted):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
         super().__init__(
-            num_trials, num_arms, dim, gamma, lam, new_arm_bonus, tilde=True, objective=objective
+            num_trials, num_arms, dim, gamma, lam, new_arm_bonus, True, objective, cost_model
         )
         check_number(type(self).__name__, "alpha", alpha, ge=0)
         self.alpha = float(alpha)
@@ -131,6 +135,8 @@ class DiscountedLinTS(_Discounted, GramThompson):
         new_arm_bonus: added to the score of an arm never observed.
         objective: ``"utility"`` (the default) or ``"quality_cost"`` (a draw of
             ``y_k - rho c_k``; see :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost`` (:class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -146,6 +152,9 @@ class DiscountedLinTS(_Discounted, GramThompson):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, gamma, lam, new_arm_bonus, objective=objective)
+        super().__init__(
+            num_trials, num_arms, dim, gamma, lam, new_arm_bonus, False, objective, cost_model
+        )
         self._set_scale(v)

@@ -55,6 +55,10 @@ class GramRidgeLearner(Objective, Learner):
             utility) or ``"quality_cost"``: of the quality ``Feedback.score``, and the
             scores (bound or draw) are of ``y - rho c`` with the request's ``rho`` and the
             known prices (:mod:`torchroute.learners.objective`).
+        cost_model: the costs ``c`` of ``quality_cost``: ``"price"`` (the default, each
+            model's known price) or ``"ridge"`` (each query's cost predicted by a ridge of
+            the costs on the features, fitted on the train split;
+            :mod:`torchroute.learners.objective`).
 
     Prices: as the per-arm ridge learners (:class:`~torchroute.learners.LinUCB`), the
     statistics (``objective: utility``) hold the utility at the reference prices; with
@@ -76,9 +80,10 @@ class GramRidgeLearner(Objective, Learner):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
         super().__init__(num_trials, num_arms)
-        self._init_objective(objective)
+        self._init_objective(objective, cost_model)
         name = type(self).__name__
         check_number(name, "dim", dim, ge=1, integer=True)
         check_number(name, "lam", lam, gt=0)
@@ -141,9 +146,12 @@ class GramRidgeLearner(Objective, Learner):
     @classmethod
     def from_problem(cls, problem: Problem, **hparams: Any) -> GramRidgeLearner:
         """``cls(R, K, d, **hparams)`` for ``problem``, with its ``rho`` and ``prices``
-        (:meth:`~torchroute.learners.objective.Objective.set_trade_off`)."""
+        (:meth:`~torchroute.learners.objective.Objective.set_trade_off`) and, with
+        ``cost_model: ridge``, the cost ridge fitted on its train split
+        (:meth:`~torchroute.learners.objective.Objective.fit_cost_model`)."""
         learner = cls(problem.num_trials, problem.num_arms, problem.dim, **hparams)
         learner.set_trade_off(problem.rho, problem.prices)
+        learner.fit_cost_model(problem)
         return learner
 
     def posterior(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

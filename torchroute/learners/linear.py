@@ -80,7 +80,8 @@ class _PerTrialRidge(Objective, RidgeLearner):
     ``per_trial_hparams`` names the hyper-parameters a subclass accepts per trial; a float
     keeps the numbers of a float-only learner bit for bit (``A_k^{-1} = I / lam`` is built
     the same way for every distinct value). ``objective``: what the ridge model learns and
-    the learner decides by (:mod:`torchroute.learners.objective`).
+    the learner decides by; ``cost_model``: the costs a ``quality_cost`` learner decides by
+    (:mod:`torchroute.learners.objective`).
     """
 
     per_trial_hparams: tuple[str, ...] = ("lam",)
@@ -90,11 +91,17 @@ class _PerTrialRidge(Objective, RidgeLearner):
     reads_prices = True
 
     def __init__(
-        self, num_trials: int, num_arms: int, dim: int, lam: PerTrial, objective: str = "utility"
+        self,
+        num_trials: int,
+        num_arms: int,
+        dim: int,
+        lam: PerTrial,
+        objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
         lam = per_trial(type(self).__name__, "lam", lam, num_trials, gt=0)
         super().__init__(num_trials, num_arms, dim, 1.0 if isinstance(lam, Tensor) else lam)
-        self._init_objective(objective)
+        self._init_objective(objective, cost_model)
         if isinstance(lam, Tensor):
             for value in lam.unique().tolist():
                 self.a_inv[lam == value] = ridge_init(1, num_arms, self.dim, value)[0]
@@ -144,6 +151,10 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
             is ``x^T theta_k + alpha width - rho c_k`` with the request's ``rho``
             (``Context.rho``, else the trial's) and the known prices ``c_k``
             (:mod:`torchroute.learners.objective`; eager operators, never the fused kernel).
+        cost_model: the costs ``c_k`` of ``quality_cost``: ``"price"`` (the default, each
+            model's known price) or ``"ridge"`` (each query's cost ``c_k(x)`` predicted by a
+            ridge of the costs on the features fitted on the train split; scaled by
+            ``p_now / p_ref`` under ``Context.prices``; :mod:`torchroute.learners.objective`).
 
     Defaults (``docs/reference/learners.md``, "Paper values vs library defaults"): ``alpha = 1``
     and ``lam = 1`` (Li et al.'s ``A_k = I``). An untried arm has ``theta_k = 0`` and
@@ -172,8 +183,9 @@ class LinUCB(ArgmaxRouting, _PerTrialRidge):
         new_arm_bonus: float = 0.0,
         new_arm_prior: str = "zero",
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, objective)
+        super().__init__(num_trials, num_arms, dim, lam, objective, cost_model)
         self._per_trial("alpha", alpha, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
         self._init_new_arm_prior(new_arm_prior)
@@ -343,6 +355,8 @@ class LinTS(_PerTrialRidge):
             the quality ``y`` (``Feedback.score``) and each arm's draw is one of
             ``y_k - rho c_k`` (the draw of ``y`` minus the request's ``rho`` times the
             known price; :mod:`torchroute.learners.objective`).
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost``, as for :class:`LinUCB`.
 
     Defaults ``v = 1, lam = 1``: an untried arm's draw is ``N(0, v^2 ||x||^2 / lam)``, with
     standard deviation ``sqrt(2) ~ 1.41`` for unit-norm features plus a bias, so it beats
@@ -366,8 +380,9 @@ class LinTS(_PerTrialRidge):
         new_arm_bonus: float = 0.0,
         new_arm_prior: str = "zero",
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, objective)
+        super().__init__(num_trials, num_arms, dim, lam, objective, cost_model)
         self._per_trial("v", v, ge=0)
         self._init_new_arm_bonus(new_arm_bonus)
         self._init_new_arm_prior(new_arm_prior)
@@ -537,6 +552,8 @@ class SquareCB(_PerTrialRidge):
             than one of equal quality) gets less than ``1 / (mu + gamma)``, as it should
             (it loses more than any utility gap can); ``gamma`` keeps its meaning in
             utility units.
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost``, as for :class:`LinUCB`.
     """
 
     samples_from_probs = True
@@ -552,8 +569,9 @@ class SquareCB(_PerTrialRidge):
         lam: PerTrial = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, objective)
+        super().__init__(num_trials, num_arms, dim, lam, objective, cost_model)
         check_igw(type(self).__name__, num_arms, gamma, mu, eps_floor)
         self._init_new_arm_bonus(new_arm_bonus)
         self.gamma, self.mu, self.eps_floor = gamma, mu, eps_floor

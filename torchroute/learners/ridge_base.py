@@ -77,9 +77,9 @@ class RidgeLearner(Learner):
         learner with an ``objective`` may learn the quality instead)."""
         return feedback.reward
 
-    def _trial_values(self, y: Tensor) -> Tensor:
-        """The predictions ``y [R, n, K]`` as each trial's utilities (themselves here; a
-        learner that learns the quality subtracts ``rho c``)."""
+    def _trial_values(self, y: Tensor, x: Tensor) -> Tensor:
+        """The predictions ``y [R, n, K]`` for the queries ``x [n, d]`` as each trial's
+        utilities (themselves here; a learner that learns the quality subtracts ``rho c``)."""
         return y
 
     def fit_weighted(
@@ -131,7 +131,7 @@ class RidgeLearner(Learner):
                 break
             val = problem.require_validation(f"{type(self).__name__} (several warm_weight)")
             predict = torch.einsum("rkd,md->rmk", theta, val.features.to(theta.dtype))
-            predict = self._trial_values(predict)
+            predict = self._trial_values(predict, val.features)
             best.offer({"a_inv": a_inv, "theta": theta}, greedy_value(predict, val, problem.rho))
         assert best.state is not None
         self.a_inv = best.state["a_inv"].contiguous()

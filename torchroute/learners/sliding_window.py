@@ -38,8 +38,9 @@ class _SlidingWindow(GramRidgeLearner):
         lam: float,
         new_arm_bonus: float,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective)
+        super().__init__(num_trials, num_arms, dim, lam, new_arm_bonus, objective, cost_model)
         check_number(type(self).__name__, "window", window, ge=1, integer=True)
         self.window = int(window)
         self.register_buffer("ring_x", torch.zeros(num_trials, self.window, self.dim))
@@ -100,6 +101,8 @@ class SlidingWindowLinUCB(_SlidingWindow):
         objective: ``"utility"`` (the default) or ``"quality_cost"`` (the quality is
             learnt, the score is ``... - rho c_k``; see
             :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost`` (:class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -115,8 +118,11 @@ class SlidingWindowLinUCB(_SlidingWindow):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus, objective)
+        super().__init__(
+            num_trials, num_arms, dim, window, lam, new_arm_bonus, objective, cost_model
+        )
         check_number(type(self).__name__, "alpha", alpha, ge=0)
         self.alpha = float(alpha)
 
@@ -139,6 +145,8 @@ class SlidingWindowLinTS(_SlidingWindow, GramThompson):
         new_arm_bonus: added to the score of an arm never observed.
         objective: ``"utility"`` (the default) or ``"quality_cost"`` (a draw of
             ``y_k - rho c_k``; see :class:`~torchroute.learners.gram_base.GramRidgeLearner`).
+        cost_model: ``"price"`` (the default) or ``"ridge"``: the costs ``c_k`` of
+            ``quality_cost`` (:class:`~torchroute.learners.gram_base.GramRidgeLearner`).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -154,6 +162,9 @@ class SlidingWindowLinTS(_SlidingWindow, GramThompson):
         lam: float = 1.0,
         new_arm_bonus: float = 0.0,
         objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, window, lam, new_arm_bonus, objective)
+        super().__init__(
+            num_trials, num_arms, dim, window, lam, new_arm_bonus, objective, cost_model
+        )
         self._set_scale(v)
