@@ -209,3 +209,32 @@ def test_a_run_refuses_a_bad_cost_model_before_writing(tmp_path):
     with pytest.raises(ConfigError, match=r"cost_model must be one of \['price', 'ridge'\]"):
         run_config(tiny_run_config(out, {"linucb": node}))
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_run_with_a_price_change_decides_by_the_repriced_predictions(tmp_path, monkeypatch):
+    from tests.conftest import LINUCB_NODE, tiny_run_config
+    from torchroute.learners.objective import Objective
+    from torchroute.run import run_config
+
+    seen = []
+    costs_of = Objective.decision_costs
+
+    def recording(self, context):
+        out = costs_of(self, context)
+        if context.prices is not None:
+            x = context.x.double()
+            plain = torch.cat([x, torch.ones_like(x[..., :1])], -1) @ self.cost_w
+            seen.append((plain, self.known_prices.double(), context.prices.double(), out))
+        return out
+
+    monkeypatch.setattr(Objective, "decision_costs", recording)
+    node = {**LINUCB_NODE, "objective": "quality_cost", "cost_model": "ridge"}
+    cfg = tiny_run_config(tmp_path / "run", {"linucb": node}, "scenario=price", "rhos=[0,500]")
+    results = run_config(cfg)
+    assert (results["rounds"] == 20).all()
+    changed = 0
+    for plain, ref, now, out in seen:  # c_k(x) p_now / p_ref, model by model
+        ratio = (now / ref[:, None]).numpy()
+        changed += int((ratio != 1).any())
+        np.testing.assert_allclose(out.numpy(), plain.numpy() * ratio, rtol=1e-6, atol=0)
+    assert changed >= 5  # the rounds after the price change (half of 20) read new prices
