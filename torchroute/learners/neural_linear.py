@@ -56,6 +56,7 @@ from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
 from torchroute.learners.on_base_router import ScoredArgmax, observed_quality
 from torchroute.learners.residual import build_base
+from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -134,6 +135,7 @@ class _NeuralLinear(ScoredArgmax):
             setattr(self, key, value)
         self.register_buffer("head_weight", None, persistent=False)
         self._warm_heads(train, validation, weights)
+        self._phi_memo: RoundMemo[Tensor] = RoundMemo()  # act's phi, read again by update
 
     @classmethod
     def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _NeuralLinear:
@@ -160,6 +162,13 @@ class _NeuralLinear(ScoredArgmax):
         base = self.base
         with torch.no_grad():
             return with_bias(base.representation(x.to(base.rho.dtype))).to(self._dtype())
+
+    def _context_phi(self, context: Context) -> Tensor:
+        """:meth:`phi` of ``context.x [R, B, d]`` -> ``[R, B, p]``, computed once for a
+        round's ``act`` and ``update`` (:class:`~torchroute.learners.round_memo.RoundMemo`)."""
+        choice = self.base.choice
+        stamp = (choice.device, choice.data_ptr(), choice._version, self._dtype())
+        return self._phi_memo.get(context, lambda: self.phi(context.x), stamp)
 
     def _dtype(self) -> torch.dtype:
         heads = self.heads
@@ -279,13 +288,15 @@ class _NeuralLinear(ScoredArgmax):
 
     def _costs(self, context: Context) -> Tensor:
         """The base router's costs ``[R, B, K]`` (as its own ``act`` takes them: at this
-        round's known prices with ``Context.prices``)."""
+        round's known prices with ``Context.prices``; its score predictions are not
+        computed)."""
+        base = self.base
         with torch.no_grad():
-            return self.base.priced_costs(self.base.predict(context)[1], context)
+            return base.priced_costs(base.costs(context.x.to(base.rho.dtype)), context)
 
     def _scores(self, context: Context, generator: Source) -> Tensor:
         """``head scores - rho c`` (the request's ``rho``), masked, ``[R, B, K]``."""
-        quality = self._head_scores(self.phi(context.x), generator)
+        quality = self._head_scores(self._context_phi(context), generator)
         cost = self._costs(context).to(quality.dtype)
         value = quality - request_rho(context, self.base.rho, quality) * cost
         return mask_scores(value, context.available)
@@ -298,7 +309,7 @@ class _NeuralLinear(ScoredArgmax):
         self._check_feedback(context, feedback)
         observed = feedback.observed
         quality = observed_quality(feedback, context, self.base.rho, lambda: self._costs(context))
-        phi = self.phi(context.x)
+        phi = self._context_phi(context)  # act's, for the same context
         target = torch.where(observed, quality.to(phi.dtype), 0.0)
         fb = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         self.heads.update(Context(x=phi), decision, fb, generator)

@@ -61,6 +61,7 @@ from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
 from torchroute.learners.on_base_router import ScoredArgmax, observed_quality, resolve_base
+from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
 
@@ -181,6 +182,9 @@ class _Residual(ScoredArgmax):
         for key, value in score_hp.items():
             setattr(self, key, value)
         self.spread = 0.0
+        # the base's values and phi of a round's context, read by its act and its update
+        self._base_memo: RoundMemo[tuple[Tensor, Tensor, Tensor]] = RoundMemo()
+        self._phi_memo: RoundMemo[Tensor] = RoundMemo()
         if base.hidden is not None and bool(base.hidden.any()):
             if train is None:
                 raise ValueError(f"{name}: a model the base never saw needs the train split")
@@ -217,7 +221,12 @@ class _Residual(ScoredArgmax):
     def base_value(self, context: Context) -> tuple[Tensor, Tensor, Tensor]:
         """The base router's quality predictions (a model it never saw: the mean of the
         others), costs and values ``y - rho c`` (the request's ``rho``), each ``[R, B, K]``,
-        computed as the router's own ``act`` computes them."""
+        computed as the router's own ``act`` computes them; once for a round's ``act`` and
+        ``update`` (:class:`~torchroute.learners.round_memo.RoundMemo`)."""
+        return self._base_memo.get(context, lambda: self._base_value(context), self._stamp())
+
+    def _base_value(self, context: Context) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`base_value`, computed."""
         base = self.base
         with torch.no_grad():
             y_hat, c_hat = base.predict(context)
@@ -228,6 +237,20 @@ class _Residual(ScoredArgmax):
                 y_hat = torch.where(base.hidden[:, None], mean, y_hat)
             value = y_hat - request_rho(context, base.rho, y_hat) * c_hat
         return y_hat, c_hat, value
+
+    def _context_phi(self, context: Context) -> Tensor:
+        """:meth:`phi` of ``context.x`` in the correction's dtype, ``[R, B, p]``, once for
+        a round's ``act`` and ``update``."""
+        return self._phi_memo.get(
+            context, lambda: self.phi(context.x.to(self._dtype())), self._stamp()
+        )
+
+    def _stamp(self) -> tuple:
+        """What the memos depend on besides the context: the base's choice (a loaded state
+        replaces it in place), the basis and the correction's dtype."""
+        choice, basis = self.base.choice, self.basis
+        where = None if basis is None else (basis.device, basis.data_ptr(), basis._version)
+        return (choice.device, choice.data_ptr(), choice._version, where, self._dtype())
 
     def predict_quality(self, context: Context) -> Tensor:
         """The predicted quality ``base_k(x) + x^T theta_k`` (the correction's posterior
@@ -252,7 +275,7 @@ class _Residual(ScoredArgmax):
     def _scores(self, context: Context, generator: Source) -> Tensor:
         """``base value + (correction - its largest value over the arms)``, masked."""
         _, _, value = self.base_value(context)
-        delta = self._correction_scores(self.phi(context.x.to(self._dtype())), generator)
+        delta = self._correction_scores(self._context_phi(context), generator)
         delta = delta - delta.amax(-1, keepdim=True)
         return mask_scores(value.to(delta.dtype) + delta, context.available)
 
@@ -271,7 +294,7 @@ class _Residual(ScoredArgmax):
         quality = observed_quality(feedback, context, self.base.rho, lambda: c_hat)
         target = torch.where(observed, quality.to(y_hat.dtype) - y_hat, 0.0)
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
-        phi = Context(x=self.phi(context.x.to(self._dtype())))
+        phi = Context(x=self._context_phi(context))
         self.correction.update(phi, decision, residual, generator)
         self._tick(context)
         return {}

@@ -102,7 +102,7 @@ class ResidualSquareCB(_Residual):
     def values(self, context: Context) -> Tensor:
         """``f_k(x) = base value + correction`` ``[R, B, K]`` (unavailable arms at -inf)."""
         _, _, value = self.base_value(context)
-        mean = self._correction_scores(self.phi(context.x.to(self._dtype())), None)
+        mean = self._correction_scores(self._context_phi(context), None)
         return mask_scores(value.to(mean.dtype) + mean, context.available)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
