@@ -278,7 +278,7 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     )
     group_of = None
     if rule.per == "regime":
-        from torchroute.report.regimes import regime_rule
+        from torchroute.run.report_regimes import regime_rule
 
         cuts = regime_rule(opts.rhos, opts.report_regimes)
         group_of = {float(rho): cuts.of(float(rho)) for rho in opts.rhos}
