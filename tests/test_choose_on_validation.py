@@ -209,3 +209,55 @@ def test_trials_that_chose_differently_each_run_their_own_values(tmp_path):
     assert [g.gamma for g in piece.groups] == [0.9, 1.0]
     assert [i.tolist() for i in piece._indices()] == [[0], [1]]
     assert mixed.columns([1, 2])["chosen_gamma"] == [0.9, 1.0]
+
+
+def test_a_base_router_chosen_among_the_run_learners_is_named_by_its_learner(tmp_path):
+    """``base: [${learners.m}, ${learners.k}]`` (config nodes): the run writes which base
+    each trial chose by the run learner's name, and a node that is no run learner's config
+    by its class (it crashed writing ``results.csv`` with the node itself)."""
+    mlp = {
+        "_target_": "torchroute.learners.anchors.MLPScoreRouter.from_problem",
+        "_partial_": True,
+        "hidden": 4,
+        "steps": 5,
+    }
+    knn = {"_target_": "torchroute.learners.anchors.KNNScoreRouter.from_problem", "_partial_": True}
+    knn_k3 = {**knn, "k": 3}
+    residual = {
+        "_target_": "torchroute.learners.residual.ResidualLinUCB.from_problem",
+        "_partial_": True,
+        "base": [mlp, knn, knn_k3],
+        "lam": [10.0, 1000.0],
+        "projection": 0,
+    }
+    out = tmp_path / "run"
+    cfg = tiny_run_config(out, {"m": mlp, "k": knn, "r": residual})
+    results = run_config(cfg)
+    rows = results[results["learner"] == "r"]
+    assert set(rows["chosen_base"]) <= {"m", "k", "KNNScoreRouter"}
+    assert set(rows["chosen_lam"]) <= {10.0, 1000.0}
+    table = pd.read_csv(out / "runs" / "r" / "choice_on_validation.csv")
+    # 3 bases x 2 lams per rho, labelled by name (the third by its class), lam fastest
+    assert list(table[table["rho"] == 0]["base"]) == ["m", "m", "k", "k"] + ["KNNScoreRouter"] * 2
+    assert list(table[table["rho"] == 0]["lam"]) == [10.0, 1000.0] * 3
+    saved = pd.read_csv(out / "results.csv")
+    assert (
+        saved.loc[saved["learner"] == "r", "chosen_base"].isin(["m", "k", "KNNScoreRouter"]).all()
+    )
+
+
+def test_the_residual_learners_choose_how_far_to_leave_the_base_on_validation():
+    """The prior precision and the exploration width of the residual learners are change
+    options: a list is a choice on validation, one value is used as given."""
+    from torchroute.learners.residual import ResidualLinTS, ResidualLinUCB
+    from torchroute.learners.residual_squarecb import ResidualSquareCB
+
+    for cls, width in (
+        (ResidualLinUCB, "alpha"),
+        (ResidualLinTS, "v"),
+        (ResidualSquareCB, "igw_gamma"),
+    ):
+        assert {"base", "lam", width} <= set(cls.chosen_on_validation)
+    target = "torchroute.learners.residual.ResidualLinTS.from_problem"
+    found = candidates_of({"_target_": target, "lam": [10, 100], "v": 0.5}, "r")
+    assert found.keys == ("lam",) and found.points == ({"lam": 10}, {"lam": 100})

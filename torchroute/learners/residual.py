@@ -130,7 +130,9 @@ class _Residual(ScoredArgmax):
     reads_prices: ClassVar[bool] = True  # through its base router's costs (base_value)
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
     per_request_rho: ClassVar[bool] = True  # it learns the quality: any rho per request
-    chosen_on_validation: ClassVar[tuple[str, ...]] = ("base", "gamma", "window")
+    # how far and how fast to leave the base router: chosen on the validation stream with the
+    # run's scenario replayed (a list of values; one value: used as given)
+    chosen_on_validation: ClassVar[tuple[str, ...]] = ("base", "lam", "gamma", "window")
     #: the correction learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 
@@ -324,6 +326,7 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
     """
 
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "alpha")
 
     def __init__(
         self,
@@ -366,6 +369,7 @@ class ResidualLinTS(_Residual):
     """
 
     _kinds = (LinTS, DiscountedLinTS, SlidingWindowLinTS)
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "v")
 
     def __init__(
         self,

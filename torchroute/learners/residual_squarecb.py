@@ -66,6 +66,10 @@ class ResidualSquareCB(_Residual):
     """
 
     samples_from_probs: ClassVar[bool] = True
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (
+        *_Residual.chosen_on_validation,
+        "igw_gamma",
+    )
     # the correction's ridge statistics (its width is unused: alpha = 0)
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
 

@@ -17,77 +17,24 @@ cuts come from is the run's rule (:func:`regime_rule`, the ``report_regimes`` ke
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
-from torchroute.run.report_regimes import RuleSpec, check_regime_rule
+from torchroute.run.report_regimes import (
+    CABS_CUTS,
+    RegimeRule,
+    RuleSpec,
+    regime_rule,
+)
 
 #: the cost regimes, in order
 REGIMES = ("low", "medium", "high")
-#: the CABS paper's cuts ``(low_max, high_min)``
-CABS_CUTS = (300.0, 800.0)
 
 
 def cost_regime(rho: float) -> str:
     """CABS cost regimes: low ``rho <= 300``, medium ``300 < rho < 800``, high ``rho >= 800``."""
     return RegimeRule("cabs", *CABS_CUTS).of(rho)
-
-
-@dataclass(frozen=True)
-class RegimeRule:
-    """The cuts of one run's cost regimes and the rule that chose them.
-
-    Attributes:
-        name: ``cabs``, ``tertiles`` or ``cuts`` (the user's).
-        low_max: the largest rho of the low regime.
-        high_min: the smallest rho of the high regime.
-    """
-
-    name: str
-    low_max: float
-    high_min: float
-
-    def of(self, rho: float) -> str:
-        """The regime of one ``rho``."""
-        if rho <= self.low_max:
-            return "low"
-        return "high" if rho >= self.high_min else "medium"
-
-    def describe(self) -> str:
-        """One sentence for the report: the rule and its cuts."""
-        how = {
-            "cabs": "the CABS paper's fixed cuts",
-            "tertiles": "tertiles of the run's rhos",
-            "cuts": "the cuts report_regimes gave",
-        }[self.name]
-        low, high = f"{self.low_max:g}", f"{self.high_min:g}"
-        return f"Cost regimes by {how}: low: rho <= {low}, medium: between, high: rho >= {high}."
-
-
-def regime_rule(rhos: Iterable[float], rule: RuleSpec | None = None) -> RegimeRule:
-    """The regime cuts of a run whose trials have ``rhos`` under ``rule`` (module docstring;
-    ``None``: ``auto``)."""
-    spec = check_regime_rule(rule)
-    if isinstance(spec, tuple):
-        return RegimeRule("cuts", *spec)
-    cabs = RegimeRule("cabs", *CABS_CUTS)
-    values = np.unique(np.asarray([float(r) for r in rhos], dtype=np.float64))
-    if spec == "cabs" or values.size == 0:
-        return cabs
-    low, _, high = np.array_split(values, 3)
-    high_min = float(high[0]) if high.size else float("inf")
-    tertiles = RegimeRule("tertiles", float(low[-1]), high_min)
-    if spec == "auto" and _count(cabs, values) >= _count(tertiles, values):
-        return cabs
-    return tertiles
-
-
-def _count(rule: RegimeRule, rhos: np.ndarray) -> int:
-    """How many regimes ``rule`` puts ``rhos`` into."""
-    return len({rule.of(float(r)) for r in rhos})
 
 
 def with_regimes(frame: pd.DataFrame, rule: RuleSpec | None = None) -> pd.DataFrame:

@@ -29,9 +29,11 @@ the run chooses one value per trial before the test stream is read:
    base router or a warm weight chosen on validation inside a candidate is the one the
    test run gets; those inner choices see the rows they are then replayed on, alike for
    every candidate).
-4. **Choice.** Per ``rho`` (the trials of one cost regime, averaged over their seeds),
-   the candidate with the highest mean utility **over the whole validation stream**
-   (``avg_utility``; ties: the first in list order). The whole stream, not the rounds
+4. **Choice.** Per ``rho`` (its seeds averaged), the candidate with the highest mean
+   utility **over the whole validation stream** (``avg_utility``; ties: the first in list
+   order). The run's ``choose_on_validation`` option (:mod:`torchroute.run.choice_rule`)
+   can make one choice per cost regime instead, and keep the first-listed value of some
+   keys unless another is better by more than one standard error. The whole stream, not the rounds
    after the change: the test run is scored on its whole stream, with the change at the
    same fraction, so a value that forgets too eagerly (cheap after a change, costly
    before it) is charged for both, as it will be on test.
@@ -58,6 +60,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -68,6 +71,7 @@ from torchroute.learners.trial_groups import TrialGroups
 from torchroute.learners.warm_options import WarmStart
 from torchroute.loop import simulate
 from torchroute.run.build import Built, instantiate_node, learner_for, trial_grid
+from torchroute.run.choice_rule import BLOCKS, ChoiceRule
 from torchroute.run.classes import own_learner_class
 from torchroute.run.options import RunOptions
 
@@ -85,15 +89,32 @@ class Candidates:
         name: the learner's name (``learners.<name>``).
         keys: the list-valued change options, in the learner class's order.
         points: ``C`` dicts ``{key: value}``, the product of the lists (last key fastest).
+        names: ``{config id: name}`` for values that are config nodes (a ``base:`` given
+            as ``${learners.mlp}``): the run learner whose config it is (see :meth:`label`).
     """
 
     name: str
     keys: tuple[str, ...]
     points: tuple[dict[str, Any], ...]
+    names: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
     def node(self, node: Mapping[str, Any], c: int) -> dict[str, Any]:
         """The learner config of candidate ``c``: ``node`` with its values."""
         return {**node, **self.points[c]}
+
+    def label(self, c: int, key: str) -> Any:
+        """Candidate ``c``'s value of ``key`` as ``results.csv`` and the log show it: a
+        number or name as given; a config node as the name of the run learner with that
+        config (``mlp``), else its class's name (``KNNScoreRouter``)."""
+        value = self.points[c][key]
+        if not isinstance(value, Mapping):
+            return value
+        for name, node in self.names:
+            if dict(node) == dict(value):
+                return name
+        target = str(value.get("_target_", "config"))
+        parts = [p for p in target.split(".") if p[:1].isupper()]
+        return parts[-1] if parts else target
 
 
 def candidates_of(node: Mapping[str, Any], name: str) -> Candidates | None:
@@ -185,10 +206,8 @@ class Choice:
     def columns(self, trials: Sequence[int]) -> dict[str, list[Any]]:
         """The ``results.csv`` columns of the trials ``trials`` (positions):
         ``chosen_<key>`` for each list-valued key, ``chosen_val_utility``."""
-        points = self.candidates.points
-        out = {
-            f"chosen_{k}": [points[self.chosen[t]][k] for t in trials] for k in self.candidates.keys
-        }
+        cand = self.candidates
+        out = {f"chosen_{k}": [cand.label(self.chosen[t], k) for t in trials] for k in cand.keys}
         out["chosen_val_utility"] = [self.val_utility[t] for t in trials]
         return out
 
@@ -208,7 +227,12 @@ def all_candidates(opts: RunOptions) -> dict[str, Candidates]:
     """The :class:`Candidates` of every run learner whose config gives list-valued change
     options (checked: :func:`candidates_of`); ``{}`` when none does."""
     found = {name: candidates_of(opts.learners[name], name) for name in opts.run_learners}
-    return {name: cand for name, cand in found.items() if cand is not None}
+    names = tuple((name, dict(opts.learners[name])) for name in opts.run_learners)
+    return {
+        name: dataclasses.replace(cand, names=names)
+        for name, cand in found.items()
+        if cand is not None
+    }
 
 
 def choose_all(
@@ -241,42 +265,148 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
         index.append(block)
     check_partial_feedback(groups[0], val_env, name)
     learner = TrialGroups(groups, index)
+    rule = opts.choice_rule
+    parts = BLOCKS if rule.needs_blocks else 5
     result = simulate(
         learner,
         val_env,
         seed=opts.loop_seed,
         rng=opts.rng,
-        log_every=max(1, val_env.horizon // 5),
+        log_every=max(1, val_env.horizon // parts),
         progress=opts.progress,
         desc=f"{name} (choice on {CHOICE_SPLIT})",
     )
-    choice = pick(cand, result.summary, r)
+    group_of = None
+    if rule.per == "regime":
+        from torchroute.run.report_regimes import regime_rule
+
+        cuts = regime_rule(opts.rhos, opts.report_regimes)
+        group_of = {float(rho): cuts.of(float(rho)) for rho in opts.rhos}
+    blocks = block_utilities(result.curve, c_count * r) if rule.needs_blocks else None
+    choice = pick(cand, result.summary, r, rule, group_of, blocks)
     log.info("%s: chosen on the %s split: %s", name, CHOICE_SPLIT, choice.describe())
     return choice
 
 
-def pick(cand: Candidates, summary: pd.DataFrame, num_trials: int) -> Choice:
+def pick(
+    cand: Candidates,
+    summary: pd.DataFrame,
+    num_trials: int,
+    rule: ChoiceRule | None = None,
+    group_of: Mapping[float, str] | None = None,
+    blocks: np.ndarray | None = None,
+) -> Choice:
     """The :class:`Choice` from the validation run's ``summary`` (``C R`` rows, candidate
-    ``c``'s trial ``t`` at ``c R + t``, with ``rho`` and ``avg_utility``): per ``rho`` the
-    candidate of the highest mean ``avg_utility`` over its trials (the first on a tie)."""
+    ``c``'s trial ``t`` at ``c R + t``, with ``rho`` and ``avg_utility``).
+
+    Per group of trials (each ``rho``, or ``group_of[rho]``: its cost regime) the candidate
+    of the highest mean ``avg_utility`` over the group's trials (the first on a tie); with
+    ``rule.prefer_first`` and ``blocks [C R, J]`` (each trial's mean utility in ``J``
+    blocks of the stream, :func:`block_utilities`), the one-standard-error rule of
+    :mod:`torchroute.run.choice_rule` (the table gains ``val_se``, each candidate's
+    standard error against its group's best).
+    """
+    rule = rule or ChoiceRule()
     frame = summary.reset_index(drop=True)
     frame = frame.assign(candidate=[i // num_trials for i in range(len(frame))])
+    rhos = frame["rho"].iloc[:num_trials].tolist()
+    group = [group_of[float(rho)] for rho in rhos] if group_of is not None else rhos
+    frame = frame.assign(group=[group[i % num_trials] for i in range(len(frame))])
     means = ["avg_utility"] + (["avg_utility_after"] if "avg_utility_after" in frame else [])
     table = frame.groupby(["candidate", "rho"], sort=True)[means].mean().reset_index()
     table = table.rename(columns={m: m.replace("avg_", "val_") for m in means})
-    best = table.groupby("rho")["val_utility"].transform("max")
-    is_best = table["val_utility"] == best
-    first = is_best & (is_best.groupby(table["rho"]).cumsum() == 1)
-    table = table.assign(chosen=first)
+    pooled = frame.groupby(["group", "candidate"], sort=False)["avg_utility"].mean()
+    winner: dict[Any, int] = {}
+    se_of: dict[tuple[Any, int], float] = {}
+    for g in dict.fromkeys(group):
+        values = pooled.loc[g].sort_index().to_numpy()
+        best = int(np.argmax(values))  # the first of the highest
+        winner[g] = best
+        if rule.prefer_first and blocks is not None:
+            trials = [t for t in range(num_trials) if group[t] == g]
+            winner[g], se = _one_se_choice(cand, values, best, blocks, trials, rule)
+            se_of.update({(g, c): float(se[c]) for c in range(len(values))})
+    table = table.assign(
+        chosen=[
+            winner[_group(group_of, rho)] == c for c, rho in zip(table["candidate"], table["rho"])
+        ]
+    )
+    if se_of:
+        table = table.assign(
+            val_se=[
+                se_of[(_group(group_of, rho), c)]
+                for c, rho in zip(table["candidate"], table["rho"])
+            ]
+        )
+    if group_of is not None:
+        table.insert(1, "regime", [group_of[float(rho)] for rho in table["rho"]])
     for key in cand.keys:
         table.insert(
-            1 + cand.keys.index(key), key, [cand.points[c][key] for c in table["candidate"]]
+            1 + cand.keys.index(key), key, [cand.label(c, key) for c in table["candidate"]]
         )
     winners = table[table["chosen"]].set_index("rho")
-    rhos = frame["rho"].iloc[:num_trials].tolist()
     chosen = tuple(int(winners.loc[rho, "candidate"]) for rho in rhos)
     value = tuple(float(winners.loc[rho, "val_utility"]) for rho in rhos)
     return Choice(cand, chosen, value, table)
+
+
+def _group(group_of: Mapping[float, str] | None, rho: float) -> Any:
+    return rho if group_of is None else group_of[float(rho)]
+
+
+def _one_se_choice(
+    cand: Candidates,
+    values: np.ndarray,
+    best: int,
+    blocks: np.ndarray,
+    trials: list[int],
+    rule: ChoiceRule,
+) -> tuple[int, np.ndarray]:
+    """``(chosen candidate, standard errors [C])`` of one group: the candidates within one
+    standard error of ``best`` (paired block differences over the group's ``trials``), the
+    earliest values of the ``prefer_first`` keys first, then the highest utility."""
+    count = len(values)
+    r = blocks.shape[0] // count
+    per_block = np.stack([blocks[c * r + np.asarray(trials)].mean(axis=0) for c in range(count)])
+    diff = per_block[best] - per_block  # [C, J]
+    j = diff.shape[1]
+    se = diff.std(axis=1, ddof=1) / np.sqrt(j) if j > 1 else np.zeros(count)
+    eligible = [c for c in range(count) if values[c] >= values[best] - se[c]]
+    keys = [k for k in rule.prefer_first if k in cand.keys]
+
+    def rank(c: int) -> tuple[Any, ...]:
+        order = tuple(_position(cand, k, cand.points[c][k]) for k in keys)
+        return (*order, -values[c], c)
+
+    return min(eligible, key=rank), se
+
+
+def _position(cand: Candidates, key: str, value: Any) -> int:
+    """The position of ``value`` in ``key``'s list (first appearance in the candidates)."""
+    seen: list[Any] = []
+    for point in cand.points:
+        if not any(point[key] == v for v in seen):
+            seen.append(point[key])
+    return next(i for i, v in enumerate(seen) if v == value)
+
+
+def block_utilities(curve: pd.DataFrame, num_trials: int) -> np.ndarray:
+    """``[n, J]``: each of the ``n = num_trials`` trials' mean utility per round in the
+    ``J`` blocks between its logged rounds, up to a constant per block and trial's stream
+    (minus the regret: the oracle's utility is the same for every candidate of a trial
+    position, so differences between candidates are exact). ``curve`` holds ``trial``,
+    ``round`` and ``cum_regret`` (:class:`~torchroute.loop.SimulationResult`)."""
+    if "cum_regret" not in curve:
+        raise ConfigError(
+            "choose_on_validation.prefer_first needs the env's cumulative regret per logged "
+            "round (cum_regret); this env does not record it"
+        )
+    wide = curve.pivot_table(index="trial", columns="round", values="cum_regret", aggfunc="last")
+    wide = wide.reindex(range(num_trials)).sort_index(axis=1)
+    rounds = np.asarray(wide.columns, dtype=np.float64)
+    cum = np.concatenate([np.zeros((num_trials, 1)), wide.to_numpy(dtype=np.float64)], axis=1)
+    lengths = np.diff(np.concatenate([[0.0], rounds]))
+    return -np.diff(cum, axis=1) / lengths
 
 
 def validation_env(opts: RunOptions, built: Built, env: Env, copies: int, name: str) -> Env:
@@ -353,6 +483,7 @@ __all__ = [
     "Candidates",
     "Choice",
     "all_candidates",
+    "block_utilities",
     "candidates_of",
     "choose",
     "choose_all",

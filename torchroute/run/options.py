@@ -13,13 +13,15 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from torchroute.errors import ConfigError, SectionError
+from torchroute.run.choice_rule import KEY as CHOICE_KEY
+from torchroute.run.choice_rule import ChoiceRule, check_choice_rule
 from torchroute.run.report_regimes import RuleSpec, check_regime_rule
 
 _DTYPES = ("float32", "float64")
@@ -201,6 +203,7 @@ class RunOptions:
     report_regimes: RuleSpec
     overwrite: bool
     budgets: tuple[float, ...] | None = None
+    choice_rule: ChoiceRule = field(default_factory=ChoiceRule)
 
     @classmethod
     def from_config(cls, cfg: Any, *, need_learners: bool = True) -> RunOptions:
@@ -299,6 +302,7 @@ class RunOptions:
             report_regimes=check_regime_rule(c.get("report_regimes")),
             overwrite=_flag(c, "overwrite", False),
             budgets=budget_list(c),
+            choice_rule=check_choice_rule(c.get(CHOICE_KEY)),
         )
 
     @property
@@ -307,6 +311,8 @@ class RunOptions:
         runtime = set(self.config.get("runtime_keys") or ()) | {"runtime_keys"}
         if self.config.get("budgets") is None:  # unset: the fingerprint of before the key
             runtime.add("budgets")
+        if self.choice_rule.per == "regime":  # the regimes group the validation choices
+            runtime.discard("report_regimes")
         return {k: v for k, v in self.config.items() if k not in runtime}
 
     @property

@@ -1,0 +1,87 @@
+"""The ``choose_on_validation`` option of a run: how a list-valued change option is chosen
+from the candidates' validation utilities.
+
+::
+
+    choose_on_validation:
+      per: regime                 # rho (default) | regime
+      prefer_first: [lam, alpha]  # keys whose first-listed value stays without evidence
+
+- ``per``: the trials one choice is made for. ``rho`` (the default): each ``rho``, its
+  seeds averaged. ``regime``: each cost regime of the run's ``report_regimes`` rule (the
+  report's low / medium / high), its rhos and seeds averaged: one choice per regime, as the
+  report chooses its baseline static router. Every trial of a regime then runs the same
+  values; the validation rows are the same for every trial, so pooling rhos takes away the
+  part of the noise that differs between neighbouring rhos, not the rows' own.
+- ``prefer_first``: keys (of any learner that has them in its lists) whose values are
+  ordered by preference, the first the one to keep without evidence (a residual learner's
+  largest ``lam``, its smallest ``alpha``). A candidate is *eligible* when its validation
+  utility is within one standard error of the best candidate's (the one-standard-error
+  rule of model selection); among the eligible the choice takes the earliest values of the
+  ``prefer_first`` keys, in their order, then the highest validation utility. The
+  standard error is that of the paired difference to the best candidate, from ``J = 20``
+  blocks of the validation stream (batch means: the difference of the two candidates'
+  mean utility in each block, averaged over the group's trials; ``sd / sqrt(J)``): the
+  candidates replay the same rows in the same order, so the difference is paired.
+
+Without the option (or with ``per: rho`` and no ``prefer_first``) the choice is the one of
+before: per ``rho`` the highest mean validation utility, the first in list order on a tie.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torchroute.errors import ConfigError
+
+#: the groups one choice can be made for
+PER = ("rho", "regime")
+#: blocks of the validation stream the standard error is taken over
+BLOCKS = 20
+
+KEY = "choose_on_validation"
+
+
+@dataclass(frozen=True)
+class ChoiceRule:
+    """How candidates are chosen (the module docstring).
+
+    Attributes:
+        per: ``"rho"`` or ``"regime"``.
+        prefer_first: keys whose first-listed value is kept unless another is better by
+            more than one standard error.
+    """
+
+    per: str = "rho"
+    prefer_first: tuple[str, ...] = ()
+
+    @property
+    def needs_blocks(self) -> bool:
+        """Whether the choice needs the validation stream's per-block utilities."""
+        return bool(self.prefer_first)
+
+
+def check_choice_rule(value: Any) -> ChoiceRule:
+    """``value`` (the run's ``choose_on_validation``; ``None``: the default rule) as a
+    :class:`ChoiceRule`, or a one-line :class:`ConfigError` naming the key."""
+    if value is None:
+        return ChoiceRule()
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{KEY} must be a mapping {{per: rho|regime, prefer_first: [keys]}}, got {value!r}"
+        )
+    unknown = sorted(set(value) - {"per", "prefer_first"})
+    if unknown:
+        raise ConfigError(f"{KEY} has unknown keys {unknown}; known: per, prefer_first")
+    per = value.get("per", "rho")
+    if per not in PER:
+        raise ConfigError(f"{KEY}.per must be one of {list(PER)}, got {per!r}")
+    keys = value.get("prefer_first") or ()
+    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+        raise ConfigError(f"{KEY}.prefer_first must be a list of option names, got {keys!r}")
+    return ChoiceRule(per=str(per), prefer_first=tuple(keys))
+
+
+__all__ = ["BLOCKS", "KEY", "PER", "ChoiceRule", "check_choice_rule"]
