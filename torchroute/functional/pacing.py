@@ -96,7 +96,7 @@ class BudgetPacer:
         decay_after: ``None`` (the default): every step is ``eta``; an int ``w >= 1``: the
             step after round ``t`` is ``eta * sqrt(w / max(t, w))`` (the module doc).
         horizon: ``None`` (the default): each round aims at ``budget``; an int ``T >= 1``
-            (the stream's rounds, each of as many requests as the first): each round aims
+            (the stream's rounds, each of the same number of requests): each round aims
             at the budget left per request left, within ``[0, budget]`` (the module doc).
 
     Example:

@@ -33,6 +33,9 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
    the run's stream alike the step decays after the warm-up (``decay_after``, the first
    5% of the rounds: :class:`~torchroute.functional.pacing.BudgetPacer`), so a trial's rho
    settles near the rho that spends its budget instead of swinging with each request.
+   On the run's stream only, each round also aims at the budget left per request left
+   (never above the budget): on validation that target would let steps too small to
+   correct the start pass, and they then overspend on the run.
 
 A learner can be paced when its decisions follow ``Context.rho`` (its
 ``per_request_rho`` is true: the static score routers, and the ridge learners with
