@@ -17,7 +17,7 @@ from torchroute.errors import ConfigError
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.learners.anchors import KNNScoreRouter
 from torchroute.loop import WARMUP_SHARE, simulate
-from torchroute.run.budgets import plan_pacing, rho_grid
+from torchroute.run.budgets import REFINE_STEPS, PacingPlan, plan_pacing, rho_grid
 from torchroute.run.build import build
 from torchroute.run.experiment import run
 from torchroute.run.options import RunOptions
@@ -58,13 +58,17 @@ def _config(out, *overrides):
     return cfg
 
 
-def test_the_loop_paces_every_round_as_a_hand_loop():
-    """Each round's Context.rho is the pacer's rho of the costs so far (a Python loop)."""
+@pytest.mark.parametrize(("decay_after", "horizon"), [(None, None), (6, 120)])
+def test_the_loop_paces_every_round_as_a_hand_loop(decay_after, horizon):
+    """Each round's Context.rho is the pacer's rho of the costs so far (a Python loop): the
+    plain rule, and the step decaying after 6 rounds aiming at the budget left."""
     table = three_model_table()
     env = SingleChoiceEnv(table, rho=[0.0, 0.0], seeds=[0, 1], horizon=120)
     router = KNNScoreRouter.from_problem(env.problem(), k=10)
     budget, eta, start = (2e-3, 4e-3), (0.05, 0.2), (300.0, 0.0)
-    pacer = BudgetPacer(torch.tensor(budget, dtype=torch.float64), torch.tensor(start), eta)
+    pacer = BudgetPacer(
+        torch.tensor(budget, dtype=torch.float64), torch.tensor(start), eta, decay_after, horizon
+    )
     seen_rho, seen_cost = [], []
 
     def record(t, context, decision, feedback):
@@ -74,10 +78,13 @@ def test_the_loop_paces_every_round_as_a_hand_loop():
     result = simulate(router, env, pacer=pacer, on_round=record, progress=False)
     warm = math.ceil(WARMUP_SHARE * env.horizon)
     for r in range(2):
-        rho = start[r]
+        rho, spent, b = start[r], 0.0, budget[r]
         for t in range(env.horizon):
             assert seen_rho[t][r] == pytest.approx(rho, rel=1e-5, abs=1e-6), (r, t)
-            rho = max(0.0, rho + eta[r] * (seen_cost[t][r] - budget[r]) / budget[r] ** 2)
+            step = eta[r] if decay_after is None else eta[r] * min(1, decay_after / (t + 1)) ** 0.5
+            aim = b if horizon is None else min(b, max(0.0, (b * horizon - spent) / (horizon - t)))
+            rho = max(0.0, rho + step * (seen_cost[t][r] - aim) / b**2)
+            spent += seen_cost[t][r]
         costs = [c[r] for c in seen_cost]
         row = result.summary.iloc[r]
         assert row["budget"] == budget[r]
@@ -118,16 +125,18 @@ def test_a_static_router_stays_within_budget_after_warmup(tmp_path):
     assert {"budget", "budget_overrun", "budget_overrun_after_warmup"} <= set(written)
 
 
-def test_the_starting_rho_is_the_brute_force_best_fixed_rho(tmp_path):
+def test_the_starting_rho_is_the_brute_force_bisection_of_fixed_rhos(tmp_path):
     """The plan's starting rho: of the grid rhos, the one whose validation mean cost is the
-    largest that is <= the budget, found here by running each rho alone."""
+    largest that is <= the budget, then REFINE_STEPS bisections towards the grid rho below
+    it, each midpoint kept as the upper end when its validation cost is <= the budget;
+    found here by running each rho alone on each validation stream."""
     budgets = (1.5e-3, 5e-3)
     opts = RunOptions.from_config(_config(tmp_path / "run", f"budgets={list(budgets)}"))
     built = build(opts)
     plan = plan_pacing(opts, "knn_val", built)
     main = built.env.problem()
-    costs = []
-    for rho in rho_grid(budgets).tolist():
+
+    def validation_cost(rho: float) -> float:
         mean = 0.0
         for seed in (0, 1, 2):  # the validation streams, one at a time
             env = SingleChoiceEnv(
@@ -137,12 +146,41 @@ def test_the_starting_rho_is_the_brute_force_best_fixed_rho(tmp_path):
             router = KNNScoreRouter.from_problem(problem, k=[10, 30])
             summary = simulate(router, env, progress=False).summary
             mean += float(summary["avg_cost"].iloc[0]) / 3
-        costs.append((rho, mean))
+        return mean
+
+    grid = rho_grid(budgets).tolist()
+    costs = [validation_cost(rho) for rho in grid]
+    moved = 0
     for i, b in enumerate(budgets):
-        under = [(c, rho) for rho, c in costs if c <= b]
-        best = max(under, key=lambda pair: (pair[0], -pair[1]))[1] if under else costs[-1][0]
-        assert float(plan.rho[i]) == pytest.approx(best, rel=1e-6)
+        under = [(c, -j) for j, c in enumerate(costs) if c <= b]
+        assert under  # both budgets have a grid rho within them
+        j = -max(under)[1]
+        low, high = grid[max(j - 1, 0)], grid[j]
+        for _ in range(REFINE_STEPS):
+            if low == high:
+                break
+            mid = math.sqrt(low * high) if low > 0 else (low + high) / 2
+            if validation_cost(mid) <= b:
+                high = mid
+            else:
+                low = mid
+        assert float(plan.rho[i]) == pytest.approx(high, rel=1e-6)
+        assert validation_cost(float(plan.rho[i])) <= b
+        moved += high != grid[j]
+    assert moved  # a bisection step moved a start off the grid
     assert plan.rho[0] > plan.rho[1]  # the smaller budget starts dearer in rho
+
+
+def test_a_plan_s_pacer_decays_after_the_warm_up_and_aims_at_the_budget_left_on_the_run():
+    """The plan's pacer for a stream of 300 rounds: the step decays after its first 5%
+    (15 rounds) on every stream; only the run's (aim_left) aims at the budget left."""
+    one = torch.ones(2, dtype=torch.float64)
+    plan = PacingPlan(budget=one * 1e-3, rho=one * 10.0, eta=one * 0.1)
+    validation = plan.pacer(torch.device("cpu"), torch.float64, 300)
+    paced = plan.pacer(torch.device("cpu"), torch.float64, 300, aim_left=True)
+    assert (validation.decay_after, validation.horizon) == (15, None)
+    assert (paced.decay_after, paced.horizon) == (15, 300)
+    assert plan.pacer(torch.device("cpu"), torch.float64, 10).decay_after == 1
 
 
 @pytest.mark.parametrize(
@@ -208,7 +246,8 @@ def test_a_paced_run_resumes_to_the_same_numbers(tmp_path):
     def paced_run(**kwargs):
         env = SingleChoiceEnv(three_model_table(), rho=[10.0, 0.0], seeds=[0, 1], horizon=120)
         router = KNNScoreRouter.from_problem(env.problem(), k=10)
-        pacer = BudgetPacer(torch.tensor([2e-3, 4e-3], dtype=torch.float64), 10.0, 0.1)
+        budget = torch.tensor([2e-3, 4e-3], dtype=torch.float64)
+        pacer = BudgetPacer(budget, 10.0, 0.1, decay_after=6, horizon=120)
         return simulate(router, env, pacer=pacer, progress=False, **kwargs).summary
 
     whole = paced_run()

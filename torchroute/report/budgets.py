@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from torchroute.report.figures import save_figure
@@ -41,6 +42,53 @@ def compliance_table(results: pd.DataFrame) -> pd.DataFrame:
     counts = grouped["ok"].agg(["sum", "size"])
     table["within"] = [f"{int(k)}/{int(n)}" for k, n in counts.to_numpy()]
     return table
+
+
+def curve_gap(
+    results: pd.DataFrame, fixed: pd.DataFrame, tolerance: float = TOLERANCE
+) -> pd.DataFrame:
+    """Each learner's quality under each budget against its own fixed-rho curve.
+
+    ``results`` are the per-trial results of a run with ``budgets`` (``learner, budget,
+    avg_cost, avg_cost_after_warmup, accuracy``), ``fixed`` those of the same learners at
+    fixed ``rhos`` (``learner, rho, avg_cost, accuracy``) on the same stream. A learner's
+    curve is its mean ``accuracy`` over the seeds at each rho against its mean ``avg_cost``,
+    sorted by cost and interpolated linearly (constant beyond its ends).
+
+    Returns one row per learner and budget (means over the seeds): ``cost_after_warmup``,
+    ``max_overrun`` (the largest ``avg_cost_after_warmup / budget - 1``), ``within`` (trials
+    whose cost after the warm-up is at most ``budget x tolerance``, as ``k/n``),
+    ``avg_cost``, ``accuracy``, ``curve`` (the curve at ``avg_cost``: the realised cost,
+    the quality's own rounds) and ``gap`` (``accuracy - curve``). A learner missing from
+    ``fixed`` has NaN ``curve`` and ``gap``.
+    """
+    frame = results.assign(
+        late_ratio=results["avg_cost_after_warmup"] / results["budget"],
+        ok=results["avg_cost_after_warmup"] <= results["budget"] * tolerance,
+    )
+    rows = []
+    for (learner, budget), group in frame.groupby(["learner", "budget"]):
+        own = fixed[fixed["learner"] == learner]
+        points = own.groupby("rho")[["avg_cost", "accuracy"]].mean().sort_values("avg_cost")
+        cost = float(group["avg_cost"].mean())
+        curve = float("nan")
+        if len(points):
+            curve = float(np.interp(cost, points["avg_cost"], points["accuracy"]))
+        quality = float(group["accuracy"].mean())
+        rows.append(
+            {
+                "learner": learner,
+                "budget": budget,
+                "cost_after_warmup": float(group["avg_cost_after_warmup"].mean()),
+                "max_overrun": float(group["late_ratio"].max() - 1),
+                "within": f"{int(group['ok'].sum())}/{len(group)}",
+                "avg_cost": cost,
+                "accuracy": quality,
+                "curve": curve,
+                "gap": quality - curve,
+            }
+        )
+    return pd.DataFrame(rows).set_index(["learner", "budget"])
 
 
 def budget_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
@@ -85,4 +133,4 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-__all__ = ["budget_section", "compliance_table"]
+__all__ = ["budget_section", "compliance_table", "curve_gap"]

@@ -9,9 +9,17 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
 1. **The starting rho.** The learner replays the split at every rho of a fixed grid
    (:func:`rho_grid`: 0 and :data:`GRID_POINTS` geometric values from ``1e-3 / max(b)`` to
    ``1e2 / min(b)``, i.e. ``rho * b`` from ``1e-3`` to ``1e2`` for every budget); a
-   budget's starting rho is the grid rho whose validation mean cost (over the streams) is
-   closest below the budget (the largest mean cost ``<= b``, the smallest such rho; the
-   largest rho when none is that cheap).
+   budget's grid rho is the one whose validation mean cost (over the streams) is closest
+   below the budget (the largest mean cost ``<= b``, the smallest such rho; the largest rho
+   when none is that cheap). The starting rho then bisects, for :data:`REFINE_STEPS`
+   steps, between that grid rho and the grid rho below it (geometric midpoints, all
+   budgets in one replay per step): a midpoint whose validation mean cost is ``<= b``
+   becomes the upper end, else the lower; the start is the final upper end, a rho whose
+   validation cost is within the budget, 1/16 of a grid step (in log rho) from one that
+   spends more than the budget (where the grid rho below spends more). A start near the
+   budget leaves the pacer little to correct, and a static router's options chosen on
+   validation for its trial's rho (``k``, a weight decay) are chosen near the rho it
+   will run at, not at a grid point that spends far less.
 2. **The step size.** The learner replays the split under each budget with the pacer for
    each step of :data:`ETAS`, starting from half of 1.'s rho (:data:`LOW_START`: a start
    that spends too much, as a validation split cheaper than the stream would give; the
@@ -21,7 +29,13 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
    stream the step is that ``eta`` x ``T_val / T`` (validation rounds over the run's
    rounds, at most 1): by the bound of :mod:`~torchroute.functional.pacing` a trial then
    corrects the same share of its overspend per share of its rounds as on validation,
-   and moves its rho less from round to round on a longer stream.
+   and moves its rho less from round to round on a longer stream. On validation and on
+   the run's stream alike the step decays after the warm-up (``decay_after``, the first
+   5% of the rounds: :class:`~torchroute.functional.pacing.BudgetPacer`), so a trial's rho
+   settles near the rho that spends its budget instead of swinging with each request.
+   On the run's stream only, each round also aims at the budget left per request left
+   (never above the budget): on validation that target would let steps too small to
+   correct the start pass, and they then overspend on the run.
 
 A learner can be paced when its decisions follow ``Context.rho`` (its
 ``per_request_rho`` is true: the static score routers, and the ridge learners with
@@ -31,6 +45,7 @@ A learner can be paced when its decisions follow ``Context.rho`` (its
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,7 +56,7 @@ from torchroute.envs.base import Env
 from torchroute.errors import ConfigError
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.learners.base import Learner
-from torchroute.loop import simulate
+from torchroute.loop import WARMUP_SHARE, simulate
 from torchroute.run.build import (
     Built,
     build_learner,
@@ -60,6 +75,8 @@ ETAS: tuple[float, ...] = (0.003, 0.01, 0.03, 0.1, 0.3)
 LOW_START = 0.5
 #: the geometric points of the starting-rho grid (besides 0)
 GRID_POINTS = 16
+#: bisection steps refining each budget's starting rho between two grid rhos
+REFINE_STEPS = 4
 #: the validation split is replayed in this many orders (seeds 0, 1, ...)
 VALIDATION_STREAMS = 3
 #: the validation split's name in a table
@@ -80,10 +97,23 @@ class PacingPlan:
         on = torch.as_tensor(index, dtype=torch.long)
         return PacingPlan(self.budget[on], self.rho[on], self.eta[on])
 
-    def pacer(self, device: torch.device, dtype: torch.dtype) -> BudgetPacer:
-        """A fresh pacer of these trials on ``device``."""
+    def pacer(
+        self, device: torch.device, dtype: torch.dtype, horizon: int, aim_left: bool = False
+    ) -> BudgetPacer:
+        """A fresh pacer of these trials on ``device`` for a stream of ``horizon`` rounds:
+        its step decays after the warm-up (``decay_after``: the first
+        :data:`~torchroute.loop.WARMUP_SHARE` of the rounds); with ``aim_left`` (the run's
+        stream) each round aims at the budget left per request left, never above the
+        budget (``horizon``)."""
         like = {"device": device, "dtype": dtype}
-        return BudgetPacer(self.budget.to(**like), self.rho.to(**like), self.eta.to(**like))
+        decay_after = max(1, math.ceil(WARMUP_SHARE * horizon))
+        return BudgetPacer(
+            self.budget.to(**like),
+            self.rho.to(**like),
+            self.eta.to(**like),
+            decay_after=decay_after,
+            horizon=horizon if aim_left else None,
+        )
 
 
 def trial_budgets(opts: RunOptions) -> Tensor:
@@ -167,13 +197,15 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     s = VALIDATION_STREAMS
     fixed = _replay(opts, name, built, grid.repeat_interleave(s), None)
     cost = torch.tensor(fixed["avg_cost"].to_numpy()).view(-1, s).mean(1)  # [G]
-    start = torch.empty_like(budgets)
+    below, above = torch.empty_like(budgets), torch.empty_like(budgets)
     for i, b in enumerate(budgets):  # set-up, not the hot path
         under = cost <= b
         if bool(under.any()):
-            start[i] = grid[torch.where(under, cost, torch.tensor(-torch.inf)).argmax()]
+            j = int(torch.where(under, cost, torch.tensor(-torch.inf)).argmax())
+            above[i], below[i] = grid[j], grid[max(j - 1, 0)]
         else:
-            start[i] = grid[-1]
+            above[i] = below[i] = grid[-1]
+    start = _refine(opts, name, built, budgets, below, above)
     etas = torch.tensor(ETAS, dtype=torch.float64)
     n, e = len(budgets), len(etas)
     low = start * LOW_START  # a start that spends too much: the step must recover from it
@@ -201,6 +233,27 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     return PacingPlan(trial_budgets(opts), start[per_trial], eta[per_trial])
 
 
+def _refine(
+    opts: RunOptions, name: str, built: Built, budgets: Tensor, low: Tensor, high: Tensor
+) -> Tensor:
+    """Bisect each budget's starting rho between the grid rhos ``low`` and ``high`` (each
+    ``[N]``; ``high``'s validation mean cost is ``<= budget``, ``low`` the grid point below
+    it) for :data:`REFINE_STEPS` steps, all budgets in one replay per step: the midpoint
+    (geometric, arithmetic from 0) replaces ``high`` when its validation mean cost (over
+    the streams) is ``<= budget``, else ``low``. Returns the final ``high`` ``[N]``: a rho
+    whose validation mean cost is within the budget. Where ``low == high`` (rho 0 within
+    the budget, or no grid rho within it) nothing moves."""
+    s = VALIDATION_STREAMS
+    for _ in range(REFINE_STEPS):
+        mid = torch.where(low > 0, (low * high).sqrt(), (low + high) / 2)
+        mid = torch.where(low == high, high, mid)
+        fixed = _replay(opts, name, built, mid.repeat_interleave(s), None)
+        cost = torch.tensor(fixed["avg_cost"].to_numpy()).view(-1, s).mean(1)  # [N]
+        under = cost <= budgets
+        high, low = torch.where(under, mid, high), torch.where(under, low, mid)
+    return high
+
+
 def _replay(opts: RunOptions, name: str, built: Built, rho: Tensor, plan: PacingPlan | None) -> Any:
     """Learner ``name`` replaying the validation split as a stream, one trial per entry of
     ``rho [M]`` (fixed, or paced by ``plan``); the summary frame."""
@@ -209,7 +262,7 @@ def _replay(opts: RunOptions, name: str, built: Built, rho: Tensor, plan: Pacing
     problem = replace(env.problem(), validation=main.validation)
     learner = build_learner(opts.learners[name], problem, name, opts.loop_seed, None, warm=True)
     check_learner(name, learner)
-    pacer = None if plan is None else plan.pacer(env.device, torch.float64)
+    pacer = None if plan is None else plan.pacer(env.device, torch.float64, env.horizon)
     result = simulate(
         learner,
         env,

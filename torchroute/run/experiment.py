@@ -362,7 +362,11 @@ def _run_piece(
     env = job.learner_env(name, piece)
     learner = learner if learner is not None else job.learner(name, env, piece)
     plan = job.plans.get(name)
-    pacer = None if plan is None else plan.select(piece.index).pacer(env.device, torch.float64)
+    pacer = None
+    if plan is not None:
+        pacer = plan.select(piece.index).pacer(
+            env.device, torch.float64, env.horizon, aim_left=True
+        )
     recorder = tracker or LogRecorder()
     decisions = None
     if opts.log_decisions:
