@@ -46,7 +46,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.functional.availability import mask_scores
-from torchroute.functional.random import Source, normal
+from torchroute.functional.random import Source
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.learners.anchors import _candidates, _FittedRouter, held_out
 from torchroute.learners.base import ArgmaxRouting
@@ -54,7 +54,12 @@ from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
-from torchroute.learners.on_base_router import ScoredArgmax, observed_quality
+from torchroute.learners.on_base_router import (
+    ScoredArgmax,
+    observed_quality,
+    posterior_draw,
+    ucb_scores,
+)
 from torchroute.learners.residual import build_base
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
@@ -365,10 +370,7 @@ class NeuralLinearUCB(ArgmaxRouting, _NeuralLinear):
         )  # fmt: skip
 
     def _head_scores(self, phi: Tensor, generator: Source) -> Tensor:
-        heads = self.heads
-        if isinstance(heads, GramRidgeLearner):
-            return heads._scores(phi, generator)
-        return heads._scores(phi)
+        return ucb_scores(self.heads, phi, generator)
 
     def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
         """The masked scores ``act`` plays the argmax of, ``[R, B, K]``."""
@@ -410,10 +412,7 @@ class NeuralLinearTS(_NeuralLinear):
 
     def _head_scores(self, phi: Tensor, generator: Source) -> Tensor:
         mean, width = self.posterior(phi)
-        if self.v == 0:
-            return mean
-        noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
-        return mean + self.v * width * noise
+        return posterior_draw(mean, width, self.v, generator)
 
 
 __all__ = ["NeuralLinearTS", "NeuralLinearUCB", "with_bias"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from torchroute.functional.random import Source
+from torchroute.functional.random import Source, normal
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import Learner
 from torchroute.learners.objective import request_rho
@@ -56,6 +56,26 @@ def observed_quality(
     return feedback.reward + request_rho(context, trial_rho, cost) * cost
 
 
+def ucb_scores(inner: Learner, phi: Tensor, generator: Source) -> Tensor:
+    """The optimistic scores ``[R, B, K]`` of ``phi [R, B, p]`` by the inner LinUCB-family
+    learner ``inner`` (the correction or the heads; a forgetting learner's ``_scores`` also
+    takes the generator, for its new-arm draws)."""
+    from torchroute.learners.gram_base import GramRidgeLearner
+
+    if isinstance(inner, GramRidgeLearner):
+        return inner._scores(phi, generator)
+    return inner._scores(phi)
+
+
+def posterior_draw(mean: Tensor, width: Tensor, v: float, generator: Source) -> Tensor:
+    """One Thompson draw ``mean + v width N(0, 1)`` per cell (``[R, B, K]``); ``mean``
+    itself when ``v = 0`` (no normal drawn: the greedy learner)."""
+    if v == 0:
+        return mean
+    noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
+    return mean + v * width * noise
+
+
 class ScoredArgmax(Learner):
     """A learner that plays the argmax of its ``_scores`` (random tie-break); subclasses
     define ``_scores(context, generator) -> [R, B, K]`` (the unavailable arms masked)."""
@@ -74,4 +94,4 @@ class ScoredArgmax(Learner):
         return Decision(probs=probs, action=action, scores=scores)
 
 
-__all__ = ["ScoredArgmax", "observed_quality", "resolve_base"]
+__all__ = ["ScoredArgmax", "observed_quality", "posterior_draw", "resolve_base", "ucb_scores"]

@@ -52,7 +52,7 @@ from torch import Tensor
 from torchroute.checks import check_number
 from torchroute.functional.availability import mask_scores
 from torchroute.functional.new_model import spread_direction
-from torchroute.functional.random import Source, normal
+from torchroute.functional.random import Source
 from torchroute.functional.ridge import ridge_predict, ridge_width
 from torchroute.learners.anchors import BestArmClassifier, _FittedRouter
 from torchroute.learners.base import ArgmaxRouting
@@ -60,7 +60,13 @@ from torchroute.learners.discounted import DiscountedLinTS, DiscountedLinUCB
 from torchroute.learners.gram_base import GramRidgeLearner
 from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
-from torchroute.learners.on_base_router import ScoredArgmax, observed_quality, resolve_base
+from torchroute.learners.on_base_router import (
+    ScoredArgmax,
+    observed_quality,
+    posterior_draw,
+    resolve_base,
+    ucb_scores,
+)
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
@@ -346,10 +352,7 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         )
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
-        corr = self.correction
-        if isinstance(corr, GramRidgeLearner):
-            return corr._scores(x, generator)
-        return corr._scores(x)
+        return ucb_scores(self.correction, x, generator)
 
     def _argmax_scores(self, context: Context, generator: Source) -> Tensor:
         """The masked scores ``act`` plays the argmax of, ``[R, B, K]``."""
@@ -390,10 +393,7 @@ class ResidualLinTS(_Residual):
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         mean, width = self._correction_posterior(x)
-        if self.v == 0:
-            return mean
-        noise = normal(generator, mean.shape, dtype=mean.dtype, device=mean.device)
-        return mean + self.v * width * noise
+        return posterior_draw(mean, width, self.v, generator)
 
 
 __all__ = ["ResidualLinTS", "ResidualLinUCB", "build_base"]
