@@ -56,6 +56,7 @@ from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
 from torchroute.learners.on_base_router import (
     ScoredArgmax,
+    inner_ridge_learner,
     observed_quality,
     posterior_draw,
     ucb_scores,
@@ -125,17 +126,10 @@ class _NeuralLinear(ScoredArgmax):
         with torch.no_grad():
             width = base.candidate_representation(train.features[:1].to(base.rho.dtype)).shape[-1]
         self.phi_dim = int(width) + 1
-        plain, discounted, windowed = self._kinds
         hp = {key: float(value) for key, value in score_hp.items()}
-        p = self.phi_dim
-        if window is not None:
-            check_number(name, "window", window, ge=1, integer=True)
-            heads = windowed(num_trials, num_arms, p, window=window, lam=lam, **hp)
-        elif gamma < 1:
-            heads = discounted(num_trials, num_arms, p, gamma=gamma, lam=lam, **hp)
-        else:
-            heads = plain(num_trials, num_arms, p, lam=lam, **hp)
-        self.heads = heads
+        self.heads = inner_ridge_learner(
+            self._kinds, num_trials, num_arms, self.phi_dim, lam, gamma, window, hp, name
+        )
         for key, value in hp.items():
             setattr(self, key, value)
         self.register_buffer("head_weight", None, persistent=False)

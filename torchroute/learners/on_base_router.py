@@ -56,6 +56,35 @@ def observed_quality(
     return feedback.reward + request_rho(context, trial_rho, cost) * cost
 
 
+def inner_ridge_learner(
+    kinds: tuple[type, type, type],
+    num_trials: int,
+    num_arms: int,
+    dim: int,
+    lam: float,
+    gamma: float,
+    window: int | None,
+    score_hp: dict[str, Any],
+    who: str,
+) -> Learner:
+    """The ridge learner over ``dim`` features that a residual correction or neural-linear
+    heads keep: ``kinds = (plain, discounted, sliding window)``, the second when
+    ``gamma < 1``, the third with a ``window``; ``score_hp`` its width (``alpha`` or ``v``).
+    Raises ``ValueError`` (one line naming ``who``) for both ``gamma < 1`` and a window,
+    or a window that is not an integer >= 1."""
+    from torchroute.checks import check_number
+
+    plain, discounted, windowed = kinds
+    if window is not None and gamma < 1:
+        raise ValueError(f"{who}: give gamma < 1 or a window, not both")
+    if window is not None:
+        check_number(who, "window", window, ge=1, integer=True)
+        return windowed(num_trials, num_arms, dim, window=window, lam=lam, **score_hp)
+    if gamma < 1:
+        return discounted(num_trials, num_arms, dim, gamma=gamma, lam=lam, **score_hp)
+    return plain(num_trials, num_arms, dim, lam=lam, **score_hp)
+
+
 def ucb_scores(inner: Learner, phi: Tensor, generator: Source) -> Tensor:
     """The optimistic scores ``[R, B, K]`` of ``phi [R, B, p]`` by the inner LinUCB-family
     learner ``inner`` (the correction or the heads; a forgetting learner's ``_scores`` also
@@ -94,4 +123,11 @@ class ScoredArgmax(Learner):
         return Decision(probs=probs, action=action, scores=scores)
 
 
-__all__ = ["ScoredArgmax", "observed_quality", "posterior_draw", "resolve_base", "ucb_scores"]
+__all__ = [
+    "ScoredArgmax",
+    "inner_ridge_learner",
+    "observed_quality",
+    "posterior_draw",
+    "resolve_base",
+    "ucb_scores",
+]

@@ -62,6 +62,7 @@ from torchroute.learners.linear import LinTS, LinUCB
 from torchroute.learners.objective import request_rho
 from torchroute.learners.on_base_router import (
     ScoredArgmax,
+    inner_ridge_learner,
     observed_quality,
     posterior_draw,
     resolve_base,
@@ -176,17 +177,9 @@ class _Residual(ScoredArgmax):
             self.basis = principal_basis(train.features, int(projection)).float()
             dim = int(projection) + 1
         self.phi_dim = int(dim)
-        plain, discounted, windowed = self._kinds
-        if window is not None and gamma < 1:
-            raise ValueError(f"{name}: give gamma < 1 or a window, not both")
-        if window is not None:
-            check_number(name, "window", window, ge=1, integer=True)
-            corr = windowed(num_trials, num_arms, dim, window=window, lam=lam, **score_hp)
-        elif gamma < 1:
-            corr = discounted(num_trials, num_arms, dim, gamma=gamma, lam=lam, **score_hp)
-        else:
-            corr = plain(num_trials, num_arms, dim, lam=lam, **score_hp)
-        self.correction = corr
+        self.correction = inner_ridge_learner(
+            self._kinds, num_trials, num_arms, dim, lam, gamma, window, score_hp, name
+        )
         for key, value in score_hp.items():
             setattr(self, key, value)
         self.spread = 0.0
