@@ -89,8 +89,9 @@ class Candidates:
         name: the learner's name (``learners.<name>``).
         keys: the list-valued change options, in the learner class's order.
         points: ``C`` dicts ``{key: value}``, the product of the lists (last key fastest).
-        names: ``{config id: name}`` for values that are config nodes (a ``base:`` given
-            as ``${learners.mlp}``): the run learner whose config it is (see :meth:`label`).
+        names: ``(name, config)`` of the run's configured learners, run or not: a value
+            that is a config node (``base: ${learners.mlp}``) is labelled by the learner
+            whose config it is (see :meth:`label`).
     """
 
     name: str
@@ -227,7 +228,7 @@ def all_candidates(opts: RunOptions) -> dict[str, Candidates]:
     """The :class:`Candidates` of every run learner whose config gives list-valued change
     options (checked: :func:`candidates_of`); ``{}`` when none does."""
     found = {name: candidates_of(opts.learners[name], name) for name in opts.run_learners}
-    names = tuple((name, dict(opts.learners[name])) for name in opts.run_learners)
+    names = tuple((name, dict(node)) for name, node in opts.learners.items())
     return {
         name: dataclasses.replace(cand, names=names)
         for name, cand in found.items()
