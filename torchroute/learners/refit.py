@@ -78,6 +78,9 @@ class StaticRefit(ArgmaxRouting, FixedPolicy):
     #: before the change its router reads ``Context.prices``; after it, the refitted
     #: routers were fitted at the new prices (their contexts carry none, so not twice)
     reads_prices = True
+    #: ``base`` given as a list: the router chosen on validation (with the run option
+    #: ``choose_on_validation: {as_baseline: [base]}``, the regime's baseline router)
+    chosen_on_validation = ("base",)
 
     def __init__(
         self,

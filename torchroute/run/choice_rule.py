@@ -5,6 +5,7 @@ from the candidates' validation utilities.
 
     choose_on_validation:
       per: regime                 # rho (default) | regime
+      as_baseline: [base]         # static-router keys chosen as the report's baseline
       prefer_first: [lam, alpha]  # keys whose first-listed value stays without evidence
 
 - ``per``: the trials one choice is made for. ``rho`` (the default): each ``rho``, its
@@ -13,6 +14,15 @@ from the candidates' validation utilities.
   report chooses its baseline static router. Every trial of a regime then runs the same
   values; the validation rows are the same for every trial, so pooling rhos takes away the
   part of the noise that differs between neighbouring rhos, not the rows' own.
+- ``as_baseline``: keys whose values are static routers (a residual learner's ``base``,
+  ``static_refit``'s ``base``), chosen as the report chooses its baseline: per group, the
+  router with the highest mean of its *own* validation utility (``val_utility``, the mean
+  utility of its choices on the validation split at each trial's ``rho``, recorded by the
+  router itself) over the group's trials, the first listed on a tie. No replay is needed
+  for them: a residual learner that learns nothing makes its base router's choices, so
+  its base is the static router a user would deploy in that regime. The other list keys
+  are then replayed with that value only (a candidate with another value is not run for
+  the group's trials).
 - ``prefer_first``: keys (of any learner that has them in its lists) whose values are
   ordered by preference, the first the one to keep without evidence (a residual learner's
   largest ``lam``, its smallest ``alpha``). A candidate is *eligible* when its validation
@@ -52,10 +62,13 @@ class ChoiceRule:
         per: ``"rho"`` or ``"regime"``.
         prefer_first: keys whose first-listed value is kept unless another is better by
             more than one standard error.
+        as_baseline: keys whose values are static routers, chosen by the routers' own
+            validation utility (no replay).
     """
 
     per: str = "rho"
     prefer_first: tuple[str, ...] = ()
+    as_baseline: tuple[str, ...] = ()
 
     @property
     def needs_blocks(self) -> bool:
@@ -70,18 +83,29 @@ def check_choice_rule(value: Any) -> ChoiceRule:
         return ChoiceRule()
     if not isinstance(value, Mapping):
         raise ConfigError(
-            f"{KEY} must be a mapping {{per: rho|regime, prefer_first: [keys]}}, got {value!r}"
+            f"{KEY} must be a mapping {{per: rho|regime, as_baseline: [keys], "
+            f"prefer_first: [keys]}}, got {value!r}"
         )
-    unknown = sorted(set(value) - {"per", "prefer_first"})
+    unknown = sorted(set(value) - {"per", "prefer_first", "as_baseline"})
     if unknown:
-        raise ConfigError(f"{KEY} has unknown keys {unknown}; known: per, prefer_first")
+        raise ConfigError(
+            f"{KEY} has unknown keys {unknown}; known: per, as_baseline, prefer_first"
+        )
     per = value.get("per", "rho")
     if per not in PER:
         raise ConfigError(f"{KEY}.per must be one of {list(PER)}, got {per!r}")
-    keys = value.get("prefer_first") or ()
-    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
-        raise ConfigError(f"{KEY}.prefer_first must be a list of option names, got {keys!r}")
-    return ChoiceRule(per=str(per), prefer_first=tuple(keys))
+    lists = {}
+    for name in ("prefer_first", "as_baseline"):
+        keys = value.get(name) or ()
+        if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+            raise ConfigError(f"{KEY}.{name} must be a list of option names, got {keys!r}")
+        lists[name] = tuple(keys)
+    both = sorted(set(lists["prefer_first"]) & set(lists["as_baseline"]))
+    if both:
+        raise ConfigError(
+            f"{KEY}: {both} listed in both as_baseline and prefer_first; a key is chosen one way"
+        )
+    return ChoiceRule(per=str(per), **lists)
 
 
 __all__ = ["BLOCKS", "KEY", "PER", "ChoiceRule", "check_choice_rule"]

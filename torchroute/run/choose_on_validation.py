@@ -247,16 +247,47 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     """Run the candidates on the validation stream (module docstring, steps 2 to 4).
 
     ``env`` is the test run's env: only its trial count and its problem's ``validation``
-    split are read, never its stream.
+    split are read, never its stream. Keys of the run's ``choose_on_validation.as_baseline``
+    are chosen first by their routers' own validation utility
+    (:mod:`torchroute.run.as_baseline`); only the candidates holding a trial's chosen values
+    are replayed for that trial, and none when every list key is such a key.
     """
     name = cand.name
-    val_env = validation_env(opts, built, env, len(cand.points), name)
     r, c_count = env.num_trials, len(cand.points)
+    rule = opts.choice_rule
+    group_of = None
+    if rule.per == "regime":
+        from torchroute.run.report_regimes import regime_rule
+
+        cuts = regime_rule(opts.rhos, opts.report_regimes)
+        group_of = {float(rho): cuts.of(float(rho)) for rho in opts.rhos}
+    fixed = [k for k in rule.as_baseline if k in cand.keys]
+    routers = None
+    if fixed:
+        from torchroute.run.as_baseline import choose_routers
+
+        rhos, _ = trial_grid(list(opts.rhos), list(opts.seeds))
+        group = [group_of[rho] for rho in rhos] if group_of is not None else rhos
+        routers = choose_routers(env, name, cand.points, fixed, group)
+        if len(fixed) == len(cand.keys):  # nothing left to replay
+            choice = _choice_of_routers(cand, routers, rhos, group_of)
+            log.info("%s: chosen by the routers' own validation utility: %s", name,
+                     choice.describe())  # fmt: skip
+            return choice
+    eligible = routers.eligible if routers is not None else np.ones((c_count, r), dtype=bool)
+    positions = [c * r + t for c in range(c_count) for t in range(r) if eligible[c, t]]
+    val_env = validation_env(opts, built, env, c_count, name)
+    if len(positions) < c_count * r:
+        val_env = val_env.select_trials(torch.tensor(positions))
     validation = env.problem().validation
     node = opts.learners[name]
-    groups, index = [], []
+    groups, index, offset = [], [], 0
     for c in range(c_count):
-        block = torch.arange(c * r, (c + 1) * r)
+        count = int(eligible[c].sum())
+        if count == 0:
+            continue
+        block = torch.arange(offset, offset + count)
+        offset += count
         sub = val_env.select_trials(block)
         problem = dataclasses.replace(sub.problem(), validation=validation)
         try:
@@ -266,7 +297,6 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
         index.append(block)
     check_partial_feedback(groups[0], val_env, name)
     learner = TrialGroups(groups, index)
-    rule = opts.choice_rule
     parts = BLOCKS if rule.needs_blocks else 5
     result = simulate(
         learner,
@@ -277,16 +307,63 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
         progress=opts.progress,
         desc=f"{name} (choice on {CHOICE_SPLIT})",
     )
-    group_of = None
-    if rule.per == "regime":
-        from torchroute.run.report_regimes import regime_rule
-
-        cuts = regime_rule(opts.rhos, opts.report_regimes)
-        group_of = {float(rho): cuts.of(float(rho)) for rho in opts.rhos}
-    blocks = block_utilities(result.curve, c_count * r) if rule.needs_blocks else None
-    choice = pick(cand, result.summary, r, rule, group_of, blocks)
+    blocks = block_utilities(result.curve, len(positions)) if rule.needs_blocks else None
+    summary = result.summary
+    if len(positions) < c_count * r:  # the candidates not replayed for a trial: NaN
+        summary, blocks = _spread(summary, blocks, positions, c_count * r, r)
+    choice = pick(cand, summary, r, rule, group_of, blocks)
     log.info("%s: chosen on the %s split: %s", name, CHOICE_SPLIT, choice.describe())
     return choice
+
+
+def _spread(
+    summary: pd.DataFrame, blocks: np.ndarray | None, positions: list[int], size: int, r: int
+) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """The replayed trials' ``summary`` rows (and ``blocks [n, J]``) at their ``positions``
+    of the ``size = C R`` layout :func:`pick` reads; the other rows NaN, their ``rho`` that
+    of their trial."""
+    rho_of = np.full(r, np.nan)
+    rho_of[np.asarray(positions) % r] = summary["rho"].to_numpy(dtype=np.float64)
+    columns = [c for c in ("avg_utility", "avg_utility_after") if c in summary]
+    full = pd.DataFrame({"rho": rho_of[np.arange(size) % r]})
+    for column in columns:
+        values = np.full(size, np.nan)
+        values[positions] = summary[column].to_numpy(dtype=np.float64)
+        full[column] = values
+    if blocks is not None:
+        spread = np.full((size, blocks.shape[1]), np.nan)
+        spread[positions] = blocks
+        blocks = spread
+    return full, blocks
+
+
+def _choice_of_routers(
+    cand: Candidates, routers: Any, rhos: list[float], group_of: Mapping[float, str] | None
+) -> Choice:
+    """The :class:`Choice` when every list key is an ``as_baseline`` key: each trial's one
+    eligible candidate; the table's ``val_utility`` is the routers' own (mean per ``rho``)."""
+    chosen = tuple(int(np.argmax(routers.eligible[:, t])) for t in range(len(rhos)))
+    frame = pd.DataFrame(
+        {
+            "candidate": np.repeat(np.arange(len(cand.points)), len(rhos)),
+            "rho": np.tile(rhos, len(cand.points)),
+            "val_utility": routers.val_utility.reshape(-1),
+            "chosen": routers.eligible.reshape(-1),
+        }
+    )
+    table = frame.groupby(["candidate", "rho"], sort=True).agg(
+        val_utility=("val_utility", "mean"), chosen=("chosen", "all")
+    )
+    table = table.reset_index()
+    if group_of is not None:
+        table.insert(1, "regime", [group_of[float(rho)] for rho in table["rho"]])
+    for key in cand.keys:
+        table.insert(
+            1 + cand.keys.index(key), key, [cand.label(c, key) for c in table["candidate"]]
+        )
+    per_rho = table.set_index(["candidate", "rho"])["val_utility"]
+    value = tuple(float(per_rho.loc[(chosen[t], rhos[t])]) for t in range(len(rhos)))
+    return Choice(cand, chosen, value, table)
 
 
 def pick(
@@ -320,7 +397,8 @@ def pick(
     winner: dict[Any, int] = {}
     se_of: dict[tuple[Any, int], float] = {}
     for g in dict.fromkeys(group):
-        values = pooled.loc[g].sort_index().to_numpy()
+        values = pooled.loc[g].sort_index().to_numpy(dtype=np.float64)
+        values = np.where(np.isnan(values), -np.inf, values)  # not replayed for the group
         best = int(np.argmax(values))  # the first of the highest
         winner[g] = best
         if rule.prefer_first and blocks is not None:
