@@ -47,6 +47,10 @@ class SingleChoiceEnv(Env):
             order whatever the other trials are).
         split: the split (or splits) replayed.
         horizon: rounds ``T``; the whole split when ``None``.
+        repeat: allow ``horizon`` beyond the split's rows: the stream then replays the
+            split in passes, each pass a new permutation drawn from the trial's seed (the
+            first pass is the stream without ``repeat``). The choice on validation uses it
+            to replay the validation rows for as many rounds as the test stream.
         features: ``[n, d]`` bandit features for every table row (defaults to the
             table's embeddings).
         feedback: ``"bandit"`` (the played arm and the requested ones) or ``"full"``, or a
@@ -122,6 +126,7 @@ class SingleChoiceEnv(Env):
         recover_window: int | None = None,
         recover_tolerance: float | None = None,
         request_rhos: Sequence[float] | None = None,
+        repeat: bool = False,
     ) -> None:
         events = []
         if scenario is not None:  # the scenario code only for an env that has one
@@ -152,7 +157,8 @@ class SingleChoiceEnv(Env):
         rows = torch.as_tensor(table.rows(split), dtype=torch.long)
         n_stream = rows.numel()
         horizon = n_stream if horizon is None else int(horizon)
-        if not 1 <= horizon <= n_stream:
+        self.repeat = bool(repeat)
+        if horizon < 1 or (horizon > n_stream and not self.repeat):
             raise ValueError(
                 f"rounds={horizon} but split {split!r} of {table.source} holds {n_stream} "
                 f"queries; ask for 1..{n_stream} rounds"
@@ -166,13 +172,10 @@ class SingleChoiceEnv(Env):
         self.num_arms = table.num_arms
         self.dim = feats.shape[1]
         self.seeds = seeds_t
-        # One permutation per trial from its own seed (set-up only, not the hot path).
-        perms = torch.stack(
-            [
-                torch.randperm(n_stream, generator=torch.Generator().manual_seed(int(s)))
-                for s in seeds_t
-            ]
-        )[:, :horizon]
+        # One permutation per trial from its own seed (set-up only, not the hot path); with
+        # repeat, as many passes as the horizon needs, each a new permutation.
+        passes = -(-horizon // n_stream)
+        perms = torch.stack([_passes(n_stream, int(s), passes) for s in seeds_t])[:, :horizon]
         self._stream = rows[perms].to(device)  # [R, T] table rows
         self._rho_slot: Tensor | None = None  # [R, T] each request's entry of request_rhos
         if request_rhos is not None:
@@ -574,7 +577,15 @@ class SingleChoiceEnv(Env):
             }
             | ({} if self.scenario is None else {"scenario": self.scenario.fingerprint()})
             | ({} if self.request_rhos is None else {"request_rhos": list(self.request_rhos)})
+            | ({"repeat": True} if self.repeat else {})
         )
+
+
+def _passes(n: int, seed: int, passes: int) -> Tensor:
+    """``[passes n]``: ``passes`` permutations of ``range(n)`` drawn one after the other
+    from one generator seeded ``seed`` (one pass: the trial's stream order)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.randperm(n, generator=generator) for _ in range(passes)])
 
 
 #: the outcome keys broken down per request trade-off -> their results column

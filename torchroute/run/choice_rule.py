@@ -5,6 +5,7 @@ from the candidates' validation utilities.
 
     choose_on_validation:
       per: regime                 # rho (default) | regime
+      rounds: test                # split (default) | test: the validation stream's length
       as_baseline: [base]         # static-router keys chosen as the report's baseline
       prefer_first: [lam, alpha]  # keys whose first-listed value stays without evidence
 
@@ -14,6 +15,15 @@ from the candidates' validation utilities.
   report chooses its baseline static router. Every trial of a regime then runs the same
   values; the validation rows are the same for every trial, so pooling rhos takes away the
   part of the noise that differs between neighbouring rhos, not the rows' own.
+- ``rounds``: how many rounds the validation stream has. ``split`` (the default): the
+  validation rows once, ``min(T, n_val)`` rounds (``T`` the test stream's). ``test``:
+  ``T`` rounds, the validation rows replayed in passes, each pass a new order from the
+  trial's seed: a scenario's change then falls on the same round as on test and leaves as
+  many rounds after it, so how fast a candidate recovers counts as it will on test (with
+  a validation split much shorter than the test stream, the rounds after the change are
+  too few to tell a learner that adapts from one that does not). A learner sees each
+  validation row about ``T / n_val`` times: options that let it memorise rows (a full
+  linear model on the embedding with a small prior) gain from the repeats.
 - ``as_baseline``: keys whose values are static routers (a residual learner's ``base``,
   ``static_refit``'s ``base``), chosen as the report chooses its baseline: per group, the
   router with the highest mean of its *own* validation utility (``val_utility``, the mean
@@ -48,6 +58,8 @@ from torchroute.errors import ConfigError
 
 #: the groups one choice can be made for
 PER = ("rho", "regime")
+#: the lengths of the validation stream
+ROUNDS = ("split", "test")
 #: blocks of the validation stream the standard error is taken over
 BLOCKS = 20
 
@@ -64,11 +76,13 @@ class ChoiceRule:
             more than one standard error.
         as_baseline: keys whose values are static routers, chosen by the routers' own
             validation utility (no replay).
+        rounds: ``"split"`` or ``"test"``, the validation stream's length.
     """
 
     per: str = "rho"
     prefer_first: tuple[str, ...] = ()
     as_baseline: tuple[str, ...] = ()
+    rounds: str = "split"
 
     @property
     def needs_blocks(self) -> bool:
@@ -83,14 +97,17 @@ def check_choice_rule(value: Any) -> ChoiceRule:
         return ChoiceRule()
     if not isinstance(value, Mapping):
         raise ConfigError(
-            f"{KEY} must be a mapping {{per: rho|regime, as_baseline: [keys], "
-            f"prefer_first: [keys]}}, got {value!r}"
+            f"{KEY} must be a mapping {{per: rho|regime, rounds: split|test, as_baseline: "
+            f"[keys], prefer_first: [keys]}}, got {value!r}"
         )
-    unknown = sorted(set(value) - {"per", "prefer_first", "as_baseline"})
+    unknown = sorted(set(value) - {"per", "prefer_first", "as_baseline", "rounds"})
     if unknown:
         raise ConfigError(
-            f"{KEY} has unknown keys {unknown}; known: per, as_baseline, prefer_first"
+            f"{KEY} has unknown keys {unknown}; known: per, rounds, as_baseline, prefer_first"
         )
+    rounds = value.get("rounds", "split")
+    if rounds not in ROUNDS:
+        raise ConfigError(f"{KEY}.rounds must be one of {list(ROUNDS)}, got {rounds!r}")
     per = value.get("per", "rho")
     if per not in PER:
         raise ConfigError(f"{KEY}.per must be one of {list(PER)}, got {per!r}")
@@ -105,7 +122,7 @@ def check_choice_rule(value: Any) -> ChoiceRule:
         raise ConfigError(
             f"{KEY}: {both} listed in both as_baseline and prefer_first; a key is chosen one way"
         )
-    return ChoiceRule(per=str(per), **lists)
+    return ChoiceRule(per=str(per), rounds=str(rounds), **lists)
 
 
-__all__ = ["BLOCKS", "KEY", "PER", "ChoiceRule", "check_choice_rule"]
+__all__ = ["BLOCKS", "KEY", "PER", "ROUNDS", "ChoiceRule", "check_choice_rule"]

@@ -15,7 +15,9 @@ the run chooses one value per trial before the test stream is read:
    with one value per key.
 2. **Validation stream.** The env of the run, built again on the table's ``val`` rows
    (``split: val``; the first ``min(T, n_val)`` of each trial's own order, ``T`` the test
-   stream's rounds), with the same trials (``rho``, ``seed``), feedback and **scenario**:
+   stream's rounds; ``T`` rounds in passes over the rows with the run option
+   ``choose_on_validation: {rounds: test}``), with the same trials (``rho``, ``seed``),
+   feedback and **scenario**:
    each event starts at the same fraction ``at`` of the validation stream
    (``floor(at T_val)``), ``arm: best`` is the arm the test run changes (it is chosen on
    the train split, or with ``best_at: validation`` on the validation split, never on the
@@ -490,7 +492,8 @@ def block_utilities(curve: pd.DataFrame, num_trials: int) -> np.ndarray:
 
 def validation_env(opts: RunOptions, built: Built, env: Env, copies: int, name: str) -> Env:
     """The run's env on the validation rows: its trials repeated ``copies`` times
-    (candidate-major), the same feedback and scenario, ``min(T, n_val)`` rounds."""
+    (candidate-major), the same feedback and scenario, ``min(T, n_val)`` rounds (``T``
+    with ``choose_on_validation.rounds: test``, the rows replayed in passes)."""
     key = f"learners.{name}"
     table = built.table
     if table is None or built.features is None or opts.env is None:
@@ -514,7 +517,10 @@ def validation_env(opts: RunOptions, built: Built, env: Env, copies: int, name: 
     rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
     if len(rhos) != env.num_trials:
         raise ConfigError(f"{key}: the env's trials are not the rho x seed grid of the run")
-    node = {**opts.env, "split": CHOICE_SPLIT, "horizon": min(env.horizon, n_val)}
+    horizon = min(env.horizon, n_val)
+    node = {**opts.env, "split": CHOICE_SPLIT, "horizon": horizon}
+    if opts.choice_rule.rounds == "test" and env.horizon > n_val:  # passes over the rows
+        node = {**node, "horizon": env.horizon, "repeat": True}
     factory = instantiate_node(node, "env", _partial_=True)
     kwargs = {"table": table, "rho": rhos * copies, "seeds": seeds * copies}
     try:
