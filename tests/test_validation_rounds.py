@@ -91,10 +91,46 @@ def test_a_run_chooses_on_the_longer_stream(tmp_path):
         assert mine.to_numpy() == pytest.approx(ref.loc[mine.index].to_numpy(), abs=1e-9)
 
 
-@pytest.mark.parametrize("value", ["all", 3, None])
-def test_bad_rounds_fail_by_name(value):
-    if value is None:
-        assert check_choice_rule({}).rounds == "split"
-        return
-    with pytest.raises(ConfigError, match=r"choose_on_validation\.rounds must be one of"):
-        check_choice_rule({"rounds": value})
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"rounds": "all"}, r"choose_on_validation\.rounds must be one of"),
+        ({"rounds": 3}, r"choose_on_validation\.rounds must be one of"),
+        ({"seeds": 0}, r"choose_on_validation\.seeds must be an integer >= 1"),
+        ({"seeds": "2"}, r"choose_on_validation\.seeds must be an integer >= 1"),
+        ({"seeds": True}, r"choose_on_validation\.seeds must be an integer >= 1"),
+    ],
+)
+def test_bad_rounds_or_seeds_fail_by_name(value, message):
+    with pytest.raises(ConfigError, match=message):
+        check_choice_rule(value)
+
+
+def test_the_defaults_replay_the_split_once_with_every_seed():
+    rule = check_choice_rule({})
+    assert rule.rounds == "split" and rule.seeds is None
+
+
+def test_replaying_the_first_seeds_only_chooses_as_a_run_of_those_seeds(tmp_path):
+    """``seeds: 1``: the candidates replay seed 0's trials only; each rho's choice and
+    validation utilities are those of a run whose only seed is 0 (the reference), and the
+    run's other seeds take their rho's choice."""
+    rule = {"seeds": 1}
+    cfg = _config(tmp_path / "run", None)
+    cfg.seeds = [0, 1, 2]
+    cfg.rhos = [0, 100]
+    cfg.choose_on_validation = OmegaConf.create(rule)
+    results = run_config(cfg)
+    table = pd.read_csv(tmp_path / "run" / "runs" / "d" / "choice_on_validation.csv")
+    ref_cfg = _config(tmp_path / "ref", None)
+    ref_cfg.seeds = [0]
+    ref_cfg.rhos = [0, 100]
+    ref = run_config(ref_cfg)
+    ref_table = pd.read_csv(tmp_path / "ref" / "runs" / "d" / "choice_on_validation.csv")
+    assert table["val_utility"].to_numpy() == pytest.approx(
+        ref_table["val_utility"].to_numpy(), abs=1e-9
+    )
+    for rho in (0.0, 100.0):
+        ours = results[results["rho"] == rho]["chosen_gamma"]
+        theirs = ref[ref["rho"] == rho]["chosen_gamma"]
+        assert set(ours) == set(theirs) and ours.nunique() == 1

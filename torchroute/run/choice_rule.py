@@ -6,6 +6,7 @@ from the candidates' validation utilities.
     choose_on_validation:
       per: regime                 # rho (default) | regime
       rounds: test                # split (default) | test: the validation stream's length
+      seeds: 2                    # replay the run's first 2 seeds only (default: all)
       as_baseline: [base]         # static-router keys chosen as the report's baseline
       prefer_first: [lam, alpha]  # keys whose first-listed value stays without evidence
 
@@ -24,6 +25,11 @@ from the candidates' validation utilities.
   too few to tell a learner that adapts from one that does not). A learner sees each
   validation row about ``T / n_val`` times: options that let it memorise rows (a full
   linear model on the embedding with a small prior) gain from the repeats.
+- ``seeds``: replay only the trials of the run's first ``seeds`` seeds (of every ``rho``);
+  the choice of each group (``rho`` or regime) then applies to all its trials. Every
+  trial replays the same validation rows, in its own order, so more seeds average the
+  order's noise, not the rows': a few seeds cost a fraction of the replay and change
+  little, where the replay is long (a large validation split) or the learner costly.
 - ``as_baseline``: keys whose values are static routers (a residual learner's ``base``,
   ``static_refit``'s ``base``), chosen as the report chooses its baseline: per group, the
   router with the highest mean of its *own* validation utility (``val_utility``, the mean
@@ -77,12 +83,14 @@ class ChoiceRule:
         as_baseline: keys whose values are static routers, chosen by the routers' own
             validation utility (no replay).
         rounds: ``"split"`` or ``"test"``, the validation stream's length.
+        seeds: replay the run's first ``seeds`` seeds only (``None``: all).
     """
 
     per: str = "rho"
     prefer_first: tuple[str, ...] = ()
     as_baseline: tuple[str, ...] = ()
     rounds: str = "split"
+    seeds: int | None = None
 
     @property
     def needs_blocks(self) -> bool:
@@ -97,14 +105,16 @@ def check_choice_rule(value: Any) -> ChoiceRule:
         return ChoiceRule()
     if not isinstance(value, Mapping):
         raise ConfigError(
-            f"{KEY} must be a mapping {{per: rho|regime, rounds: split|test, as_baseline: "
-            f"[keys], prefer_first: [keys]}}, got {value!r}"
+            f"{KEY} must be a mapping {{per: rho|regime, rounds: split|test, seeds: n, "
+            f"as_baseline: [keys], prefer_first: [keys]}}, got {value!r}"
         )
-    unknown = sorted(set(value) - {"per", "prefer_first", "as_baseline", "rounds"})
+    known = ("per", "rounds", "seeds", "as_baseline", "prefer_first")
+    unknown = sorted(set(value) - set(known))
     if unknown:
-        raise ConfigError(
-            f"{KEY} has unknown keys {unknown}; known: per, rounds, as_baseline, prefer_first"
-        )
+        raise ConfigError(f"{KEY} has unknown keys {unknown}; known: {', '.join(known)}")
+    seeds = value.get("seeds")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ConfigError(f"{KEY}.seeds must be an integer >= 1 (or null: all), got {seeds!r}")
     rounds = value.get("rounds", "split")
     if rounds not in ROUNDS:
         raise ConfigError(f"{KEY}.rounds must be one of {list(ROUNDS)}, got {rounds!r}")
@@ -122,7 +132,7 @@ def check_choice_rule(value: Any) -> ChoiceRule:
         raise ConfigError(
             f"{KEY}: {both} listed in both as_baseline and prefer_first; a key is chosen one way"
         )
-    return ChoiceRule(per=str(per), rounds=str(rounds), **lists)
+    return ChoiceRule(per=str(per), rounds=str(rounds), seeds=seeds, **lists)
 
 
 __all__ = ["BLOCKS", "KEY", "PER", "ROUNDS", "ChoiceRule", "check_choice_rule"]

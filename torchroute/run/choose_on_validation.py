@@ -277,6 +277,10 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
                      choice.describe())  # fmt: skip
             return choice
     eligible = routers.eligible if routers is not None else np.ones((c_count, r), dtype=bool)
+    if rule.seeds is not None:  # the run's first seeds only
+        _, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
+        kept = set(list(dict.fromkeys(opts.seeds))[: rule.seeds])
+        eligible = eligible & np.array([int(s) in kept for s in seeds])[None, :]
     positions = [c * r + t for c in range(c_count) for t in range(r) if eligible[c, t]]
     val_env = validation_env(opts, built, env, c_count, name)
     if len(positions) < c_count * r:
@@ -312,20 +316,25 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     blocks = block_utilities(result.curve, len(positions)) if rule.needs_blocks else None
     summary = result.summary
     if len(positions) < c_count * r:  # the candidates not replayed for a trial: NaN
-        summary, blocks = _spread(summary, blocks, positions, c_count * r, r)
+        rhos, _ = trial_grid(list(opts.rhos), list(opts.seeds))
+        summary, blocks = _spread(summary, blocks, positions, c_count * r, rhos)
     choice = pick(cand, summary, r, rule, group_of, blocks)
     log.info("%s: chosen on the %s split: %s", name, CHOICE_SPLIT, choice.describe())
     return choice
 
 
 def _spread(
-    summary: pd.DataFrame, blocks: np.ndarray | None, positions: list[int], size: int, r: int
+    summary: pd.DataFrame,
+    blocks: np.ndarray | None,
+    positions: list[int],
+    size: int,
+    rhos: Sequence[float],
 ) -> tuple[pd.DataFrame, np.ndarray | None]:
     """The replayed trials' ``summary`` rows (and ``blocks [n, J]``) at their ``positions``
     of the ``size = C R`` layout :func:`pick` reads; the other rows NaN, their ``rho`` that
-    of their trial."""
-    rho_of = np.full(r, np.nan)
-    rho_of[np.asarray(positions) % r] = summary["rho"].to_numpy(dtype=np.float64)
+    of their trial (``rhos [R]``)."""
+    rho_of = np.asarray(rhos, dtype=np.float64)
+    r = len(rho_of)
     columns = [c for c in ("avg_utility", "avg_utility_after") if c in summary]
     full = pd.DataFrame({"rho": rho_of[np.arange(size) % r]})
     for column in columns:
@@ -448,7 +457,7 @@ def _one_se_choice(
     earliest values of the ``prefer_first`` keys first, then the highest utility."""
     count = len(values)
     r = blocks.shape[0] // count
-    per_block = np.stack([blocks[c * r + np.asarray(trials)].mean(axis=0) for c in range(count)])
+    per_block = np.stack([_mean_rows(blocks[c * r + np.asarray(trials)]) for c in range(count)])
     diff = per_block[best] - per_block  # [C, J]
     j = diff.shape[1]
     se = diff.std(axis=1, ddof=1) / np.sqrt(j) if j > 1 else np.zeros(count)
@@ -460,6 +469,13 @@ def _one_se_choice(
         return (*order, -values[c], c)
 
     return min(eligible, key=rank), se
+
+
+def _mean_rows(rows: np.ndarray) -> np.ndarray:
+    """``[J]``: the mean over the replayed rows of ``rows [n, J]`` (NaN rows: trials not
+    replayed for this candidate); NaN when none was."""
+    kept = rows[~np.isnan(rows).all(axis=1)]
+    return kept.mean(axis=0) if len(kept) else np.full(rows.shape[1], np.nan)
 
 
 def _position(cand: Candidates, key: str, value: Any) -> int:
