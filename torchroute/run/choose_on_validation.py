@@ -60,7 +60,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -76,6 +76,9 @@ from torchroute.run.build import Built, instantiate_node, learner_for, trial_gri
 from torchroute.run.choice_rule import BLOCKS, ChoiceRule
 from torchroute.run.classes import own_learner_class
 from torchroute.run.options import RunOptions
+
+if TYPE_CHECKING:
+    from torchroute.run.as_baseline import RouterChoice
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +352,10 @@ def _spread(
 
 
 def _choice_of_routers(
-    cand: Candidates, routers: Any, rhos: list[float], group_of: Mapping[float, str] | None
+    cand: Candidates,
+    routers: RouterChoice,
+    rhos: list[float],
+    group_of: Mapping[float, str] | None,
 ) -> Choice:
     """The :class:`Choice` when every list key is an ``as_baseline`` key: each trial's one
     eligible candidate; the table's ``val_utility`` is the routers' own (mean per ``rho``)."""
