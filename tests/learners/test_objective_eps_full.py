@@ -128,3 +128,21 @@ def test_the_utility_objective_refuses_another_rho_and_bad_options_are_named(cls
     assert "\n" not in str(e.value)
     with pytest.raises(OptionError, match=r"cost_model: ridge needs objective: quality_cost"):
         cls.from_problem(_problem(), cost_model="ridge")
+
+
+def test_epsilon_greedy_routing_probs_are_those_of_its_act_with_a_new_arm_bonus():
+    learner = EpsilonGreedy.from_problem(
+        _problem(), eps0=0.2, decay=0.0, eps_min=0.2, eps_floor=0.0, new_arm_bonus=5.0
+    ).double()
+    x, _, _, reward = _stream(10)
+    for t in range(10):  # arms 0 and 1 only: arm 2 keeps its bonus
+        action = torch.full((R, 1), t % 2)
+        observed = torch.nn.functional.one_hot(action, K).bool()
+        fb = Feedback(reward=torch.where(observed, reward[t][:, None], 0.0), observed=observed)
+        learner.update(Context(x=x[t]), Decision(probs=observed.to(F64), action=action), fb)
+    context = Context(x=torch.randn(R, 3, D, generator=torch.Generator().manual_seed(1)))
+    decision = learner.act(context)
+    hand = np.full((R, 3, K), 0.2 / K)
+    hand[..., 2] = 0.8 + 0.2 / K  # predictions of arms 0, 1 are far below the bonus of 5
+    np.testing.assert_allclose(decision.probs.numpy(), hand, atol=1e-12)
+    np.testing.assert_allclose(learner.routing_probs(context, decision).numpy(), hand, atol=1e-12)
