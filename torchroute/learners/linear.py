@@ -264,7 +264,13 @@ class FullFeedbackLinUCB(LinUCB):
 
     ``act`` asks for every arm's feedback (``Decision.observe`` all ``True``), so every
     arm's ridge model is updated each round; ``alpha = 0`` by default (greedy on the ridge
-    prediction), as in the CABS experiments.
+    prediction), as in the CABS experiments. ``objective`` and ``cost_model`` as for
+    :class:`LinUCB`: with ``quality_cost`` every arm's model learns its score
+    (``Feedback.score``) and the choice is ``argmax x^T theta_k - rho c_k``.
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``,
+        ``observe [R, B, K]`` (all ``True``).
     """
 
     feedback = "full"
@@ -276,8 +282,13 @@ class FullFeedbackLinUCB(LinUCB):
         dim: int,
         alpha: PerTrial = 0.0,
         lam: PerTrial = 1.0,
+        objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, alpha=alpha, lam=lam)
+        super().__init__(
+            num_trials, num_arms, dim, alpha=alpha, lam=lam, objective=objective,
+            cost_model=cost_model,
+        )  # fmt: skip
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """LinUCB's greedy decision (``alpha = 0``), asking to observe every arm."""
@@ -449,6 +460,15 @@ class EpsilonGreedy(_PerTrialRidge):
         new_arm_bonus: added to the ridge prediction of an arm never observed before the
             greedy choice (a model that has just arrived is then the greedy arm until it
             is observed); 0 (the default) adds nothing and no state.
+        objective: ``"utility"`` (the default: the ridge models learn each trial's utility)
+            or ``"quality_cost"``: they learn the quality ``Feedback.score`` and the greedy
+            arm is the argmax of ``x^T theta_k - rho c_k`` with the request's ``rho``
+            (``Context.rho``, else the trial's; :mod:`torchroute.learners.objective`).
+        cost_model: the costs ``c_k`` of ``quality_cost``: ``"price"`` (the default) or
+            ``"ridge"`` (:mod:`torchroute.learners.objective`).
+
+    Shapes:
+        ``act``: ``x [R, B, d]`` -> ``probs [R, B, K]``, ``action [R, B]``.
     """
 
     learns_only_observed = False  # its exploration rate decays with its rounds count
@@ -466,8 +486,10 @@ class EpsilonGreedy(_PerTrialRidge):
         eps_floor: float = 1e-3,
         lam: PerTrial = 1.0,
         new_arm_bonus: float = 0.0,
+        objective: str = "utility",
+        cost_model: str = "price",
     ) -> None:
-        super().__init__(num_trials, num_arms, dim, lam)
+        super().__init__(num_trials, num_arms, dim, lam, objective, cost_model)
         name = type(self).__name__
         self._init_new_arm_bonus(new_arm_bonus)
         self._per_trial("eps0", eps0, ge=0, le=1)
@@ -485,14 +507,20 @@ class EpsilonGreedy(_PerTrialRidge):
         """
         self._check_context(context)
         x = context.x.to(self.theta.dtype)
-        predicted = self._decision_values(ridge_predict(self.theta, x), context)
-        predicted = self.priced_scores(self._add_new_arm_bonus(predicted), context)
-        predicted = mask_scores(predicted, context.available)
-        greedy = argmax_random_ties(predicted, generator)  # [R, B]
+        greedy = argmax_random_ties(self._greedy_values(context), generator)  # [R, B]
         eps = self._eps(x.dtype)  # [R, 1, 1]
         probs = (1 - eps) * one_hot_probs(greedy, self.num_arms, x.dtype) + eps / self.num_arms
         probs = probability_floor(probs, self.eps_floor)
         return Decision(probs=probs, action=sample_categorical(probs, generator))
+
+    def _greedy_values(self, context: Context) -> Tensor:
+        """The masked values ``[R, B, K]`` the greedy arm is the argmax of: the ridge
+        prediction (``utility``) or ``prediction - rho c_k`` (``quality_cost``), plus the
+        new-arm bonus, at this round's prices."""
+        predicted = ridge_predict(self.theta, context.x.to(self.theta.dtype))
+        predicted = self._decision_values(predicted, context)
+        predicted = self.priced_scores(self._add_new_arm_bonus(predicted), context)
+        return mask_scores(predicted, context.available)
 
     def _eps(self, dtype: torch.dtype) -> Tensor:
         """This round's exploration rate ``eps_t`` per trial, ``[R, 1, 1]``."""
@@ -516,11 +544,9 @@ class EpsilonGreedy(_PerTrialRidge):
         each the same way and the average is the mixture of the tie distribution.
         """
         self._check_context(context)
-        x = context.x.to(self.theta.dtype)
-        predicted = self.priced_scores(ridge_predict(self.theta, x), context)
-        ties = tie_probs(mask_scores(predicted, context.available))  # [R, B, K]
+        ties = tie_probs(self._greedy_values(context))  # [R, B, K]
         eps = self._eps(torch.float64)[..., None]  # [R, 1, 1, 1]
-        eye = torch.eye(self.num_arms, dtype=torch.float64, device=x.device)
+        eye = torch.eye(self.num_arms, dtype=torch.float64, device=ties.device)
         per_arm = probability_floor((1 - eps) * eye + eps / self.num_arms, self.eps_floor)
         return (ties[..., None] * per_arm).sum(-2)  # [R, B, K]: sum_j ties_j p(. | j)
 

@@ -23,9 +23,10 @@ is not clipped to ``[0, 1]``. What ``c_k`` is, the ``cost_model`` option says:
   as the static routers do. It needs a train split, and ``objective: quality_cost`` (a
   ``utility`` learner learns the cost inside its target).
 
-:class:`Objective` is the mixin of the ridge learners (LinUCB, LinTS, SquareCB, their
-discounted and sliding-window forms); it says what the learner can do through
-:attr:`Objective.per_request_rho` and :attr:`Objective.warm_target`.
+:class:`Objective` is the mixin of the ridge learners (LinUCB, LinTS, SquareCB,
+epsilon-greedy, the full-information LinUCB, the discounted and sliding-window forms); it
+says what the learner can do through :attr:`Objective.per_request_rho` and
+:attr:`Objective.warm_target`.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def refuse_request_rho(owner: str, context: Context, trial_rho: Tensor | None) -
     raise InputError(
         f"{owner} decides for each trial's own rho (it learnt or fitted the utility at that "
         "rho) but the requests carry other trade-offs (Context.rho); use objective: "
-        "quality_cost (LinUCB, LinTS, SquareCB and their forgetting forms), a static score "
-        "router or a residual learner"
+        "quality_cost (LinUCB, LinTS, SquareCB, epsilon-greedy and their forgetting forms), a "
+        "static score router or a residual learner"
     )
 
 
