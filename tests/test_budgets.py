@@ -301,3 +301,21 @@ def test_budgets_with_request_rhos_are_refused(tmp_path):
 def _with(cfg, key, value):
     cfg[key] = value
     return cfg
+
+
+def test_budgets_with_jobs_give_the_results_of_one_process(tmp_path):
+    """``jobs=2`` runs the two learners in worker processes, each with the plan chosen in
+    the parent: the same results.csv as ``jobs=1``, where every learner runs here."""
+    import pandas as pd
+
+    learners = {"knn_val": KNN, "knn_5": {**KNN, "k": [5]}}
+    common = ("budgets=[0.0015,0.004]", "seeds=[0,1]")
+    frames = []
+    for jobs in (1, 2):
+        cfg = _config(tmp_path / f"jobs{jobs}", *common, f"jobs={jobs}")
+        cfg.learners = learners
+        run(RunOptions.from_config(cfg))
+        frames.append(pd.read_csv(tmp_path / f"jobs{jobs}" / "results.csv"))
+    assert len(frames[0]) == 8 and set(frames[0]["learner"]) == {"knn_val", "knn_5"}
+    assert frames[0]["rho_final"].ne(frames[0]["rho"]).all()  # every trial paced
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=True)
