@@ -9,10 +9,8 @@ under a budget its quality should be close to that curve at the cost it realised
 Printed, per learner and budget (:func:`torchroute.report.budgets.curve_gap`): the mean
 cost after the first 5% of the rounds, the largest overrun over the seeds, the trials
 within ``budget x 1.01``, the realised mean cost, the quality, the curve at that cost and
-the gap, and the local curve (the chord between the fixed rhos around each trial's last
-rho, :func:`~torchroute.report.budgets.local_curve`) and its gap; then the trials within
-``budget x 1.01`` and the budgets whose gap, and whose local gap, is at least ``-gap``
-(default 0.005), each over all.
+the gap; then the trials within ``budget x 1.01`` and the budgets whose gap is at least
+``-gap`` (default 0.005), both over all.
 
     .venv/bin/python benchmarks/budget_curve.py --budgets runs/paced --fixed runs/rhos
 """
@@ -50,11 +48,6 @@ def main(argv: list[str] | None = None) -> None:
     near = int((table["gap"] >= -args.gap).sum())
     print(f"trials within budget x {TOLERANCE:g} after the warm-up: {ok}/{len(paced)}")
     print(f"budgets with quality >= own fixed-rho curve - {args.gap:g}: {near}/{len(table)}")
-    local = int((table["local_gap"] >= -args.gap).sum())
-    print(
-        f"budgets with quality >= the fixed rhos around the last rho - {args.gap:g}: "
-        f"{local}/{len(table)}"
-    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from torchroute.report.budgets import budget_section, compliance_table, curve_gap, local_curve
+from torchroute.report.budgets import budget_section, compliance_table, curve_gap
 
 
 def _results() -> pd.DataFrame:
@@ -78,42 +78,3 @@ def test_curve_gap_by_hand():
     assert second["gap"] == pytest.approx(0.85 - 0.68)
     assert second["within"] == "2/2" and second["max_overrun"] == pytest.approx(-0.05)
     assert pd.isna(table.loc[("b", 1.0), "gap"])
-    assert pd.isna(table.loc[("b", 1.0), "local_gap"])
-    # every trial's last rho is 4: between rho 1 (2, 0.8) and rho 10 (1, 0.4), the global
-    # curve's own segment there
-    assert first["local"] == pytest.approx(0.5) and second["local"] == pytest.approx(0.68)
-
-
-def test_the_local_curve_takes_the_fixed_rhos_around_the_last_rho_by_hand():
-    """A zigzag curve (means over the seeds): rho 0 -> (cost 4, acc 0.9), 1 -> (2, 0.8),
-    2 -> (2.2, 0.6) (dearer than rho 1: other options chosen there), 10 -> (1, 0.4). Sorted
-    by cost the curve at 2.0 is 0.8 (rho 1's point); next to a last rho of 5 it is the chord
-    between rho 2 and rho 10: 0.4 + (2.0 - 1) / (2.2 - 1) * 0.2 = 0.5667. On a grid rho
-    (1) the point itself whatever the cost; beyond the grid (20) the last point; 0.5 at
-    cost 3: between (2, 0.8) and (4, 0.9): 0.85."""
-    points = pd.DataFrame(
-        {"avg_cost": [4.0, 2.0, 2.2, 1.0], "accuracy": [0.9, 0.8, 0.6, 0.4]},
-        index=pd.Index([0.0, 1.0, 2.0, 10.0], name="rho"),
-    )
-    assert local_curve(points, 5.0, 2.0) == pytest.approx(0.4 + 0.2 / 1.2)
-    assert local_curve(points, 1.0, 1.5) == pytest.approx(0.8)
-    assert local_curve(points, 20.0, 3.0) == pytest.approx(0.4)
-    assert local_curve(points, 0.5, 3.0) == pytest.approx(0.85)
-    assert local_curve(points, 5.0, 0.5) == pytest.approx(0.4)  # constant beyond the chord
-    # in curve_gap: two trials of budget 1, last rhos 5 and 1, costs 2.0 and 1.5
-    results = pd.DataFrame(
-        {
-            "learner": ["a", "a"],
-            "budget": [1.0, 1.0],
-            "rho_final": [5.0, 1.0],
-            "avg_cost": [2.0, 1.5],
-            "avg_cost_after_warmup": [2.0, 1.5],
-            "accuracy": [0.6, 0.7],
-        }
-    )
-    fixed = points.reset_index().assign(learner="a", seed=0)
-    row = curve_gap(results, fixed).loc[("a", 1.0)]
-    local = (0.4 + 0.2 / 1.2 + 0.8) / 2
-    assert row["local"] == pytest.approx(local)
-    assert row["local_gap"] == pytest.approx(0.65 - local)
-    assert row["curve"] == pytest.approx(0.4 + 0.75 * 0.4)  # sorted by cost: 1.75 -> 0.7

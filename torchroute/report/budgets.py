@@ -59,11 +59,8 @@ def curve_gap(
     ``max_overrun`` (the largest ``avg_cost_after_warmup / budget - 1``), ``within`` (trials
     whose cost after the warm-up is at most ``budget x tolerance``, as ``k/n``),
     ``avg_cost``, ``accuracy``, ``curve`` (the curve at ``avg_cost``: the realised cost,
-    the quality's own rounds) and ``gap`` (``accuracy - curve``); ``local`` and
-    ``local_gap`` (``accuracy - local``): the mean over the trials of :func:`local_curve`,
-    the chord between the fixed rhos around the trial's last rho (``rho_final``) at its
-    realised cost. A learner missing from ``fixed`` has NaN ``curve``, ``gap``, ``local``
-    and ``local_gap``.
+    the quality's own rounds) and ``gap`` (``accuracy - curve``). A learner missing from
+    ``fixed`` has NaN ``curve`` and ``gap``.
     """
     frame = results.assign(
         late_ratio=results["avg_cost_after_warmup"] / results["budget"],
@@ -74,18 +71,9 @@ def curve_gap(
         own = fixed[fixed["learner"] == learner]
         points = own.groupby("rho")[["avg_cost", "accuracy"]].mean().sort_values("avg_cost")
         cost = float(group["avg_cost"].mean())
-        curve = local = float("nan")
+        curve = float("nan")
         if len(points):
             curve = float(np.interp(cost, points["avg_cost"], points["accuracy"]))
-            by_rho = points.sort_index()
-            local = float(
-                np.mean(
-                    [
-                        local_curve(by_rho, r, c)
-                        for r, c in zip(group["rho_final"], group["avg_cost"])
-                    ]
-                )
-            )
         quality = float(group["accuracy"].mean())
         rows.append(
             {
@@ -98,35 +86,9 @@ def curve_gap(
                 "accuracy": quality,
                 "curve": curve,
                 "gap": quality - curve,
-                "local": local,
-                "local_gap": quality - local,
             }
         )
     return pd.DataFrame(rows).set_index(["learner", "budget"])
-
-
-def local_curve(points: pd.DataFrame, rho: float, cost: float) -> float:
-    """The fixed-rho curve next to a paced trial: the chord between the two fixed rhos
-    around its ``rho`` at its realised ``cost``.
-
-    A static router's options (``k``, a weight decay) are chosen on validation per rho, so
-    its fixed-rho points sorted by cost can interleave points of different options and
-    zigzag; a paced trial keeps the options of its starting rho and runs near its last
-    rho. This reference takes only the fixed rhos next to that rho: ``points`` (index
-    ``rho``, ascending; columns ``avg_cost``, ``accuracy``: a learner's means over the
-    seeds), the largest rho ``<= rho`` and the smallest ``>= rho`` (the nearest end beyond
-    the grid), the accuracy interpolated linearly in cost between the two at ``cost``
-    (constant beyond them; their mean accuracy when their costs are equal, e.g. ``rho`` on
-    a grid point).
-    """
-    rhos = points.index.to_numpy(dtype=float)
-    hi = min(int(np.searchsorted(rhos, rho, side="left")), len(rhos) - 1)
-    lo = hi - 1 if rhos[hi] > rho and hi > 0 else hi
-    pair = points.iloc[[lo, hi]].sort_values("avg_cost")
-    costs, accuracy = pair["avg_cost"].to_numpy(), pair["accuracy"].to_numpy()
-    if costs[0] == costs[1]:
-        return float(accuracy.mean())
-    return float(np.interp(cost, costs, accuracy))
 
 
 def budget_section(results: pd.DataFrame, curves: pd.DataFrame, out_dir: Path) -> list[str]:
@@ -171,4 +133,4 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-__all__ = ["budget_section", "compliance_table", "curve_gap", "local_curve"]
+__all__ = ["budget_section", "compliance_table", "curve_gap"]
