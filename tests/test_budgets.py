@@ -348,3 +348,36 @@ def test_the_step_is_the_best_quality_within_the_budget_on_every_stream():
     assert choose_step(over[..., 2:], quality[..., 2:]).tolist() == [2, 2, 1]
     # equal qualities within: the first (the smallest step)
     assert choose_step(over[:1], quality[:1].new_full((1, 3, 3), 0.5)).tolist() == [0]
+
+
+def test_plans_are_chosen_with_the_threads_of_the_workers(monkeypatch):
+    """With jobs > 1 and more than one learner the learners run in workers of
+    threads // jobs threads (at least 1): their plans are chosen with that many, and
+    torch's setting is restored after; otherwise with the main process's threads."""
+    from types import SimpleNamespace
+
+    from torchroute.run import budgets
+
+    seen: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        budgets,
+        "plan_pacing",
+        lambda opts, name, built: seen.append((name, torch.get_num_threads())),
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        for jobs, names, expected in [
+            (2, ["a", "b"], 2),
+            (3, ["a", "b"], 1),
+            (8, ["a", "b"], 1),
+            (2, ["a"], 4),  # one learner: it runs in the main process
+            (1, ["a", "b"], 4),
+        ]:
+            seen.clear()
+            opts = SimpleNamespace(jobs=jobs, run_learners=names)
+            budgets.plan_all(opts, None)  # type: ignore[arg-type]
+            assert seen == [(name, expected) for name in names]
+            assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
