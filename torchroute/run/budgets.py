@@ -196,7 +196,7 @@ def plan_all(opts: RunOptions, built: Built) -> dict[str, PacingPlan]:
     :func:`~torchroute.run.jobs.threads_per_job` intra-op threads each: the plans are then
     chosen with that many threads too (torch's setting restored after), so that a
     learner's validation replays fit it as its worker does (a fit's numbers can depend on
-    the threads) and the results are those of ``jobs=1`` with that many threads."""
+    the threads): its plan is the one ``jobs=1`` chooses with that many threads."""
     threads = torch.get_num_threads()
     workers = opts.jobs > 1 and len(opts.run_learners) > 1
     if workers:
