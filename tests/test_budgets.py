@@ -17,7 +17,13 @@ from torchroute.errors import ConfigError
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.learners.anchors import KNNScoreRouter
 from torchroute.loop import WARMUP_SHARE, simulate
-from torchroute.run.budgets import REFINE_STEPS, PacingPlan, plan_pacing, rho_grid
+from torchroute.run.budgets import (
+    REFINE_STEPS,
+    PacingPlan,
+    choose_step,
+    plan_pacing,
+    rho_grid,
+)
 from torchroute.run.build import build
 from torchroute.run.experiment import run
 from torchroute.run.options import RunOptions
@@ -301,3 +307,77 @@ def test_budgets_with_request_rhos_are_refused(tmp_path):
 def _with(cfg, key, value):
     cfg[key] = value
     return cfg
+
+
+def test_budgets_with_jobs_give_the_results_of_one_process(tmp_path):
+    """``jobs=2`` runs the two learners in worker processes, each with the plan chosen in
+    the parent: the same results.csv as ``jobs=1``, where every learner runs here."""
+    import pandas as pd
+
+    learners = {"knn_val": KNN, "knn_5": {**KNN, "k": [5]}}
+    common = ("budgets=[0.0015,0.004]", "seeds=[0,1]")
+    frames = []
+    for jobs in (1, 2):
+        cfg = _config(tmp_path / f"jobs{jobs}", *common, f"jobs={jobs}")
+        cfg.learners = learners
+        run(RunOptions.from_config(cfg))
+        frames.append(pd.read_csv(tmp_path / f"jobs{jobs}" / "results.csv"))
+    assert len(frames[0]) == 8 and set(frames[0]["learner"]) == {"knn_val", "knn_5"}
+    assert frames[0]["rho_final"].ne(frames[0]["rho"]).all()  # every trial paced
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=True)
+
+
+def test_the_step_is_the_best_quality_within_the_budget_on_every_stream():
+    """Three budgets, three steps, three validation streams, by hand. Budget 0: all within,
+    mean qualities 0.72, 0.81, 0.82: step 2. Budget 1: step 0 has the best quality (0.9)
+    but overspends on one stream (0.001): step 2 (0.6 against 0.5). Budget 2: none is
+    within on every stream; worst-stream overruns 0.05, 0.02, 0.03: step 1."""
+    quality = torch.tensor(
+        [
+            [[0.70, 0.72, 0.74], [0.79, 0.81, 0.83], [0.82, 0.80, 0.84]],
+            [[0.90, 0.90, 0.90], [0.50, 0.50, 0.50], [0.60, 0.60, 0.60]],
+            [[0.90, 0.90, 0.90], [0.50, 0.50, 0.50], [0.60, 0.60, 0.60]],
+        ],
+        dtype=torch.float64,
+    )
+    over = torch.full((3, 3, 3), -0.01, dtype=torch.float64)
+    over[1, 0, 2] = 0.001
+    over[2] = torch.tensor([[0.0, 0.05, 0.01], [0.02, 0.01, 0.0], [0.03, 0.0, 0.01]])
+    assert choose_step(over, quality).tolist() == [2, 2, 1]
+    # the last stream alone: budget 2's step 1 is within it (0.0), the only one
+    assert choose_step(over[..., 2:], quality[..., 2:]).tolist() == [2, 2, 1]
+    # equal qualities within: the first (the smallest step)
+    assert choose_step(over[:1], quality[:1].new_full((1, 3, 3), 0.5)).tolist() == [0]
+
+
+def test_plans_are_chosen_with_the_threads_of_the_workers(monkeypatch):
+    """With jobs > 1 and more than one learner the learners run in workers of
+    threads // jobs threads (at least 1): their plans are chosen with that many, and
+    torch's setting is restored after; otherwise with the main process's threads."""
+    from types import SimpleNamespace
+
+    from torchroute.run import budgets
+
+    seen: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        budgets,
+        "plan_pacing",
+        lambda opts, name, built: seen.append((name, torch.get_num_threads())),
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        for jobs, names, expected in [
+            (2, ["a", "b"], 2),
+            (3, ["a", "b"], 1),
+            (8, ["a", "b"], 1),
+            (2, ["a"], 4),  # one learner: it runs in the main process
+            (1, ["a", "b"], 4),
+        ]:
+            seen.clear()
+            opts = SimpleNamespace(jobs=jobs, run_learners=names)
+            budgets.plan_all(opts, None)  # type: ignore[arg-type]
+            assert seen == [(name, expected) for name in names]
+            assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)

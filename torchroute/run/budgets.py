@@ -23,9 +23,10 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
 2. **The step size.** The learner replays the split under each budget with the pacer for
    each step of :data:`ETAS`, starting from half of 1.'s rho (:data:`LOW_START`: a start
    that spends too much, as a validation split cheaper than the stream would give; the
-   step must bring the spend back within the warm-up); a budget's ``eta`` is the one of the
-   best validation mean quality among those whose mean cost after the warm-up is within the
-   budget on every stream, else the one of the smallest worst-stream overrun. On the run's
+   step must bring the spend back within the warm-up); a budget's ``eta``
+   (:func:`choose_step`) is the one of the best validation mean quality among those whose
+   mean cost after the warm-up is within the budget on every stream, else the one of the
+   smallest worst-stream overrun. On the run's
    stream the step is that ``eta`` x ``T_val / T`` (validation rounds over the run's
    rounds, at most 1): by the bound of :mod:`~torchroute.functional.pacing` a trial then
    corrects the same share of its overspend per share of its rounds as on validation,
@@ -65,6 +66,7 @@ from torchroute.run.build import (
     warm_options,
 )
 from torchroute.run.classes import learner_class
+from torchroute.run.jobs import threads_per_job
 from torchroute.run.options import RunOptions
 
 log = logging.getLogger(__name__)
@@ -188,6 +190,24 @@ def check_learner(name: str, learner: Learner) -> None:
         raise ConfigError(unpaceable(name, type(learner)))
 
 
+def plan_all(opts: RunOptions, built: Built) -> dict[str, PacingPlan]:
+    """Every learner's :func:`plan_pacing`, ``{name: plan}``. With ``jobs > 1`` and more
+    than one learner, the learners run in worker processes of
+    :func:`~torchroute.run.jobs.threads_per_job` intra-op threads each: the plans are then
+    chosen with that many threads too (torch's setting restored after), so that a
+    learner's validation replays fit it as its worker does (a fit's numbers can depend on
+    the threads): its plan is the one ``jobs=1`` chooses with that many threads."""
+    threads = torch.get_num_threads()
+    workers = opts.jobs > 1 and len(opts.run_learners) > 1
+    if workers:
+        torch.set_num_threads(threads_per_job(opts.jobs, threads))
+    try:
+        return {name: plan_pacing(opts, name, built) for name in opts.run_learners}
+    finally:
+        if workers:
+            torch.set_num_threads(threads)
+
+
 def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     """Learner ``name``'s starting rho and step for every trial, chosen on the validation
     split (module doc)."""
@@ -213,11 +233,8 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     plan = PacingPlan(*(p.repeat_interleave(s) for p in pairs))
     paced = _replay(opts, name, built, plan.rho, plan)
     over = torch.tensor(paced["budget_overrun_after_warmup"].to_numpy()).view(n, e, s)
-    over = over.amax(-1)  # the worst stream
-    quality = torch.tensor(paced["accuracy"].to_numpy()).view(n, e, s).mean(-1)
-    within = over <= 0
-    best = torch.where(within, quality, torch.tensor(-torch.inf)).argmax(1)
-    best = torch.where(within.any(1), best, over.argmin(1))
+    quality = torch.tensor(paced["accuracy"].to_numpy()).view(n, e, s)
+    best = choose_step(over, quality)
     # the same correction per share of the rounds on the run's stream as on validation
     scale = min(1.0, paced["rounds"].iloc[0] / built.env.horizon)
     eta = etas[best] * scale
@@ -231,6 +248,27 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     )
     per_trial = torch.arange(len(budgets)).repeat_interleave(len(opts.seeds))
     return PacingPlan(trial_budgets(opts), start[per_trial], eta[per_trial])
+
+
+def choose_step(over: Tensor, quality: Tensor) -> Tensor:
+    """Each budget's step among :data:`ETAS` from its validation replays.
+
+    Args:
+        over: ``[N, E, S]`` each budget's (``N``), step's (``E``) and stream's (``S``) mean
+            cost after the warm-up / budget - 1.
+        quality: ``[N, E, S]`` the same replays' mean quality.
+
+    Returns:
+        ``[N]`` (long) the index of each budget's step: of the steps within the budget on
+        every stream (``over <= 0``), the one of the best mean quality over the streams
+        (the first of equals); with none within, the one of the smallest worst-stream
+        overrun (the first of equals).
+    """
+    worst = over.amax(-1)  # [N, E]
+    within = worst <= 0
+    mean = quality.mean(-1)  # [N, E]
+    best = torch.where(within, mean, torch.tensor(-torch.inf, dtype=mean.dtype)).argmax(1)
+    return torch.where(within.any(1), best, worst.argmin(1))
 
 
 def _refine(
@@ -304,6 +342,8 @@ __all__ = [
     "check_budget_learners",
     "check_budgets",
     "check_learner",
+    "choose_step",
+    "plan_all",
     "plan_pacing",
     "rho_grid",
     "trial_budgets",

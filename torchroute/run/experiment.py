@@ -40,7 +40,7 @@ from torchroute.run.budgets import (
     PacingPlan,
     check_budget_learners,
     check_budgets,
-    plan_pacing,
+    plan_all,
 )
 from torchroute.run.build import (
     Built,
@@ -216,7 +216,7 @@ def _run(
             list(opts.budgets),
             list(opts.rhos),
         )
-        job.plans = {name: plan_pacing(opts, name, built) for name in opts.run_learners}
+        job.plans = plan_all(opts, built)  # with jobs > 1: the workers' threads
     # change options given as lists: chosen on the validation split before anything is written
     job.choices = choose_all(opts, built, env, candidates) if candidates else {}
     learners: dict[str, Learner] = {}
