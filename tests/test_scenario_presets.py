@@ -26,7 +26,10 @@ def test_each_leaderboard_composes_with_each_scenario(preset, scenario):
     assert [dict(e) for e in events] == EVENTS[scenario]
     assert [e.kind for e in parse_scenario([dict(e) for e in events])] == [scenario]
     assert cfg.out_dir == f"outputs/{preset}_{scenario}"  # beside the stationary run
-    assert cfg.learners.static_refit.base == cfg.learners.mlp  # the run's MLP router, refitted
+    # the run's static routers, the one refitted chosen as the regime's baseline
+    bases = [cfg.learners[name] for name in ("mlp", "knn_val", "mf", "logistic")]
+    assert list(cfg.learners.static_refit.base) == bases
+    assert "base" in cfg.choose_on_validation.as_baseline
 
 
 def test_without_a_scenario_the_preset_is_unchanged():
