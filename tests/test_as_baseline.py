@@ -135,11 +135,17 @@ def test_static_refit_refits_the_router_chosen_as_the_baseline(tmp_path):
         "_partial_": True,
         "base": [MLP, KNN, LOGISTIC],
     }
-    cfg = tiny_run_config(
-        tmp_path / "run", {"m": MLP, "k": KNN, "g": LOGISTIC, "s": refit}, RHOS, "seeds=[0,1]"
-    )
-    cfg.choose_on_validation = OmegaConf.create({"as_baseline": ["base"]})
+    residual = {"_target_": RESIDUAL, "_partial_": True, "projection": 0, "base": [MLP, KNN]}
+    learners = {"m": MLP, "k": KNN, "g": LOGISTIC, "s": refit, "r": residual}
+    cfg = tiny_run_config(tmp_path / "run", learners, RHOS, "seeds=[0,1]")
+    # qualified: static_refit's base as the baseline; the residual learner's base replayed
+    cfg.choose_on_validation = OmegaConf.create({"as_baseline": ["s.base"]})
     results = run_config(cfg)
+    replayed = pd.read_csv(tmp_path / "run" / "runs" / "r" / "choice_on_validation.csv")
+    own = results[results["learner"] == "m"].groupby("rho")["val_utility"].mean()
+    mine = replayed[replayed["base"] == "m"].set_index("rho")["val_utility"]
+    assert mine.notna().all()  # every candidate replayed for every trial
+    assert not np.allclose(mine.to_numpy(), own.loc[mine.index].to_numpy())
     groups = {float(rho): float(rho) for rho in (0, 100, 200, 300, 400, 500)}
     expected = _hand_choice(results, ["m", "k", "g"], groups)
     rows = results[results["learner"] == "s"]

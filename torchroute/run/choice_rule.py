@@ -38,7 +38,8 @@ from the candidates' validation utilities.
   for them: a residual learner that learns nothing makes its base router's choices, so
   its base is the static router a user would deploy in that regime. The other list keys
   are then replayed with that value only (a candidate with another value is not run for
-  the group's trials).
+  the group's trials). A key is a bare option name (every learner's ``base``) or
+  ``<learner>.<key>`` (``static_refit.base``: that learner's only).
 - ``prefer_first``: keys (of any learner that has them in its lists) whose values are
   ordered by preference, the first the one to keep without evidence (a residual learner's
   largest ``lam``, its smallest ``alpha``). A candidate is *eligible* when its validation

@@ -266,7 +266,7 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
 
         cuts = regime_rule(opts.rhos, opts.report_regimes)
         group_of = {float(rho): cuts.of(float(rho)) for rho in opts.rhos}
-    fixed = [k for k in rule.as_baseline if k in cand.keys]
+    fixed = [k for k in cand.keys if k in rule.as_baseline or f"{name}.{k}" in rule.as_baseline]
     routers = None
     if fixed:
         from torchroute.run.as_baseline import choose_routers
