@@ -254,8 +254,9 @@ def test_the_leaderboard_presets_run_them_on_their_own_mlp_router(preset):
     for name, target in targets.items():
         assert learners[name]["_target_"] == target
         base = learners[name]["base"]
-        if name == "residual_squarecb" and preset == "routerbench":
+        if name == "residual_squarecb":
             # chosen on validation among the run's static routers, the MLP router first
+            # (replayed on RouterBench; elsewhere each regime's baseline router, as_baseline)
             assert base[0] == learners["mlp"] and learners["knn_val"] in base
         else:
             assert base == learners["mlp"]  # the run's MLP router's config
