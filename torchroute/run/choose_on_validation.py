@@ -260,6 +260,7 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     name = cand.name
     r, c_count = env.num_trials, len(cand.points)
     rule = opts.choice_rule
+    rhos, seeds = trial_grid(list(opts.rhos), list(opts.seeds))  # each trial's, [R]
     group_of = None
     if rule.per == "regime":
         from torchroute.run.report_regimes import regime_rule
@@ -271,7 +272,6 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     if fixed:
         from torchroute.run.as_baseline import choose_routers
 
-        rhos, _ = trial_grid(list(opts.rhos), list(opts.seeds))
         group = [group_of[rho] for rho in rhos] if group_of is not None else rhos
         routers = choose_routers(env, name, cand.points, fixed, group)
         if len(fixed) == len(cand.keys):  # nothing left to replay
@@ -281,7 +281,6 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
             return choice
     eligible = routers.eligible if routers is not None else np.ones((c_count, r), dtype=bool)
     if rule.seeds is not None:  # the run's first seeds only
-        _, seeds = trial_grid(list(opts.rhos), list(opts.seeds))
         kept = set(list(dict.fromkeys(opts.seeds))[: rule.seeds])
         eligible = eligible & np.array([int(s) in kept for s in seeds])[None, :]
     positions = [c * r + t for c in range(c_count) for t in range(r) if eligible[c, t]]
@@ -319,7 +318,6 @@ def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice
     blocks = block_utilities(result.curve, len(positions)) if rule.needs_blocks else None
     summary = result.summary
     if len(positions) < c_count * r:  # the candidates not replayed for a trial: NaN
-        rhos, _ = trial_grid(list(opts.rhos), list(opts.seeds))
         summary, blocks = _spread(summary, blocks, positions, c_count * r, rhos)
     choice = pick(cand, summary, r, rule, group_of, blocks)
     log.info("%s: chosen on the %s split: %s", name, CHOICE_SPLIT, choice.describe())
@@ -486,11 +484,9 @@ def _mean_rows(rows: np.ndarray) -> np.ndarray:
 
 def _position(cand: Candidates, key: str, value: Any) -> int:
     """The position of ``value`` in ``key``'s list (first appearance in the candidates)."""
-    seen: list[Any] = []
-    for point in cand.points:
-        if not any(point[key] == v for v in seen):
-            seen.append(point[key])
-    return next(i for i, v in enumerate(seen) if v == value)
+    from torchroute.run.as_baseline import distinct_values
+
+    return next(i for i, v in enumerate(distinct_values(cand.points, key)) if v == value)
 
 
 def block_utilities(curve: pd.DataFrame, num_trials: int) -> np.ndarray:
