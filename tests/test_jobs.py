@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import ClassVar
 
 import pandas as pd
 import pytest
@@ -158,3 +159,39 @@ def test_one_learner_left_runs_here_as_in_one_process(reference, tmp_path):
     for name in ("summary.csv", "curve.csv"):
         ours, theirs = tmp_path / "runs" / "lints" / name, out / "runs" / "lints" / name
         assert ours.read_bytes() == theirs.read_bytes(), name
+
+
+class ThreadsAtBuild(EpsilonGreedy):
+    """Epsilon-greedy that records torch's intra-op threads each time it is built."""
+
+    seen: ClassVar[list[int]] = []
+
+    @classmethod
+    def from_problem(cls, problem, **hparams):
+        cls.seen.append(torch.get_num_threads())
+        return super().from_problem(problem, **hparams)
+
+
+def test_a_resumed_learner_left_alone_runs_with_a_workers_threads(tmp_path):
+    """``jobs=2`` and a resume that leaves one learner to run: it runs in this process, built
+    and run with a worker's intra-op threads (``threads // jobs``), as it would have been
+    in the uninterrupted run, not with this process's."""
+    import shutil
+
+    learners = {
+        "lints": LEARNERS["lints"],
+        "recorder": _node("tests.test_jobs.ThreadsAtBuild.from_problem"),
+    }
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        _run(tmp_path, learners)  # jobs=1: both run here, each with 4 threads
+        assert ThreadsAtBuild.seen[-1] == 4
+        shutil.rmtree(tmp_path / "runs" / "recorder")  # it runs again, lints is reused
+        ThreadsAtBuild.seen.clear()
+        _run(tmp_path, learners, "jobs=2", f"resume={tmp_path / 'checkpoints' / 'recorder.pt'}")
+        # checked here with this process's threads, then built to run with a worker's
+        assert ThreadsAtBuild.seen == [4, threads_per_job(2, 4)]
+        assert torch.get_num_threads() == 4  # restored
+    finally:
+        torch.set_num_threads(before)

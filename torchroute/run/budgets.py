@@ -66,7 +66,7 @@ from torchroute.run.build import (
     warm_options,
 )
 from torchroute.run.classes import learner_class
-from torchroute.run.jobs import threads_per_job
+from torchroute.run.jobs import worker_threads
 from torchroute.run.options import RunOptions
 
 log = logging.getLogger(__name__)
@@ -194,18 +194,11 @@ def plan_all(opts: RunOptions, built: Built) -> dict[str, PacingPlan]:
     """Every learner's :func:`plan_pacing`, ``{name: plan}``. With ``jobs > 1`` and more
     than one learner, the learners run in worker processes of
     :func:`~torchroute.run.jobs.threads_per_job` intra-op threads each: the plans are then
-    chosen with that many threads too (torch's setting restored after), so that a
-    learner's validation replays fit it as its worker does (a fit's numbers can depend on
-    the threads): its plan is the one ``jobs=1`` chooses with that many threads."""
-    threads = torch.get_num_threads()
-    workers = opts.jobs > 1 and len(opts.run_learners) > 1
-    if workers:
-        torch.set_num_threads(threads_per_job(opts.jobs, threads))
-    try:
+    chosen with that many threads too (:func:`~torchroute.run.jobs.worker_threads`), so
+    that a learner's validation replays fit it as its worker does (a fit's numbers can
+    depend on the threads): its plan is the one ``jobs=1`` chooses with that many threads."""
+    with worker_threads(opts.jobs, len(opts.run_learners)):
         return {name: plan_pacing(opts, name, built) for name in opts.run_learners}
-    finally:
-        if workers:
-            torch.set_num_threads(threads)
 
 
 def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:

@@ -56,7 +56,7 @@ from torchroute.run.choose_on_validation import (
     chosen_learner,
 )
 from torchroute.run.decision_logger import DecisionRecorder, write_decision_logs
-from torchroute.run.jobs import map_in_processes
+from torchroute.run.jobs import map_in_processes, worker_threads
 from torchroute.run.options import RunOptions
 from torchroute.run.outdir import (
     check_out_dir,
@@ -257,9 +257,10 @@ def _run(
     to_run = [name for name in opts.run_learners if name not in finished]
     if opts.jobs > 1 and len(to_run) > 1:
         finished.update(map_in_processes(run_learner, job, to_run, opts.jobs))
-    else:  # (jobs > 1 with one learner left: run_learner builds it here)
-        for name in to_run:
-            finished[name] = run_learner(job, name, learners.pop(name, None))
+    else:  # (jobs > 1 with one learner left: run_learner builds it here, as a worker would)
+        with worker_threads(opts.jobs, len(opts.run_learners)):
+            for name in to_run:
+                finished[name] = run_learner(job, name, learners.pop(name, None))
     summaries = [finished[name][0] for name in opts.run_learners]
     curves = [finished[name][1] for name in opts.run_learners]
     results = pd.concat(summaries, ignore_index=True)

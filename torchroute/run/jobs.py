@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
@@ -39,6 +40,24 @@ def threads_per_job(jobs: int, threads: int | None = None) -> int:
     setting) shared out, at least one."""
     threads = torch.get_num_threads() if threads is None else threads
     return max(1, threads // jobs)
+
+
+@contextmanager
+def worker_threads(jobs: int, learners: int) -> Iterator[None]:
+    """Inside: torch's intra-op threads of a worker (:func:`threads_per_job`) when a run of
+    ``learners`` learners spreads them over ``jobs > 1`` processes, restored after; else
+    torch's setting unchanged. What a run does for a learner outside its worker (its
+    pacing plan; the learner itself when a resumed run has one left to run here) then
+    gives the numbers its worker gives (a fit's numbers can depend on the threads)."""
+    threads = torch.get_num_threads()
+    workers = jobs > 1 and learners > 1
+    if workers:
+        torch.set_num_threads(threads_per_job(jobs, threads))
+    try:
+        yield
+    finally:
+        if workers:
+            torch.set_num_threads(threads)
 
 
 def _start_worker(payload: Any, threads: int, level: int) -> None:
@@ -108,4 +127,4 @@ def _finished(future: Any) -> bool:
     return future.done() and not future.cancelled() and future.exception() is None
 
 
-__all__ = ["map_in_processes", "threads_per_job"]
+__all__ = ["map_in_processes", "threads_per_job", "worker_threads"]
