@@ -261,3 +261,36 @@ def test_the_residual_learners_choose_how_far_to_leave_the_base_on_validation():
     target = "torchroute.learners.residual.ResidualLinTS.from_problem"
     found = candidates_of({"_target_": target, "lam": [10, 100], "v": 0.5}, "r")
     assert found.keys == ("lam",) and found.points == ({"lam": 10}, {"lam": 100})
+
+
+def test_choices_are_made_with_the_threads_of_the_workers(monkeypatch):
+    """With jobs > 1 and more than one learner the learners run in workers of
+    threads // jobs threads (at least 1): their change options are chosen with that many
+    (a router fitted for the choice is then the one the worker fits), and torch's setting
+    is restored after; otherwise with the main process's threads."""
+    from types import SimpleNamespace
+
+    from torchroute.run import choose_on_validation as module
+
+    seen: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        module,
+        "choose",
+        lambda opts, built, env, cand: seen.append((cand, torch.get_num_threads())),
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        for jobs, names, expected in [
+            (2, ["a", "b"], 2),
+            (3, ["a", "b", "c"], 1),
+            (2, ["a"], 4),  # one learner: it runs in the main process
+            (1, ["a", "b"], 4),
+        ]:
+            seen.clear()
+            opts = SimpleNamespace(jobs=jobs, run_learners=names)
+            module.choose_all(opts, None, None, {"a": "cand_a"})  # type: ignore[arg-type]
+            assert seen == [("cand_a", expected)]
+            assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)

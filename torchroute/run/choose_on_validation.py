@@ -75,6 +75,7 @@ from torchroute.loop import simulate
 from torchroute.run.build import Built, instantiate_node, learner_for, trial_grid
 from torchroute.run.choice_rule import BLOCKS, ChoiceRule
 from torchroute.run.classes import own_learner_class
+from torchroute.run.jobs import worker_threads
 from torchroute.run.options import RunOptions
 
 if TYPE_CHECKING:
@@ -244,8 +245,12 @@ def all_candidates(opts: RunOptions) -> dict[str, Candidates]:
 def choose_all(
     opts: RunOptions, built: Built, env: Env, candidates: Mapping[str, Candidates]
 ) -> dict[str, Choice]:
-    """The :class:`Choice` of each learner of ``candidates`` (:func:`choose`)."""
-    return {name: choose(opts, built, env, cand) for name, cand in candidates.items()}
+    """The :class:`Choice` of each learner of ``candidates`` (:func:`choose`), made with the
+    intra-op threads its learner runs with (a worker's under ``jobs > 1``:
+    :func:`~torchroute.run.jobs.worker_threads`), so that a router fitted for the choice is
+    the one the test run fits (a fit's numbers can depend on the threads)."""
+    with worker_threads(opts.jobs, len(opts.run_learners)):
+        return {name: choose(opts, built, env, cand) for name, cand in candidates.items()}
 
 
 def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice:
