@@ -40,6 +40,32 @@ DiscountedLinUCB`) or ``window`` (:class:`~torchroute.learners.sliding_window.
 SlidingWindowLinUCB`) on the correction; the correction then decays to its prior mean 0,
 that is to the base router (and a new model to the mean of the others), never to a
 prediction of 0.
+
+Change detection (``restart_delta``, off by default; :class:`ResidualLinUCB` and
+:class:`ResidualLinTS` with the plain correction, ``gamma = 1`` and no ``window``): a local
+restart after a change-point test per (trial, arm), after Besson, Kaufmann, Maillard and
+Seznec ("Efficient change-point detection for tackling piecewise-stationary bandits",
+JMLR 2022). Each cell keeps the last ``restart_memory`` residuals ``score - base_k(x)`` its
+arm observed since its last restart; each round the cells observed that round are tested
+with the Gaussian GLR statistic over every split point ``s`` of their ``n`` residuals,
+
+    max_{1 <= s < n} s (n - s) / n * (mu_{1:s} - mu_{s+1:n})^2 / (2 sigma^2)
+        >= log(3 n^{3/2} / delta),
+
+with ``sigma^2 = 1/4`` (:mod:`torchroute.functional.glr`,
+:mod:`torchroute.learners.residual_restart`). A cell that reports a change has its memory
+emptied and its arm's correction in that trial put back to a prior of mean 0 (the base
+router's prediction) and precision ``restart_lam`` (a model the base never saw: its
+new-model covariance with ``restart_lam`` for ``lam``); the observations of that round are
+dropped with the rest, and the correction learns again from the next one. Where this
+differs from the paper's GLR-klUCB: the test reads residuals of a fitted router rather
+than rewards (their sub-Gaussian scale ``1/4`` is that of a score in ``[0, 1]`` given the
+query; the base's own errors add to the spread across queries), it uses the Gaussian rather
+than the Bernoulli divergence (residuals are not in ``[0, 1]``), it reads at most
+``restart_memory`` residuals rather than all since the restart, it tests every round
+rather than every few, and there is no forced exploration: an arm is tested only where it
+is played (a model that got worse is then found; a model that got better while unplayed
+is not).
 """
 
 from __future__ import annotations
@@ -68,6 +94,7 @@ from torchroute.learners.on_base_router import (
     resolve_base,
     ucb_scores,
 )
+from torchroute.learners.residual_restart import RESTART_KEYS, GLRRestart, check_restart
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
@@ -154,9 +181,13 @@ class _Residual(ScoredArgmax):
         gamma: float,
         window: int | None,
         projection: int | None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 256,
         **score_hp: float,
     ) -> None:
         name = type(self).__name__
+        check_restart(name, restart_delta, restart_lam, restart_memory, gamma, window)
         for key, value in score_hp.items():  # alpha or v: checked first, then kept
             check_number(name, key, value, ge=0)
         score_hp = {key: float(value) for key, value in score_hp.items()}
@@ -190,6 +221,60 @@ class _Residual(ScoredArgmax):
             if train is None:
                 raise ValueError(f"{name}: a model the base never saw needs the train split")
             self._new_model_prior(train.features)
+        self.restart: GLRRestart | None = None
+        if restart_delta is not None:
+            self._init_restart(train, restart_delta, restart_lam, restart_memory)
+
+    @classmethod
+    def check_options(cls, **hparams: Any) -> None:
+        """The restart options' checks (:func:`~torchroute.learners.residual_restart.
+        check_restart`), before the base router is fitted (a list of values to choose among
+        on validation is checked per candidate)."""
+        super().check_options(**hparams)
+        keys = ("restart_delta", "restart_lam", "restart_memory", "gamma", "window")
+        if any(isinstance(hparams.get(k), (list, tuple)) for k in keys):
+            return
+        check_restart(
+            cls.__name__,
+            hparams.get("restart_delta"),
+            hparams.get("restart_lam", 1.0),
+            hparams.get("restart_memory", 256),
+            hparams.get("gamma", 1.0),
+            hparams.get("window"),
+        )
+
+    def _init_restart(
+        self, train: TrainSplit | None, delta: float, lam: float, memory: int
+    ) -> None:
+        """The GLR test (:class:`~torchroute.learners.residual_restart.GLRRestart`) and the
+        priors a restart puts back: ``restart_cov = I / restart_lam`` ``[p, p]`` and, with
+        arms the base never saw, their ``I / restart_lam + s^2 E`` (``restart_cov_new``)."""
+        self.restart_lam = float(lam)
+        self.restart = GLRRestart(
+            self.num_trials, self.num_arms, delta, memory, type(self).__name__
+        )
+        eye = torch.eye(self.phi_dim, dtype=torch.float64)
+        self.register_buffer("restart_cov", eye / self.restart_lam, persistent=False)
+        self.register_buffer("restart_cov_new", None, persistent=False)
+        if self.base.hidden is not None and bool(self.base.hidden.any()):
+            assert train is not None  # checked with the new-model prior
+            phi = self.phi(train.features.double())
+            self.restart_cov_new = new_model_covariance(phi, self.restart_lam, self.spread)
+
+    def _restart_cells(self, changed: Tensor) -> None:
+        """Put the correction of the cells ``changed [R, K]`` (bool) back to its prior:
+        ``theta_k = 0`` and ``A_k^{-1}`` the restart covariance. On the CPU a round with no
+        change leaves the state untouched (a free host read); elsewhere the masked writes
+        keep every other cell's values."""
+        if changed.device.type == "cpu" and not bool(changed.any()):
+            return
+        corr = self.correction  # a LinUCB or LinTS: the plain correction
+        prior = self.restart_cov.to(corr.a_inv)  # [p, p]
+        if self.restart_cov_new is not None:
+            hidden = self.base.hidden.to(changed.device)[..., None, None]  # [R, K, 1, 1]
+            prior = torch.where(hidden, self.restart_cov_new.to(corr.a_inv), prior)
+        corr.a_inv = torch.where(changed[..., None, None], prior, corr.a_inv).contiguous()
+        corr.theta = torch.where(changed[..., None], 0.0, corr.theta).contiguous()
 
     @classmethod
     def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _Residual:
@@ -287,7 +372,9 @@ class _Residual(ScoredArgmax):
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
-        """The correction learns ``score - base_k(x)`` on the observed cells. Returns ``{}``."""
+        """The correction learns ``score - base_k(x)`` on the observed cells; with
+        ``restart_delta``, the observed cells are then tested and those that report a change
+        restart (the module doc). Returns ``{}``."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         y_hat, c_hat, _ = self.base_value(context)
@@ -297,6 +384,8 @@ class _Residual(ScoredArgmax):
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         phi = Context(x=self._context_phi(context))
         self.correction.update(phi, decision, residual, generator)
+        if self.restart is not None:
+            self._restart_cells(self.restart.step(observed, target))
         self._tick(context)
         return {}
 
@@ -319,13 +408,25 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         projection: ``r``: the correction reads ``phi(x) = [x U, 1]``, ``U [d, r]`` the top
             ``r`` principal directions of the train features (``0``: its bias alone);
             ``None`` (the default): ``x`` itself.
+        restart_delta: the confidence ``delta`` in ``(0, 1)`` of the change test on each
+            arm's residuals (the module doc); ``None`` (the default): no test. Needs
+            ``gamma = 1`` and no ``window``.
+        restart_lam: the prior precision of an arm's correction after a restart (default
+            1: one pseudo-observation of the base's prediction, the plain LinUCB's
+            ``A = I``; the test has just found that base and correction no longer hold for
+            that arm, so its new correction must move within a few observations).
+        restart_memory: the most recent residuals per (trial, arm) the test reads (>= 2).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
     """
 
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
-    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "alpha")
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (
+        *_Residual.chosen_on_validation,
+        "alpha",
+        *RESTART_KEYS,
+    )
 
     def __init__(
         self,
@@ -339,10 +440,14 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         gamma: float = 1.0,
         window: int | None = None,
         projection: int | None = None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 256,
     ) -> None:
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, alpha=alpha
-        )
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            restart_delta, restart_lam, restart_memory, alpha=alpha,
+        )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         return ucb_scores(self.correction, x, generator)
@@ -358,14 +463,19 @@ class ResidualLinTS(_Residual):
     Each arm's draw is ``base_k(x) - rho c_k(x) + N(x^T theta_k, v^2 x^T A_k^{-1} x)``;
     with ``v = 0`` no normal is drawn (the greedy residual learner).
 
-    Args: as :class:`ResidualLinUCB`, with the posterior scale ``v`` for ``alpha``.
+    Args: as :class:`ResidualLinUCB` (the ``restart_*`` change test included), with the
+    posterior scale ``v`` for ``alpha``.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
     """
 
     _kinds = (LinTS, DiscountedLinTS, SlidingWindowLinTS)
-    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "v")
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (
+        *_Residual.chosen_on_validation,
+        "v",
+        *RESTART_KEYS,
+    )
 
     def __init__(
         self,
@@ -379,10 +489,14 @@ class ResidualLinTS(_Residual):
         gamma: float = 1.0,
         window: int | None = None,
         projection: int | None = None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 256,
     ) -> None:
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=v
-        )
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            restart_delta, restart_lam, restart_memory, v=v,
+        )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         mean, width = self._correction_posterior(x)
