@@ -183,7 +183,7 @@ class _Residual(ScoredArgmax):
         projection: int | None,
         restart_delta: float | None = None,
         restart_lam: float = 1.0,
-        restart_memory: int = 256,
+        restart_memory: int = 1024,
         **score_hp: float,
     ) -> None:
         name = type(self).__name__
@@ -238,7 +238,7 @@ class _Residual(ScoredArgmax):
             cls.__name__,
             hparams.get("restart_delta"),
             hparams.get("restart_lam", 1.0),
-            hparams.get("restart_memory", 256),
+            hparams.get("restart_memory", 1024),
             hparams.get("gamma", 1.0),
             hparams.get("window"),
         )
@@ -415,7 +415,10 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
             1: one pseudo-observation of the base's prediction, the plain LinUCB's
             ``A = I``; the test has just found that base and correction no longer hold for
             that arm, so its new correction must move within a few observations).
-        restart_memory: the most recent residuals per (trial, arm) the test reads (>= 2).
+        restart_memory: the most recent residuals per (trial, arm) the test reads (>= 2;
+            default 1024). A shift ``D`` half-way through ``M`` residuals gives the statistic
+            ``M D^2 / 2`` at ``sigma^2 = 1/4``: a drop of 0.3 needs ``M`` above about 400 to
+            reach the threshold at ``delta = 0.01`` (256: 11.5 against 14.0).
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
@@ -442,7 +445,7 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         projection: int | None = None,
         restart_delta: float | None = None,
         restart_lam: float = 1.0,
-        restart_memory: int = 256,
+        restart_memory: int = 1024,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
@@ -491,7 +494,7 @@ class ResidualLinTS(_Residual):
         projection: int | None = None,
         restart_delta: float | None = None,
         restart_lam: float = 1.0,
-        restart_memory: int = 256,
+        restart_memory: int = 1024,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,

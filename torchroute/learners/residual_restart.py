@@ -68,29 +68,56 @@ class GLRRestart(torch.nn.Module):
         self.register_buffer("count", torch.zeros(shape, dtype=torch.long))
         self.register_buffer("restarts", torch.zeros(shape, dtype=torch.long))
 
-    def push(self, observed: Tensor, residual: Tensor) -> None:
-        """Append one residual per observed cell: ``observed [R, K]`` (bool) and
-        ``residual [R, K]``; a full memory drops its oldest value."""
-        full = self.count >= self.memory  # [R, K]
-        shift = (observed & full)[..., None]
-        values = torch.where(shift, self.values.roll(-1, -1), self.values)
-        slot = torch.where(full, self.memory - 1, self.count)[..., None]  # [R, K, 1]
-        written = values.scatter(-1, slot, residual.to(values.dtype)[..., None])
-        self.values = torch.where(observed[..., None], written, values)
-        self.count = self.count + (observed & ~full).long()
-
     def step(self, observed: Tensor, residual: Tensor) -> Tensor:
         """One round: append the observed residuals (``observed [R, B, K]`` bool,
-        ``residual [R, B, K]``, the ``B`` requests in order), test the cells observed this
-        round, empty the memory of those that report a change. Returns them, ``[R, K]``
-        bool."""
-        for b in range(observed.shape[1]):  # the round's requests, oldest first
-            self.push(observed[:, b], residual[:, b])
-        stat = gaussian_glr(self.values, self.count, SIGMA2)  # [R, K]
-        changed = observed.any(1) & (stat >= glr_threshold(self.count, self.delta))
-        self.count = torch.where(changed, 0, self.count)
+        ``residual [R, B, K]``, the ``B`` requests in order; a full memory drops its oldest
+        value), test the cells observed this round and empty the memory of those that
+        report a change. Returns them, ``[R, K]`` bool.
+
+        On the CPU only the observed cells are read and written (their indices are a free
+        host read); elsewhere every cell is, masked, so that nothing waits on the device.
+        """
+        r, b, k = observed.shape
+        seen = observed.any(1).reshape(r * k)  # [R K]
+        obs = observed.transpose(1, 2).reshape(r * k, b)  # [R K, B]
+        res = residual.transpose(1, 2).reshape(r * k, b)
+        values, count = self.values.view(r * k, -1), self.count.view(r * k)
+        rows = _observed_rows(seen)  # [P] or None
+        if rows is not None:
+            values, count, obs, res = values[rows], count[rows], obs[rows], res[rows]
+        for j in range(b):  # the round's requests, oldest first
+            values, count = _push(values, count, obs[:, j], res[:, j], self.memory)
+        stat = gaussian_glr(values, count, SIGMA2)
+        changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
+        count = torch.where(changed, 0, count)
+        if rows is None:
+            self.values, self.count = values.view_as(self.values), count.view_as(self.count)
+        else:
+            self.values.view(r * k, -1).index_copy_(0, rows, values)
+            self.count.view(r * k).index_copy_(0, rows, count)
+            changed = seen.new_zeros(r * k).index_copy_(0, rows, changed)
+        changed = changed.view(r, k)
         self.restarts = self.restarts + changed.long()
         return changed
+
+
+def _observed_rows(seen: Tensor) -> Tensor | None:
+    """The indices ``[P]`` of the true cells of ``seen [N]`` on the CPU, ``None`` elsewhere
+    (every cell is then read, masked)."""
+    return seen.nonzero()[:, 0] if seen.device.type == "cpu" else None
+
+
+def _push(
+    values: Tensor, count: Tensor, observed: Tensor, residual: Tensor, memory: int
+) -> tuple[Tensor, Tensor]:
+    """Append ``residual [P]`` to the cells ``observed [P]`` of ``values [P, M]`` (the first
+    ``count [P]`` kept, oldest first); a full cell drops its oldest value. Returns the new
+    ``(values, count)``."""
+    full = count >= memory
+    shifted = torch.where((observed & full)[:, None], values.roll(-1, -1), values)
+    slot = torch.where(full, memory - 1, count)[:, None]  # [P, 1]
+    written = shifted.scatter(-1, slot, residual.to(values.dtype)[:, None])
+    return torch.where(observed[:, None], written, values), count + (observed & ~full).long()
 
 
 __all__ = ["RESTART_KEYS", "SIGMA2", "GLRRestart", "check_restart"]
