@@ -114,7 +114,8 @@ def _play(learner, rounds: range, drift: bool, seed: int = 3, gens=None):
         observed = torch.ones(R, 1, K, dtype=torch.bool)
         zeros = torch.zeros(R, 1, K, dtype=F64)
         feedback = Feedback(reward=zeros, observed=observed, score=score, cost=zeros)
-        learner.update(context, decision, feedback)
+        metrics = learner.update(context, decision, feedback)
+        out.setdefault("reported", []).append(metrics.get("restarts"))
         out["action"].append(decision.action.clone())
         if learner.restart is not None:
             out["restarts"].append(learner.restart.restarts.clone())
@@ -143,6 +144,8 @@ def test_the_drifted_model_restarts_after_the_change_in_every_trial(streams):
     first = (restarts[:, :, 0] > 0).long().argmax(0)  # [R] the round of the first restart
     assert (restarts[-1, :, 0] >= 1).all() and (first >= T0).all()
     assert restarts[-1, :, 1:].sum() == 0  # the other models never
+    reported = torch.stack(out["reported"]).sum(0)  # [R] the update's metric, summed
+    assert torch.equal(reported, restarts[-1].sum(-1).to(F64))
     delay = (first - T0).double()
     assert delay.median() < 200  # found within about half the memory of post-change data
 

@@ -374,7 +374,9 @@ class _Residual(ScoredArgmax):
     ) -> dict[str, Tensor]:
         """The correction learns ``score - base_k(x)`` on the observed cells; with
         ``restart_delta``, the observed cells are then tested and those that report a change
-        restart (the module doc). Returns ``{}``."""
+        restart (the module doc). Returns ``{}``; with ``restart_delta``, ``{"restarts":
+        [R]}``, the number of models restarted this round per trial (a run reports its
+        mean per round)."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         y_hat, c_hat, _ = self.base_value(context)
@@ -384,10 +386,13 @@ class _Residual(ScoredArgmax):
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         phi = Context(x=self._context_phi(context))
         self.correction.update(phi, decision, residual, generator)
-        if self.restart is not None:
-            self._restart_cells(self.restart.step(observed, target))
+        if self.restart is None:
+            self._tick(context)
+            return {}
+        changed = self.restart.step(observed, target)  # [R, K]
+        self._restart_cells(changed)
         self._tick(context)
-        return {}
+        return {"restarts": changed.sum(-1).to(y_hat.dtype)}
 
 
 class ResidualLinUCB(ArgmaxRouting, _Residual):
