@@ -216,6 +216,28 @@ def test_a_checkpoint_mid_stream_continues_identically():
     assert (a["restarts"][-1] > a["restarts"][0]).any()  # and some after it
 
 
+def test_a_warm_start_is_the_corrections_prior_and_not_read_by_the_test():
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
+    from torchroute.types import Problem
+
+    learner = ResidualLinUCB(R, K, D, _base(), lam=1.0, restart_delta=0.5, restart_memory=4)
+    learner = learner.double()
+    context, score = _round(0, torch.Generator().manual_seed(2), False)
+    x = torch.cat([context.x[:, 0], context.x[:, 0]])  # [2R, D]: 128 rows, 2 chunks
+    y = torch.cat([score[:, 0] - 5.0, score[:, 0] + 5.0])[None].expand(R, -1, -1)  # a change
+    rows = WarmRows(x=x, target=y, weight=torch.ones(2 * R, K, dtype=F64))
+    problem = Problem(R, K, D, learner.base.rho, [str(k) for k in range(K)])
+    learner.warm_start(rows, problem, WarmStart(source="train"))
+    assert learner.restart is not None and learner.restart.count.sum() == 0
+    assert learner.restart.restarts.sum() == 0
+    plain = ResidualLinUCB(R, K, D, _base(), lam=1.0).double()
+    plain.warm_start(rows, problem, WarmStart(source="train"))
+    assert plain.correction.theta.abs().amax() > 0.1  # the rows did move the correction
+    assert torch.equal(learner.correction.theta, plain.correction.theta)
+    assert torch.equal(learner.correction.a_inv, plain.correction.a_inv)
+
+
 @pytest.mark.parametrize(
     ("options", "key"),
     [

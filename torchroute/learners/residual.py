@@ -70,7 +70,7 @@ is not).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -98,6 +98,10 @@ from torchroute.learners.residual_restart import RESTART_KEYS, GLRRestart, check
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
@@ -260,6 +264,17 @@ class _Residual(ScoredArgmax):
             assert train is not None  # checked with the new-model prior
             phi = self.phi(train.features.double())
             self.restart_cov_new = new_model_covariance(phi, self.restart_lam, self.spread)
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """As :meth:`Learner.warm_start <torchroute.learners.Learner.warm_start>` (the rows
+        replayed through :meth:`update`), with the change test off: the rows are the
+        correction's prior, and the test's memory holds the online residuals alone (a
+        restart then drops the rows' part of that model's correction too)."""
+        test, self.restart = self.restart, None
+        try:
+            super().warm_start(rows, problem, warm)
+        finally:
+            self.restart = test
 
     def _restart_cells(self, changed: Tensor) -> None:
         """Put the correction of the cells ``changed [R, K]`` (bool) back to its prior:
