@@ -273,3 +273,18 @@ def test_the_restart_options_are_chosen_on_validation_and_only_by_these_learners
     for cls in (ResidualLinUCB, ResidualLinTS):
         assert {"restart_delta", "restart_lam"} <= set(cls.chosen_on_validation)
     assert "restart_delta" not in ResidualSquareCB.chosen_on_validation
+
+
+def test_a_list_of_restart_options_is_a_set_of_candidates_each_checked():
+    from torchroute.errors import ConfigError
+    from torchroute.run.choose_on_validation import candidates_of
+
+    target = "torchroute.learners.residual.ResidualLinUCB.from_problem"
+    node = {"_target_": target, "restart_delta": [None, 0.01], "restart_lam": [1.0, 10.0]}
+    found = candidates_of(node, "residual_linucb")
+    assert found is not None and len(found.points) == 4
+    assert {p["restart_delta"] for p in found.points} == {None, 0.01}
+    with pytest.raises(ConfigError, match=r"learners\.residual_linucb.*restart_delta"):
+        candidates_of({**node, "restart_delta": [None, 2.0]}, "residual_linucb")
+    with pytest.raises(ConfigError, match="restart_delta"):  # the plain correction only
+        candidates_of({**node, "gamma": [1.0, 0.9]}, "residual_linucb")
