@@ -288,3 +288,31 @@ def test_a_list_of_restart_options_is_a_set_of_candidates_each_checked():
         candidates_of({**node, "restart_delta": [None, 2.0]}, "residual_linucb")
     with pytest.raises(ConfigError, match="restart_delta"):  # the plain correction only
         candidates_of({**node, "gamma": [1.0, 0.9]}, "residual_linucb")
+
+
+def test_a_restart_puts_back_the_prior_with_restart_lam_and_a_new_models_spread():
+    g = torch.Generator().manual_seed(2)
+    n, r = 40, 3
+    x = torch.nn.functional.normalize(torch.randn(n, D - 1, generator=g), dim=-1)
+    scores, costs = torch.rand(n, K, generator=g), torch.rand(n, K, generator=g)
+    train = TrainSplit(torch.cat([x, torch.ones(n, 1)], -1), scores, costs)
+    hidden = torch.tensor([False, False, False, True]).expand(r, -1)
+    base = MLPScoreRouter(r, K, D, torch.zeros(r), train, hidden=8, steps=30).hide(hidden)
+    learner = ResidualLinUCB(r, K, D, base, train, lam=50.0, restart_delta=0.01, restart_lam=2.0)
+    learner = learner.double()
+    corr = learner.correction
+    corr.theta = torch.rand(r, K, D, generator=g, dtype=F64)  # a correction away from its prior
+    corr.a_inv = corr.a_inv * 0.5
+    before_theta, before_a = corr.theta.clone(), corr.a_inv.clone()
+    changed = torch.zeros(r, K, dtype=torch.bool)
+    changed[0, 3] = changed[1, 0] = True
+    learner.restart.reset(corr, changed, learner.base.hidden)
+    plain = torch.eye(D, dtype=F64) / 2.0  # I / restart_lam
+    new = plain.clone()
+    new[-1, -1] += learner.spread  # the bias column: the new model's spread
+    torch.testing.assert_close(corr.a_inv[0, 3], new)
+    torch.testing.assert_close(corr.a_inv[1, 0], plain)
+    assert (corr.theta[changed] == 0).all()
+    keep = ~changed
+    assert torch.equal(corr.theta[keep], before_theta[keep])
+    assert torch.equal(corr.a_inv[keep], before_a[keep])

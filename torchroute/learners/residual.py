@@ -42,30 +42,15 @@ that is to the base router (and a new model to the mean of the others), never to
 prediction of 0.
 
 Change detection (``restart_delta``, off by default; :class:`ResidualLinUCB` and
-:class:`ResidualLinTS` with the plain correction, ``gamma = 1`` and no ``window``): a local
-restart after a change-point test per (trial, arm), after Besson, Kaufmann, Maillard and
-Seznec ("Efficient change-point detection for tackling piecewise-stationary bandits",
-JMLR 2022). Each cell keeps the last ``restart_memory`` residuals ``score - base_k(x)`` its
-arm observed since its last restart; each round the cells observed that round are tested
-with the Gaussian GLR statistic over every split point ``s`` of their ``n`` residuals,
+:class:`ResidualLinTS` with ``gamma = 1`` and no ``window``): a Gaussian GLR test per
+(trial, arm) on the residuals ``score - base_k(x)`` the arm observed since its last restart,
+after Besson, Kaufmann, Maillard and Seznec (JMLR 2022); where it fires, that arm's
+correction in that trial goes back to mean 0 with precision ``restart_lam``
+(:mod:`torchroute.learners.residual_restart` says exactly what is tested and how it differs
+from the paper).
 
-    max_{1 <= s < n} s (n - s) / n * (mu_{1:s} - mu_{s+1:n})^2 / (2 sigma^2)
-        >= log(3 n^{3/2} / delta),
-
-with ``sigma^2 = 1/4`` (:mod:`torchroute.functional.glr`,
-:mod:`torchroute.learners.residual_restart`). A cell that reports a change has its memory
-emptied and its arm's correction in that trial put back to a prior of mean 0 (the base
-router's prediction) and precision ``restart_lam`` (a model the base never saw: its
-new-model covariance with ``restart_lam`` for ``lam``); the observations of that round are
-dropped with the rest, and the correction learns again from the next one. Where this
-differs from the paper's GLR-klUCB: the test reads residuals of a fitted router rather
-than rewards (their sub-Gaussian scale ``1/4`` is that of a score in ``[0, 1]`` given the
-query; the base's own errors add to the spread across queries), it uses the Gaussian rather
-than the Bernoulli divergence (residuals are not in ``[0, 1]``), it reads at most
-``restart_memory`` residuals rather than all since the restart, it tests every round
-rather than every few, and there is no forced exploration: an arm is tested only where it
-is played (a model that got worse is then found; a model that got better while unplayed
-is not).
+(Over 400 lines: the two learners share their base, correction, new-model prior and
+change test here; the test itself is :mod:`torchroute.learners.residual_restart`.)
 """
 
 from __future__ import annotations
@@ -94,7 +79,12 @@ from torchroute.learners.on_base_router import (
     resolve_base,
     ucb_scores,
 )
-from torchroute.learners.residual_restart import RESTART_KEYS, GLRRestart, check_restart
+from torchroute.learners.residual_restart import (
+    RESTART_KEYS,
+    GLRRestart,
+    check_restart,
+    check_restart_node,
+)
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
@@ -231,39 +221,24 @@ class _Residual(ScoredArgmax):
 
     @classmethod
     def check_options(cls, **hparams: Any) -> None:
-        """The restart options' checks (:func:`~torchroute.learners.residual_restart.
-        check_restart`), before the base router is fitted (a list of values to choose among
-        on validation is checked per candidate)."""
+        """The change test's options (:func:`~torchroute.learners.residual_restart.
+        check_restart_node`), before the base router is fitted."""
         super().check_options(**hparams)
-        keys = ("restart_delta", "restart_lam", "restart_memory", "gamma", "window")
-        if any(isinstance(hparams.get(k), (list, tuple)) for k in keys):
-            return
-        check_restart(
-            cls.__name__,
-            hparams.get("restart_delta"),
-            hparams.get("restart_lam", 1.0),
-            hparams.get("restart_memory", 1024),
-            hparams.get("gamma", 1.0),
-            hparams.get("window"),
-        )
+        check_restart_node(cls.__name__, hparams)
 
     def _init_restart(
         self, train: TrainSplit | None, delta: float, lam: float, memory: int
     ) -> None:
-        """The GLR test (:class:`~torchroute.learners.residual_restart.GLRRestart`) and the
-        priors a restart puts back: ``restart_cov = I / restart_lam`` ``[p, p]`` and, with
-        arms the base never saw, their ``I / restart_lam + s^2 E`` (``restart_cov_new``)."""
-        self.restart_lam = float(lam)
-        self.restart = GLRRestart(
-            self.num_trials, self.num_arms, delta, memory, type(self).__name__
-        )
-        eye = torch.eye(self.phi_dim, dtype=torch.float64)
-        self.register_buffer("restart_cov", eye / self.restart_lam, persistent=False)
-        self.register_buffer("restart_cov_new", None, persistent=False)
+        """The change test (:class:`~torchroute.learners.residual_restart.GLRRestart`) with
+        the priors a restart puts back: ``I / restart_lam`` ``[p, p]`` and, for the arms the
+        base never saw, their new-model covariance ``I / restart_lam + s^2 E``."""
+        new = None
         if self.base.hidden is not None and bool(self.base.hidden.any()):
             assert train is not None  # checked with the new-model prior
-            phi = self.phi(train.features.double())
-            self.restart_cov_new = new_model_covariance(phi, self.restart_lam, self.spread)
+            new = new_model_covariance(self.phi(train.features.double()), lam, self.spread)
+        prior = torch.eye(self.phi_dim, dtype=torch.float64) / lam
+        who = type(self).__name__
+        self.restart = GLRRestart(self.num_trials, self.num_arms, delta, memory, who, prior, new)
 
     def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
         """As :meth:`Learner.warm_start <torchroute.learners.Learner.warm_start>` (the rows
@@ -275,21 +250,6 @@ class _Residual(ScoredArgmax):
             super().warm_start(rows, problem, warm)
         finally:
             self.restart = test
-
-    def _restart_cells(self, changed: Tensor) -> None:
-        """Put the correction of the cells ``changed [R, K]`` (bool) back to its prior:
-        ``theta_k = 0`` and ``A_k^{-1}`` the restart covariance. On the CPU a round with no
-        change leaves the state untouched (a free host read); elsewhere the masked writes
-        keep every other cell's values."""
-        if changed.device.type == "cpu" and not bool(changed.any()):
-            return
-        corr = self.correction  # a LinUCB or LinTS: the plain correction
-        prior = self.restart_cov.to(corr.a_inv)  # [p, p]
-        if self.restart_cov_new is not None:
-            hidden = self.base.hidden.to(changed.device)[..., None, None]  # [R, K, 1, 1]
-            prior = torch.where(hidden, self.restart_cov_new.to(corr.a_inv), prior)
-        corr.a_inv = torch.where(changed[..., None, None], prior, corr.a_inv).contiguous()
-        corr.theta = torch.where(changed[..., None], 0.0, corr.theta).contiguous()
 
     @classmethod
     def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _Residual:
@@ -405,7 +365,7 @@ class _Residual(ScoredArgmax):
             self._tick(context)
             return {}
         changed = self.restart.step(observed, target)  # [R, K]
-        self._restart_cells(changed)
+        self.restart.reset(self.correction, changed, self.base.hidden)
         self._tick(context)
         return {"restarts": changed.sum(-1).to(y_hat.dtype)}
 

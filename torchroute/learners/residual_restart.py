@@ -1,15 +1,38 @@
 """The change test of the residual learners: a Gaussian GLR test per (trial, arm) on the
-residuals each arm observed since its last restart (:mod:`torchroute.functional.glr`).
+residuals each arm observed since its last restart, and the local restart.
 
-:class:`GLRRestart` keeps, per trial and arm, the last ``memory`` residuals
-``score - base_k(x)`` the arm observed since its last restart (oldest first) and, each
-round, tests them for one change in the mean: ``max_s G(s) >= log(3 n^{3/2} / delta)``
-with ``sigma^2 = 1/4`` (:func:`~torchroute.functional.glr.gaussian_glr`). A cell that
-reports a change has its memory emptied; the learner then puts that arm's correction back
-to a prior (:meth:`torchroute.learners.residual._Residual.update`).
+What is implemented (:class:`GLRRestart`, for :class:`~torchroute.learners.residual.
+ResidualLinUCB` and :class:`~torchroute.learners.residual.ResidualLinTS` with
+``restart_delta``): each (trial, arm) cell keeps the last ``restart_memory`` residuals
+``score - base_k(x)`` its arm observed since its last restart, oldest first. After each
+round the cells observed in it are tested for one change in their mean with the Gaussian
+GLR statistic over every split point ``s`` of their ``n`` residuals,
+
+    max_{1 <= s < n} s (n - s) / n * (mu_{1:s} - mu_{s+1:n})^2 / (2 sigma^2)
+        >= log(3 n^{3/2} / delta),
+
+``sigma^2 = 1/4`` (:func:`~torchroute.functional.glr.gaussian_glr`; the threshold of
+Besson, Kaufmann, Maillard and Seznec, "Efficient change-point detection for tackling
+piecewise-stationary bandits", JMLR 2022, in their experiments). A cell that reports a
+change has its memory emptied and its arm's correction in that trial put back to a prior of
+mean 0 (the base router's prediction) and precision ``restart_lam`` (a model the base never
+saw: its new-model covariance with ``restart_lam`` for ``lam``); the observations of that
+round are dropped with the rest, and the correction learns again from the next one.
+
+Where this differs from the paper's GLR-klUCB: the test reads residuals of a fitted router
+rather than rewards (their scale ``1/4`` is that of a score in ``[0, 1]`` given the query;
+the base's own errors add to the spread across queries); it uses the Gaussian rather than
+the Bernoulli divergence (residuals are not in ``[0, 1]``); it reads at most
+``restart_memory`` residuals rather than all since the restart; it tests every round rather
+than every few; there is no forced exploration, so an arm is tested only where it is played
+(a model that got worse is found, one that got better while unplayed is not); and a warm
+start's rows are the correction's prior, never read by the test.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -45,6 +68,23 @@ def check_restart(
         )
 
 
+def check_restart_node(who: str, hparams: Mapping[str, Any]) -> None:
+    """:func:`check_restart` on a learner config's values (``gamma`` 1, no ``window``,
+    ``restart_lam`` 1 and ``restart_memory`` 1024 where absent); nothing when one of them
+    is a list (each candidate is checked when the run chooses among them)."""
+    keys = ("restart_delta", "restart_lam", "restart_memory", "gamma", "window")
+    if any(isinstance(hparams.get(k), (list, tuple)) for k in keys):
+        return
+    check_restart(
+        who,
+        hparams.get("restart_delta"),
+        hparams.get("restart_lam", 1.0),
+        hparams.get("restart_memory", 1024),
+        hparams.get("gamma", 1.0),
+        hparams.get("window"),
+    )
+
+
 class GLRRestart(torch.nn.Module):
     """The residual memory and the GLR test of every (trial, arm) cell.
 
@@ -53,13 +93,25 @@ class GLRRestart(torch.nn.Module):
         delta: the test's confidence ``delta`` in ``(0, 1)``.
         memory: ``M``, the most recent residuals per cell the test reads (>= 2).
         who: the learner's name, for the error messages.
+        prior: ``[p, p]`` the covariance ``A_k^{-1}`` a restart puts back (``I /
+            restart_lam``); read by :meth:`reset` only.
+        prior_new: ``[p, p]`` that of an arm the base never saw, or ``None``.
 
     Buffers (saved with the learner): ``values [R, K, M]`` (the residuals, oldest first;
     positions ``>= count`` unused), ``count [R, K]`` (long, how many are kept) and
     ``restarts [R, K]`` (long, the changes found so far per cell).
     """
 
-    def __init__(self, num_trials: int, num_arms: int, delta: float, memory: int, who: str) -> None:
+    def __init__(
+        self,
+        num_trials: int,
+        num_arms: int,
+        delta: float,
+        memory: int,
+        who: str,
+        prior: Tensor | None = None,
+        prior_new: Tensor | None = None,
+    ) -> None:
         super().__init__()
         check_restart(who, delta, 1.0, memory, 1.0, None)
         self.delta, self.memory = float(delta), int(memory)
@@ -67,6 +119,8 @@ class GLRRestart(torch.nn.Module):
         self.register_buffer("values", torch.zeros(*shape, self.memory))
         self.register_buffer("count", torch.zeros(shape, dtype=torch.long))
         self.register_buffer("restarts", torch.zeros(shape, dtype=torch.long))
+        self.register_buffer("prior", prior, persistent=False)  # fixed: from the options
+        self.register_buffer("prior_new", prior_new, persistent=False)
 
     def step(self, observed: Tensor, residual: Tensor) -> Tensor:
         """One round: append the observed residuals (``observed [R, B, K]`` bool,
@@ -100,6 +154,22 @@ class GLRRestart(torch.nn.Module):
         self.restarts = self.restarts + changed.long()
         return changed
 
+    def reset(self, correction: Any, changed: Tensor, hidden: Tensor | None) -> None:
+        """Put the cells ``changed [R, K]`` (bool) of ``correction`` (a LinUCB or LinTS:
+        ``theta [R, K, p]``, ``a_inv [R, K, p, p]``) back to the prior: ``theta_k = 0`` and
+        ``A_k^{-1}`` = :attr:`prior`, or :attr:`prior_new` where ``hidden [R, K]`` (the
+        arms the base never saw). On the CPU a round with no change leaves the state
+        untouched (a free host read); elsewhere the masked writes keep every other cell."""
+        if changed.device.type == "cpu" and not bool(changed.any()):
+            return
+        prior = self.prior.to(correction.a_inv)  # [p, p]
+        if self.prior_new is not None and hidden is not None:
+            new = hidden.to(changed.device)[..., None, None]  # [R, K, 1, 1]
+            prior = torch.where(new, self.prior_new.to(correction.a_inv), prior)
+        cell = changed[..., None, None]
+        correction.a_inv = torch.where(cell, prior, correction.a_inv).contiguous()
+        correction.theta = torch.where(cell[..., 0], 0.0, correction.theta).contiguous()
+
 
 def _observed_rows(seen: Tensor) -> Tensor | None:
     """The indices ``[P]`` of the true cells of ``seen [N]`` on the CPU, ``None`` elsewhere
@@ -120,4 +190,4 @@ def _push(
     return torch.where(observed[:, None], written, values), count + (observed & ~full).long()
 
 
-__all__ = ["RESTART_KEYS", "SIGMA2", "GLRRestart", "check_restart"]
+__all__ = ["RESTART_KEYS", "SIGMA2", "GLRRestart", "check_restart", "check_restart_node"]
