@@ -401,7 +401,10 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
             reach the threshold at ``delta = 0.01`` (256: 11.5 against 14.0).
 
     Shapes:
-        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
+        ``restart_delta``, ``update`` also returns ``restarts [R]`` and the state holds the
+        test's ``restart.values [R, K, M]``, ``restart.count`` and ``restart.restarts
+        [R, K]``.
     """
 
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
@@ -450,7 +453,10 @@ class ResidualLinTS(_Residual):
     posterior scale ``v`` for ``alpha``.
 
     Shapes:
-        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
+        ``restart_delta``, ``update`` also returns ``restarts [R]`` and the state holds the
+        test's ``restart.values [R, K, M]``, ``restart.count`` and ``restart.restarts
+        [R, K]``.
     """
 
     _kinds = (LinTS, DiscountedLinTS, SlidingWindowLinTS)
