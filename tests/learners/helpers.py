@@ -226,6 +226,13 @@ LEARNERS: dict[str, Spec] = {
     ),
     "ResidualLinUCB-window": Spec(_residual(ResidualLinUCB, lam=1.0, window=3), True, True, True),
     "ResidualLinTS": Spec(_residual(ResidualLinTS, lam=1.0), False, False, True),
+    # the change test with a short memory and a loose delta, so that cells restart
+    "ResidualLinUCB-restart": Spec(
+        _residual(ResidualLinUCB, lam=1.0, restart_delta=0.9, restart_memory=3), True, True, True
+    ),
+    "ResidualLinTS-restart": Spec(
+        _residual(ResidualLinTS, lam=1.0, restart_delta=0.9, restart_memory=3), False, False, True
+    ),
     "ResidualLinTS-discounted": Spec(
         _residual(ResidualLinTS, lam=1.0, gamma=0.9), False, False, True
     ),

@@ -40,11 +40,22 @@ DiscountedLinUCB`) or ``window`` (:class:`~torchroute.learners.sliding_window.
 SlidingWindowLinUCB`) on the correction; the correction then decays to its prior mean 0,
 that is to the base router (and a new model to the mean of the others), never to a
 prediction of 0.
+
+Change detection (``restart_delta``, off by default; :class:`ResidualLinUCB` and
+:class:`ResidualLinTS` with ``gamma = 1`` and no ``window``): a Gaussian GLR test per
+(trial, arm) on the residuals ``score - base_k(x)`` the arm observed since its last restart,
+after Besson, Kaufmann, Maillard and Seznec (JMLR 2022); where it fires, that arm's
+correction in that trial goes back to mean 0 with precision ``restart_lam``
+(:mod:`torchroute.learners.residual_restart` says exactly what is tested and how it differs
+from the paper).
+
+(Over 400 lines: the two learners share their base, correction, new-model prior and
+change test here; the test itself is :mod:`torchroute.learners.residual_restart`.)
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -68,9 +79,19 @@ from torchroute.learners.on_base_router import (
     resolve_base,
     ucb_scores,
 )
+from torchroute.learners.residual_restart import (
+    RESTART_KEYS,
+    GLRRestart,
+    check_restart,
+    check_restart_node,
+)
 from torchroute.learners.round_memo import RoundMemo
 from torchroute.learners.sliding_window import SlidingWindowLinTS, SlidingWindowLinUCB
 from torchroute.types import Context, Decision, Feedback, Problem, TrainSplit
+
+if TYPE_CHECKING:
+    from torchroute.learners.warm_options import WarmStart
+    from torchroute.learners.warm_start import WarmRows
 
 
 def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
@@ -154,9 +175,13 @@ class _Residual(ScoredArgmax):
         gamma: float,
         window: int | None,
         projection: int | None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 1024,
         **score_hp: float,
     ) -> None:
         name = type(self).__name__
+        check_restart(name, restart_delta, restart_lam, restart_memory, gamma, window)
         for key, value in score_hp.items():  # alpha or v: checked first, then kept
             check_number(name, key, value, ge=0)
         score_hp = {key: float(value) for key, value in score_hp.items()}
@@ -190,6 +215,41 @@ class _Residual(ScoredArgmax):
             if train is None:
                 raise ValueError(f"{name}: a model the base never saw needs the train split")
             self._new_model_prior(train.features)
+        self.restart: GLRRestart | None = None
+        if restart_delta is not None:
+            self._init_restart(train, restart_delta, restart_lam, restart_memory)
+
+    @classmethod
+    def check_options(cls, **hparams: Any) -> None:
+        """The change test's options (:func:`~torchroute.learners.residual_restart.
+        check_restart_node`), before the base router is fitted."""
+        super().check_options(**hparams)
+        check_restart_node(cls.__name__, hparams)
+
+    def _init_restart(
+        self, train: TrainSplit | None, delta: float, lam: float, memory: int
+    ) -> None:
+        """The change test (:class:`~torchroute.learners.residual_restart.GLRRestart`) with
+        the priors a restart puts back: ``I / restart_lam`` ``[p, p]`` and, for the arms the
+        base never saw, their new-model covariance ``I / restart_lam + s^2 E``."""
+        new = None
+        if self.base.hidden is not None and bool(self.base.hidden.any()):
+            assert train is not None  # checked with the new-model prior
+            new = new_model_covariance(self.phi(train.features.double()), lam, self.spread)
+        prior = torch.eye(self.phi_dim, dtype=torch.float64) / lam
+        who = type(self).__name__
+        self.restart = GLRRestart(self.num_trials, self.num_arms, delta, memory, who, prior, new)
+
+    def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
+        """As :meth:`Learner.warm_start <torchroute.learners.Learner.warm_start>` (the rows
+        replayed through :meth:`update`), with the change test off: the rows are the
+        correction's prior, and the test's memory holds the online residuals alone (a
+        restart then drops the rows' part of that model's correction too)."""
+        test, self.restart = self.restart, None
+        try:
+            super().warm_start(rows, problem, warm)
+        finally:
+            self.restart = test
 
     @classmethod
     def from_problem(cls, problem: Problem, base: Any = "mlp_router", **hp: Any) -> _Residual:
@@ -287,7 +347,11 @@ class _Residual(ScoredArgmax):
     def update(
         self, context: Context, decision: Decision, feedback: Feedback, generator: Source = None
     ) -> dict[str, Tensor]:
-        """The correction learns ``score - base_k(x)`` on the observed cells. Returns ``{}``."""
+        """The correction learns ``score - base_k(x)`` on the observed cells; with
+        ``restart_delta``, the observed cells are then tested and those that report a change
+        restart (the module doc). Returns ``{}``; with ``restart_delta``, ``{"restarts":
+        [R]}``, the number of models restarted this round per trial (a run reports its
+        mean per round)."""
         self._check_context(context)
         self._check_feedback(context, feedback)
         y_hat, c_hat, _ = self.base_value(context)
@@ -297,8 +361,13 @@ class _Residual(ScoredArgmax):
         residual = Feedback(reward=target, observed=observed, only_played=feedback.only_played)
         phi = Context(x=self._context_phi(context))
         self.correction.update(phi, decision, residual, generator)
+        if self.restart is None:
+            self._tick(context)
+            return {}
+        changed = self.restart.step(observed, target)  # [R, K]
+        self.restart.reset(self.correction, changed, self.base.hidden)
         self._tick(context)
-        return {}
+        return {"restarts": changed.sum(-1).to(y_hat.dtype)}
 
 
 class ResidualLinUCB(ArgmaxRouting, _Residual):
@@ -319,13 +388,31 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         projection: ``r``: the correction reads ``phi(x) = [x U, 1]``, ``U [d, r]`` the top
             ``r`` principal directions of the train features (``0``: its bias alone);
             ``None`` (the default): ``x`` itself.
+        restart_delta: the confidence ``delta`` in ``(0, 1)`` of the change test on each
+            arm's residuals (the module doc); ``None`` (the default): no test. Needs
+            ``gamma = 1`` and no ``window``.
+        restart_lam: the prior precision of an arm's correction after a restart (default
+            1: one pseudo-observation of the base's prediction, the plain LinUCB's
+            ``A = I``; the test has just found that base and correction no longer hold for
+            that arm, so its new correction must move within a few observations).
+        restart_memory: the most recent residuals per (trial, arm) the test reads (>= 2;
+            default 1024). A shift ``D`` half-way through ``M`` residuals gives the statistic
+            ``M D^2 / 2`` at ``sigma^2 = 1/4``: a drop of 0.3 needs ``M`` above about 400 to
+            reach the threshold at ``delta = 0.01`` (256: 11.5 against 14.0).
 
     Shapes:
-        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
+        ``restart_delta``, ``update`` also returns ``restarts [R]`` and the state holds the
+        test's ``restart.values [R, K, M]``, ``restart.count`` and ``restart.restarts
+        [R, K]``.
     """
 
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
-    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "alpha")
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (
+        *_Residual.chosen_on_validation,
+        "alpha",
+        *RESTART_KEYS,
+    )
 
     def __init__(
         self,
@@ -339,10 +426,14 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         gamma: float = 1.0,
         window: int | None = None,
         projection: int | None = None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 1024,
     ) -> None:
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, alpha=alpha
-        )
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            restart_delta, restart_lam, restart_memory, alpha=alpha,
+        )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         return ucb_scores(self.correction, x, generator)
@@ -358,14 +449,22 @@ class ResidualLinTS(_Residual):
     Each arm's draw is ``base_k(x) - rho c_k(x) + N(x^T theta_k, v^2 x^T A_k^{-1} x)``;
     with ``v = 0`` no normal is drawn (the greedy residual learner).
 
-    Args: as :class:`ResidualLinUCB`, with the posterior scale ``v`` for ``alpha``.
+    Args: as :class:`ResidualLinUCB` (the ``restart_*`` change test included), with the
+    posterior scale ``v`` for ``alpha``.
 
     Shapes:
-        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``.
+        ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
+        ``restart_delta``, ``update`` also returns ``restarts [R]`` and the state holds the
+        test's ``restart.values [R, K, M]``, ``restart.count`` and ``restart.restarts
+        [R, K]``.
     """
 
     _kinds = (LinTS, DiscountedLinTS, SlidingWindowLinTS)
-    chosen_on_validation: ClassVar[tuple[str, ...]] = (*_Residual.chosen_on_validation, "v")
+    chosen_on_validation: ClassVar[tuple[str, ...]] = (
+        *_Residual.chosen_on_validation,
+        "v",
+        *RESTART_KEYS,
+    )
 
     def __init__(
         self,
@@ -379,10 +478,14 @@ class ResidualLinTS(_Residual):
         gamma: float = 1.0,
         window: int | None = None,
         projection: int | None = None,
+        restart_delta: float | None = None,
+        restart_lam: float = 1.0,
+        restart_memory: int = 1024,
     ) -> None:
         super().__init__(
-            num_trials, num_arms, dim, base, train, lam, gamma, window, projection, v=v
-        )
+            num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
+            restart_delta, restart_lam, restart_memory, v=v,
+        )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
         mean, width = self._correction_posterior(x)
