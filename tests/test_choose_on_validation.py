@@ -294,28 +294,3 @@ def test_choices_are_made_with_the_threads_of_the_workers(monkeypatch):
             assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
-
-
-def test_with_jobs_the_choices_are_made_in_workers_as_in_one_process(tmp_path, caplog):
-    """``jobs=2`` and two learners with lists: their choices are made in two worker
-    processes at once (then the learners run in two), and the files are those of a run in
-    one process: the same choices, validation utilities and test results."""
-    import logging
-
-    learners = {"d": {**D_LINUCB, "gamma": [0.9, 1.0]}, "e": {**D_LINUCB, "gamma": [1.0, 0.9]}}
-    frames = {}
-    for jobs in (1, 2):
-        cfg = _config(tmp_path / f"jobs{jobs}", 1.0, DRIFT, f"jobs={jobs}")
-        cfg.learners = OmegaConf.create(learners)
-        with caplog.at_level(logging.INFO, logger="torchroute.run.jobs"):
-            caplog.clear()
-            run_config(cfg)
-        spawned = caplog.text.count("2 learners in 2 processes")
-        assert spawned == (0 if jobs == 1 else 2)  # the choices, then the test runs
-        out = tmp_path / f"jobs{jobs}"
-        frames[jobs] = [pd.read_csv(out / "results.csv")] + [
-            pd.read_csv(out / "runs" / n / "choice_on_validation.csv") for n in learners
-        ]
-    assert list(frames[1][0]["chosen_gamma"]) == [0.9, 0.9]  # the drift: both forget
-    for one, two in zip(frames[1], frames[2]):
-        pd.testing.assert_frame_equal(one, two, check_exact=True)

@@ -75,7 +75,7 @@ from torchroute.loop import simulate
 from torchroute.run.build import Built, instantiate_node, learner_for, trial_grid
 from torchroute.run.choice_rule import BLOCKS, ChoiceRule
 from torchroute.run.classes import own_learner_class
-from torchroute.run.jobs import map_in_processes, worker_threads
+from torchroute.run.jobs import worker_threads
 from torchroute.run.options import RunOptions
 
 if TYPE_CHECKING:
@@ -246,25 +246,11 @@ def choose_all(
     opts: RunOptions, built: Built, env: Env, candidates: Mapping[str, Candidates]
 ) -> dict[str, Choice]:
     """The :class:`Choice` of each learner of ``candidates`` (:func:`choose`), made with the
-    intra-op threads its learner runs with, so that a router fitted for the choice is the
-    one the test run fits (a fit's numbers can depend on the threads). With ``jobs > 1``
-    and more than one learner to choose for, the choices are made in ``jobs`` worker
-    processes at once (:func:`~torchroute.run.jobs.map_in_processes`, a worker's threads
-    each), as the learners then run; otherwise here, with a worker's threads under
-    ``jobs > 1`` (:func:`~torchroute.run.jobs.worker_threads`)."""
-    names = list(candidates)
-    if opts.jobs > 1 and len(opts.run_learners) > 1 and len(names) > 1:
-        payload = (opts, built, env, dict(candidates))
-        return map_in_processes(_choose_named, payload, names, opts.jobs)
+    intra-op threads its learner runs with (a worker's under ``jobs > 1``:
+    :func:`~torchroute.run.jobs.worker_threads`), so that a router fitted for the choice is
+    the one the test run fits (a fit's numbers can depend on the threads)."""
     with worker_threads(opts.jobs, len(opts.run_learners)):
         return {name: choose(opts, built, env, cand) for name, cand in candidates.items()}
-
-
-def _choose_named(payload: tuple[Any, ...], name: str) -> Choice:
-    """:func:`choose` for learner ``name`` of ``payload = (opts, built, env, candidates)``
-    (in a worker process)."""
-    opts, built, env, candidates = payload
-    return choose(opts, built, env, candidates[name])
 
 
 def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice:
