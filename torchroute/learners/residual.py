@@ -81,6 +81,8 @@ from torchroute.learners.on_base_router import (
 )
 from torchroute.learners.residual_restart import (
     RESTART_KEYS,
+    RESTART_LAM,
+    RESTART_MEMORY,
     GLRRestart,
     check_restart,
     check_restart_node,
@@ -176,8 +178,8 @@ class _Residual(ScoredArgmax):
         window: int | None,
         projection: int | None,
         restart_delta: float | None = None,
-        restart_lam: float = 1.0,
-        restart_memory: int = 1024,
+        restart_lam: float = RESTART_LAM,
+        restart_memory: int = RESTART_MEMORY,
         **score_hp: float,
     ) -> None:
         name = type(self).__name__
@@ -427,8 +429,8 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         window: int | None = None,
         projection: int | None = None,
         restart_delta: float | None = None,
-        restart_lam: float = 1.0,
-        restart_memory: int = 1024,
+        restart_lam: float = RESTART_LAM,
+        restart_memory: int = RESTART_MEMORY,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
@@ -479,8 +481,8 @@ class ResidualLinTS(_Residual):
         window: int | None = None,
         projection: int | None = None,
         restart_delta: float | None = None,
-        restart_lam: float = 1.0,
-        restart_memory: int = 1024,
+        restart_lam: float = RESTART_LAM,
+        restart_memory: int = RESTART_MEMORY,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,

@@ -45,6 +45,9 @@ from torchroute.functional.glr import gaussian_glr, glr_threshold
 RESTART_KEYS = ("restart_delta", "restart_lam")
 #: the sub-Gaussian variance scale of the residuals (that of a score in [0, 1])
 SIGMA2 = 0.25
+#: the defaults of ``restart_lam`` and ``restart_memory`` (the learners' signatures use them)
+RESTART_LAM = 1.0
+RESTART_MEMORY = 1024
 
 
 def check_restart(
@@ -78,8 +81,8 @@ def check_restart_node(who: str, hparams: Mapping[str, Any]) -> None:
     check_restart(
         who,
         hparams.get("restart_delta"),
-        hparams.get("restart_lam", 1.0),
-        hparams.get("restart_memory", 1024),
+        hparams.get("restart_lam", RESTART_LAM),
+        hparams.get("restart_memory", RESTART_MEMORY),
         hparams.get("gamma", 1.0),
         hparams.get("window"),
     )
@@ -190,4 +193,12 @@ def _push(
     return torch.where(observed[:, None], written, values), count + (observed & ~full).long()
 
 
-__all__ = ["RESTART_KEYS", "SIGMA2", "GLRRestart", "check_restart", "check_restart_node"]
+__all__ = [
+    "RESTART_KEYS",
+    "RESTART_LAM",
+    "RESTART_MEMORY",
+    "SIGMA2",
+    "GLRRestart",
+    "check_restart",
+    "check_restart_node",
+]
