@@ -141,3 +141,30 @@ def test_acting_first_leaves_the_state_of_a_fresh_update(name, late):
     assert mine.keys() == fresh.keys()
     for key in mine:
         assert torch.equal(mine[key], fresh[key]), key
+
+
+def test_trial_groups_hand_each_group_the_context_of_its_act():
+    """Two residual learners side by side (:class:`TrialGroups`, as a choice on validation
+    replays its candidates): each group's update reads the rows its act cut, so each
+    group's router runs once per round (cutting them again for the update: twice)."""
+    from torchroute.learners.trial_groups import TrialGroups
+
+    groups = [ResidualLinUCB(R, K, D, _base("mlp"), lam=1.0), ResidualLinUCB(R, K, D, _base("mlp"))]
+    calls = [_count_forward(learner) for learner in groups]
+    index = [torch.arange(R), torch.arange(R, 2 * R)]
+    both = TrialGroups(groups, index)
+    g = torch.Generator().manual_seed(0)
+    for t in range(4):
+        x = torch.cat([_context(10 + t).x, _context(20 + t).x])  # [2R, 1, D]
+        context = Context(x=x)
+        decision = both.act(context, g)
+        score = torch.rand(2 * R, 1, K, generator=torch.Generator().manual_seed(t), dtype=F64)
+        observed = torch.nn.functional.one_hot(decision.action, K).bool()
+        feedback = Feedback(
+            reward=torch.zeros(2 * R, 1, K, dtype=F64),
+            observed=observed,
+            score=torch.where(observed, score, 0.0),
+            only_played=True,
+        )
+        both.update(context, decision, feedback)
+    assert [len(c) for c in calls] == [4, 4]

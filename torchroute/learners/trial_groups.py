@@ -10,7 +10,11 @@ how a run plays the candidates of a choice on validation as more trials of one s
 chosen values when the trials chose differently.
 
 The groups are stepped one after the other each round (a short loop over the candidates,
-never over trials or arms); each group's step is batched over its trials.
+never over trials or arms); each group's step is batched over its trials. Each group's
+rows of a round's context are cut once: ``update`` hands a group the very context object
+its ``act`` saw (as the loop does for a plain learner), so a group that keeps a function of
+the round's context for its update (:class:`~torchroute.learners.round_memo.RoundMemo`)
+computes it once.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from torch import Tensor, nn
 
 from torchroute.functional.random import Source, TrialRNG
 from torchroute.learners.base import Learner
+from torchroute.learners.round_memo import RoundMemo
 from torchroute.types import Context, Decision, Feedback
 
 T = TypeVar("T", Context, Decision, Feedback)
@@ -98,18 +103,27 @@ class TrialGroups(Learner):
         # the wrapper of ``act`` restricts to the available arms: each group does it for
         # its own trials, so the composite never restricts (nor draws) a second time
         self.__dict__["_restricting"] = True
+        # each group's rows of the round's context, cut once for its act and its update
+        self._parts: RoundMemo[list[Context]] = RoundMemo()
 
     def _indices(self) -> list[Tensor]:
         return [getattr(self, f"index_{g}") for g in range(len(self.groups))]
+
+    def _contexts(self, context: Context) -> list[Context]:
+        """Each group's rows of ``context``, the same objects for a round's ``act`` and
+        ``update`` (a new context, or indices moved since, cuts them again)."""
+        indices = self._indices()
+        stamp = tuple((i.device, i.data_ptr(), i._version) for i in indices)
+        return self._parts.get(context, lambda: [take(context, i) for i in indices], stamp)
 
     def act(self, context: Context, generator: Source = None) -> Decision:
         """Each group's decision on its trials, in trial order (see the class)."""
         self._check_context(context)
         parts = []
         streams = []
-        for learner, idx in zip(self.groups, self._indices()):
+        for learner, idx, sub in zip(self.groups, self._indices(), self._contexts(context)):
             source = _select_source(generator, idx)
-            parts.append(learner.act(take(context, idx), source))
+            parts.append(learner.act(sub, source))
             streams.append(source)
         _advance(generator, streams)
         return _gather(parts, self._indices(), self.num_trials)
@@ -122,9 +136,9 @@ class TrialGroups(Learner):
         self._check_feedback(context, feedback)
         stats = []
         streams = []
-        for learner, idx in zip(self.groups, self._indices()):
+        for learner, idx, sub in zip(self.groups, self._indices(), self._contexts(context)):
             source = _select_source(generator, idx)
-            part = (take(context, idx), take(decision, idx), take(feedback, idx))
+            part = (sub, take(decision, idx), take(feedback, idx))
             stats.append(learner.update(*part, source))
             streams.append(source)
         _advance(generator, streams)
