@@ -38,7 +38,7 @@ split apart they would import each other's pieces.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import Tensor
@@ -47,6 +47,7 @@ from torch.nn import functional as F
 from torchroute.functional.availability import mask_scores
 from torchroute.functional.cost_ridge import fit_cost_ridge, predict_costs
 from torchroute.functional.cost_ridge import with_bias as _with_bias
+from torchroute.functional.distinct_rows import distinct_rows
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.functional.utility import utility
@@ -91,6 +92,11 @@ class _FittedRouter(_StaticRouter):
     weights are buffers outside the state_dict (no trial dimension; refitted
     deterministically from the train split when a router is built, as for ``KNNRouter``).
     """
+
+    #: :meth:`predict` computes the scores once per distinct table row of a round
+    #: (:func:`~torchroute.functional.distinct_rows.distinct_rows`): set where a query's
+    #: scores cost far more than finding the distinct rows (the kNN router's search)
+    scores_per_row: ClassVar[bool] = False
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, rho: Tensor, train: TrainSplit):
         super().__init__(num_trials, num_arms, rho)
@@ -181,10 +187,18 @@ class _FittedRouter(_StaticRouter):
         return {"val_utility": self.val_utility}
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
-        """Scores of each trial's candidate and the costs, each ``[R, B, K]``."""
+        """Scores of each trial's candidate and the costs, each ``[R, B, K]`` (with
+        :attr:`scores_per_row`, computed once per distinct table row of the round)."""
         x = context.x.to(self.rho.dtype)  # the buffers' dtype (float32 unless moved)
         r, b, d = x.shape
-        scores = self.candidate_scores(x.reshape(r * b, d)).reshape(-1, r, b, self.num_arms)
+        flat = x.reshape(r * b, d)
+        rows = distinct_rows(flat, context.index) if self.scores_per_row else None
+        if rows is None:
+            scores = self.candidate_scores(flat)
+        else:
+            first, inverse = rows
+            scores = self.candidate_scores(flat[first])[:, inverse]
+        scores = scores.reshape(-1, r, b, self.num_arms)
         picked = scores.gather(0, self.choice.view(1, r, 1, 1).expand(1, r, b, self.num_arms))[0]
         return picked, self.costs(x)
 
@@ -444,6 +458,8 @@ class KNNScoreRouter(_FittedRouter):
     Args: as :class:`LogisticScoreRouter`, with ``k`` (candidates) the neighbour counts;
     candidates above the number of train rows are left out.
     """
+
+    scores_per_row: ClassVar[bool] = True  # a search over the train rows per query
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from torchroute.checks import check_number
 from torchroute.functional.availability import mask_scores
+from torchroute.functional.distinct_rows import distinct_rows
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import FixedPolicy
@@ -276,7 +277,9 @@ class KNNRouter(_StaticRouter):
         ).hide(problem.hidden_arms)
 
     def neighbours(self, context: Context) -> Tensor:
-        """Indices of the ``k`` most cosine-similar train queries, ``[R, B, k]``."""
+        """Indices of the ``k`` most cosine-similar train queries, ``[R, B, k]`` (searched
+        once per distinct table row of the round:
+        :func:`~torchroute.functional.distinct_rows.distinct_rows`)."""
         x = context.x
         if self.features is not None:
             if context.index is None:
@@ -287,8 +290,14 @@ class KNNRouter(_StaticRouter):
                 f"KNNRouter was built for d={self.train_unit.shape[-1]} features but the "
                 f"context has d={x.shape[-1]}"
             )
-        sim = F.normalize(x.to(self.train_unit.dtype), dim=-1) @ self.train_unit.T  # [R, B, n]
-        return sim.topk(self.k, dim=-1).indices
+        flat = x.reshape(-1, x.shape[-1]).to(self.train_unit.dtype)  # [R B, d]
+        rows = distinct_rows(flat, context.index)  # a search once per distinct table row
+        query = flat if rows is None else flat[rows[0]]
+        sim = F.normalize(query, dim=-1) @ self.train_unit.T  # [R B or U, n]
+        found = sim.topk(self.k, dim=-1).indices
+        if rows is not None:
+            found = found[rows[1]]
+        return found.reshape(*x.shape[:-1], self.k)
 
     def predict(self, context: Context) -> tuple[Tensor, Tensor]:
         """Mean ``(scores, costs)`` ``[R, B, K]`` of the ``k`` nearest train queries."""
