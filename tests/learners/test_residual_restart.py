@@ -83,6 +83,42 @@ def test_the_memory_keeps_the_last_residuals_of_each_cell_in_order(dense, monkey
             np.testing.assert_allclose(test.values[i, a, :n].numpy(), kept[i * k + a], rtol=1e-6)
 
 
+@pytest.mark.parametrize("dense", [False, True], ids=["observed-cells", "every-cell"])
+def test_each_rounds_detections_are_a_loop_over_python_lists(dense, monkeypatch):
+    """With a test that fires (some cells shift by 2 half-way), each round's detections are
+    those of the numpy loop statistic on the Python lists of kept residuals against the
+    threshold, a detection empties that list, and the memory wraps (``memory`` 12 of 60
+    rounds): the statistic reads the kept residuals alone, however many columns are held."""
+    if dense:
+        monkeypatch.setattr("torchroute.learners.residual_restart._observed_rows", lambda s: None)
+    g = torch.Generator().manual_seed(5)
+    r, k, memory, delta = 3, 4, 12, 0.2
+    test = GLRRestart(r, k, delta=delta, memory=memory, who="test")
+    kept: list[list[float]] = [[] for _ in range(r * k)]
+    fired = 0
+    for t in range(60):
+        observed = torch.rand(r, 1, k, generator=g) < 0.7
+        residual = 0.3 * torch.randn(r, 1, k, generator=g, dtype=F64)
+        if t >= 25:
+            residual[:, :, :2] += 2.0  # arms 0 and 1 shift
+        changed = test.step(observed, residual)
+        for i in range(r):
+            for a in range(k):
+                cell = i * k + a
+                if not observed[i, 0, a]:
+                    assert not changed[i, a]
+                    continue
+                kept[cell] = (kept[cell] + [float(residual[i, 0, a])])[-memory:]
+                n = len(kept[cell])
+                stat = _glr_loop(np.array(kept[cell]), 0.25) if n > 1 else 0.0
+                expect = stat >= math.log(3 * n**1.5 / delta)
+                assert bool(changed[i, a]) == expect, (t, i, a, stat)
+                if expect:
+                    kept[cell], fired = [], fired + 1
+                assert int(test.count[i, a]) == len(kept[cell])
+    assert fired >= 6  # the shifted cells fire
+
+
 def _base() -> MLPScoreRouter:
     g = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(80, D - 1, generator=g), dim=-1)

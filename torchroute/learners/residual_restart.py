@@ -144,7 +144,7 @@ class GLRRestart(torch.nn.Module):
             values, count, obs, res = values[rows], count[rows], obs[rows], res[rows]
         for j in range(b):  # the round's requests, oldest first
             values, count = _push(values, count, obs[:, j], res[:, j], self.memory)
-        stat = gaussian_glr(values, count, SIGMA2)
+        stat = gaussian_glr(_kept(values, count), count, SIGMA2)
         changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
         count = torch.where(changed, 0, count)
         if rows is None:
@@ -180,6 +180,16 @@ def _observed_rows(seen: Tensor) -> Tensor | None:
     return seen.nonzero()[:, 0] if seen.device.type == "cpu" else None
 
 
+def _kept(values: Tensor, count: Tensor) -> Tensor:
+    """``values [P, M]`` cut on the CPU to its first ``max(count)`` columns (at least 2):
+    the statistic reads no value past a cell's count, and the columns past every count
+    add exact zeros to its sums, so the cut changes no bit of it (off the CPU: all ``M``,
+    reading the largest count would wait on the device)."""
+    if values.device.type != "cpu" or count.numel() == 0:
+        return values
+    return values[:, : max(2, int(count.max()))]
+
+
 def _push(
     values: Tensor, count: Tensor, observed: Tensor, residual: Tensor, memory: int
 ) -> tuple[Tensor, Tensor]:
@@ -187,7 +197,10 @@ def _push(
     ``count [P]`` kept, oldest first); a full cell drops its oldest value. Returns the new
     ``(values, count)``."""
     full = count >= memory
-    shifted = torch.where((observed & full)[:, None], values.roll(-1, -1), values)
+    rolled = observed & full
+    shifted = values
+    if rolled.device.type != "cpu" or bool(rolled.any()):  # on the CPU a free host read
+        shifted = torch.where(rolled[:, None], values.roll(-1, -1), values)
     slot = torch.where(full, memory - 1, count)[:, None]  # [P, 1]
     written = shifted.scatter(-1, slot, residual.to(values.dtype)[:, None])
     return torch.where(observed[:, None], written, values), count + (observed & ~full).long()
