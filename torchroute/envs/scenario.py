@@ -249,8 +249,10 @@ def best_arms(table: Any, rho: Tensor, split: str = "train") -> Tensor:
     rows = torch.as_tensor(table.rows(split))
     scores = table.scores[rows].double()
     costs = table.costs[rows].double()
-    mean = utility(scores[None], costs[None], rho.double().cpu()[:, None, None])
-    return mean.mean(1).argmax(-1)
+    # once per distinct rho (the trials of one rho share it): [U, n, K], not [R, n, K]
+    distinct, inverse = rho.double().cpu().unique(return_inverse=True)
+    mean = utility(scores[None], costs[None], distinct[:, None, None])
+    return mean.mean(1).argmax(-1)[inverse]
 
 
 def middle_rho(rho: Tensor) -> float:
