@@ -34,13 +34,16 @@ def test_first_positions_and_inverse_against_a_dict():
     assert torch.equal(table[index][first][inverse], table[index])
 
 
-def test_nothing_to_share_no_index_or_disagreeing_features_compute_every_row():
+def test_nothing_to_share_gives_every_row_in_order_and_no_index_gives_none():
     table = _table(10, 3, 1)
-    assert distinct_rows(table[:4], torch.arange(4)) is None  # every row differs
+    every = torch.arange(4)
+    found = distinct_rows(table[:4], torch.tensor([5, 1, 8, 2]))  # every row differs
+    assert found is not None and all(torch.equal(t, every) for t in found)
     assert distinct_rows(table[[1, 1]], None) is None  # no index: no rows to name
     x = table[[2, 5, 2]].clone()
     x[2] += 1.0  # row 2 named twice with two feature vectors
-    assert distinct_rows(x, torch.tensor([2, 5, 2])) is None
+    found = distinct_rows(x, torch.tensor([2, 5, 2]))
+    assert found is not None and all(torch.equal(t, torch.arange(3)) for t in found)
     with pytest.raises(ValueError, match="index names 2 rows, x has 3"):
         distinct_rows(table[[1, 1, 1]], torch.tensor([1, 1]))
 

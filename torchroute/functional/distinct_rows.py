@@ -19,9 +19,12 @@ def distinct_rows(x: Tensor, index: Tensor | None) -> tuple[Tensor, Tensor] | No
     ``index [n]``: ``first`` the position of each distinct row's first context, ``inverse``
     each context's distinct row, so that ``x[first][inverse]`` equals ``x`` exactly.
 
-    ``None`` (compute every row) when there is no index, every row differs, the rows are
-    off the CPU (finding them would wait on the device) or two contexts of one index have
-    different features.
+    When nothing can be shared (every row differs, or two contexts of one index have
+    different features) both are ``arange(n)``: ``x[first]`` is ``x`` itself, row by row
+    in its order. The torch operations are the same either way, so a round's operation
+    count does not depend on how many trials share a row. ``None`` (compute ``x`` as it
+    is) when there is no index or the rows are off the CPU (finding them would wait on
+    the device).
     """
     if index is None or x.device.type != "cpu":
         return None
@@ -30,12 +33,11 @@ def distinct_rows(x: Tensor, index: Tensor | None) -> tuple[Tensor, Tensor] | No
         raise ValueError(f"index names {rows.numel()} rows, x has {x.shape[0]}")
     distinct, inverse = rows.unique(return_inverse=True)
     count, n = distinct.numel(), rows.numel()
-    if count == n:
-        return None
     position = torch.arange(n)
     first = torch.full((count,), n).scatter_reduce(0, inverse, position, "amin")
-    if not torch.equal(x[first][inverse], x):
-        return None
+    same = torch.equal(x[first][inverse], x)  # checked at any count: the same operations
+    if count == n or not same:
+        return position, position
     return first, inverse
 
 

@@ -195,7 +195,7 @@ class _FittedRouter(_StaticRouter):
         rows = distinct_rows(flat, context.index) if self.scores_per_row else None
         if rows is None:
             scores = self.candidate_scores(flat)
-        else:
+        else:  # the distinct rows (or every row, in order, when none repeats)
             first, inverse = rows
             scores = self.candidate_scores(flat[first])[:, inverse]
         scores = scores.reshape(-1, r, b, self.num_arms)
