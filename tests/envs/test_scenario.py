@@ -16,6 +16,7 @@ from torchroute.envs.scenario import (
     parse_scenario,
     rounds_to_recover,
 )
+from torchroute.functional.settling import stationary_quantile
 from torchroute.learners import BestSingleArm, LinUCB, RandomRouter
 from torchroute.loop import simulate
 from torchroute.types import Decision
@@ -100,23 +101,30 @@ def test_rounds_to_recover_on_a_hand_made_stream():
     )
     group = torch.tensor([0, 0, 1, 1, 2])
     out = rounds_to_recover(u, group, window=2)
+    # the band is .01 + z s sqrt(1/2 + 1/5), z the 95% quantile of a flat curve's largest
+    # standardised distance at n = 20, W = 2, F = 5 (simulated; the margins below hold for
+    # any z in 2.9 .. 3.6)
+    z = stationary_quantile(20, 2, 5, 0.95)
+    assert 2.9 < z < 3.6
     # group 0: level 1; successive differences .5, .5 -> s^2 = .5 / (2 * 19) = 1 / 76,
-    # band = .01 + 3 sqrt(1/76) / sqrt(2) = .2533; moving averages m_5 = .25, m_6 = .5,
-    # m_7 = .75, then 1: within the band from j = 7 on -> 7 + 2 = 9 (<= 20 - 5)
+    # band = .01 + .0960 z (.29 .. .36); moving averages m_5 = .25, m_6 = .5, m_7 = .75,
+    # then 1: within the band from j = 7 on -> 7 + 2 = 9 (<= 20 - 5)
     assert out[:2].tolist() == [9.0, 9.0]
-    # group 1: level .6, one difference of 1 -> band = .01 + 3 sqrt(1/38) / sqrt(2) = .354;
-    # the last moving averages are 1 (|1 - .6| > .354): never settled -> NaN
+    # group 1: level .6, one difference of 1 -> s^2 = 1 / 38, band = .01 + .1357 z
+    # (.40 .. .50); m_15 = 0 is out, m_16 = .5 and m_17 = m_18 = 1 are in: settled at
+    # 16 + 2 = 18, inside the final part (> 20 - 5) -> NaN
     assert math.isnan(out[2].item()) and math.isnan(out[3].item())
     # group 2: no noise, the band is the tolerance, settled from the first window
     assert out[4].item() == 2.0
-    # each trial alone: trial 0 settles at m_6 = 1 (m_5 = .5 is outside .01 + .344)
+    # each trial alone (s^2 = 1 / 38, band .40 .. .50): trial 0 settles at m_6 = 1 (m_5 =
+    # .5 is out), trial 1 at m_8
     alone = rounds_to_recover(u[:2], window=2)
     assert alone.tolist() == [8.0, 10.0]
     # settling inside the final part does not count: the step at round 16, level .8,
-    # band 0 + .344; m_14 = 0 is out, m_15 = .5 and then 1 are in -> 15 + 2 = 17 > 20 - 5
+    # band .1357 z; m_14 = 0 is out, m_15 = .5 and then 1 are in -> 15 + 2 = 17 > 20 - 5
     late = torch.tensor([[0.0] * 16 + [1.0] * 4])
     assert math.isnan(rounds_to_recover(late, window=2, tolerance=0.0).item())
-    # the tolerance widens the band: group 1 with tolerance .7 (band 1.04) settles at once
+    # the tolerance widens the band: group 1 with tolerance .7 settles at once
     assert rounds_to_recover(u[2:4], window=2, tolerance=0.7).tolist() == [2.0, 2.0]
 
 

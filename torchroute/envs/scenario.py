@@ -33,11 +33,15 @@ import torch
 from torch import Tensor
 
 from torchroute.envs.events import Event, ScenarioError, event_class
+from torchroute.functional.settling import stationary_quantile
 from torchroute.functional.utility import utility
 from torchroute.types import TrainSplit
 
 #: how close (in utility) to its post-change best a learner's moving average must stay
 RECOVER_TOLERANCE = 0.01
+#: the share of flat curves (nothing left to learn) that ``rounds_to_recover`` settles in
+#: the first window: its band is this quantile of their largest distance to the level
+RECOVER_CONFIDENCE = 0.95
 #: the ``arm`` of the model with the largest mean cost on the train split
 PRICIEST = "priciest"
 
@@ -316,6 +320,7 @@ def rounds_to_recover(
     group: Tensor | None = None,
     window: int | None = None,
     tolerance: float = RECOVER_TOLERANCE,
+    confidence: float = RECOVER_CONFIDENCE,
 ) -> Tensor:
     """Rounds after a change until a group's mean utility settles at its level, ``[R]``.
 
@@ -326,11 +331,15 @@ def rounds_to_recover(
     (default :func:`default_window`):
 
     - the level is the mean of ``u_t`` over the final ``F = max(W, n // 4)`` rounds;
-    - the noise of a ``W``-round average is ``se = s / sqrt(W)``, with ``s^2 = sum_t
-      (u_{t+1} - u_t)^2 / (2 (n - 1))`` (successive differences: a step or a trend in
-      ``u`` barely moves it);
+    - the noise of a ``W``-round average's distance to the level is ``se = s sqrt(1/W +
+      1/F)``, with ``s^2 = sum_t (u_{t+1} - u_t)^2 / (2 (n - 1))`` (successive
+      differences: a step or a trend in ``u`` barely moves it);
     - ``m_j`` is the mean of ``u_j .. u_{j+W-1}`` (``j = 0 .. n - W``), and ``j*`` the
-      smallest ``j`` with ``|m_i - level| <= tolerance + 3 se`` for every ``i >= j``.
+      smallest ``j`` with ``|m_i - level| <= tolerance + z se`` for every ``i >= j``, where
+      ``z`` is the ``confidence`` quantile of the largest such distance of a flat curve
+      (:func:`~torchroute.functional.settling.stationary_quantile`; about 3.3 at the
+      default window): a curve with nothing left to learn settles in the first window in
+      that share of groups (tolerance 0), whatever its noise.
 
     The result is ``j* + W`` (the rounds after the change at the end of the first settled
     window), repeated for every trial of the group; NaN when that window ends inside the
@@ -355,7 +364,8 @@ def rounds_to_recover(
         return u.new_full((r,), math.nan)
     level = curve[:, n - final :].mean(-1, keepdim=True)  # [G, 1]
     noise = (curve.diff(dim=-1).square().sum(-1, keepdim=True) / (2 * (n - 1))).sqrt()
-    band = tolerance + 3.0 * noise / math.sqrt(w) + 1e-12  # [G, 1]
+    z = stationary_quantile(n, w, final, confidence)
+    band = tolerance + z * noise * math.sqrt(1.0 / w + 1.0 / final) + 1e-12  # [G, 1]
     total = torch.cat([curve.new_zeros(size, 1), curve.cumsum(-1)], -1)  # [G, n + 1]
     moving = (total[:, w:] - total[:, :-w]) / w  # [G, n - w + 1]
     ok = (moving - level).abs() <= band

@@ -1,0 +1,74 @@
+"""How far a flat curve's moving averages stray from its final level: the band of
+``rounds_to_recover``.
+
+For a curve ``u_0 .. u_{n-1}`` of independent noise around one mean (a learner that has
+nothing left to learn), ``m_j`` its ``W``-round moving averages, ``level`` the mean of its
+final ``F`` rounds and ``s`` its noise (from successive differences), the largest
+standardised distance
+
+    Z = max_j |m_j - level| / (s sqrt(1/W + 1/F))
+
+does not depend on the mean or the noise scale. ``sqrt(1/W + 1/F)`` is the noise of the
+difference of two averages (one of ``W`` rounds, one of ``F``): the level is an average
+too. ``Z`` is the largest of ``n - W + 1`` overlapping averages, so its quantiles exceed a
+single average's: at the default windows (``W = n / 10``, ``F = n / 4``) the 95% quantile
+is about 3.3, where one average's two-sided 95% point is 1.96.
+
+:func:`stationary_quantile` gives the quantile of ``Z`` by simulation on Gaussian white
+noise, with a fixed generator (the same number on every machine within the simulation's
+error, and the same number on one machine every time): ``rounds_to_recover`` uses it so
+that a flat curve settles in the first window in that share of groups.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from torchroute.checks import check_number
+
+#: the length the white noise is simulated at (longer curves keep the ratios W / n, F / n)
+SIMULATED_ROUNDS = 1000
+#: the number of simulated curves
+SIMULATED_CURVES = 4000
+
+
+def max_standardised_distance(curves: torch.Tensor, window: int, final: int) -> torch.Tensor:
+    """``Z`` (the module doc) of each row of ``curves [G, n]``, ``[G]`` float64."""
+    u = curves.to(torch.float64)
+    g, n = u.shape
+    level = u[:, n - final :].mean(-1, keepdim=True)
+    noise = (u.diff(dim=-1).square().sum(-1, keepdim=True) / (2 * (n - 1))).sqrt()
+    total = torch.cat([u.new_zeros(g, 1), u.cumsum(-1)], -1)
+    moving = (total[:, window:] - total[:, :-window]) / window  # [G, n - W + 1]
+    scale = noise * (1.0 / window + 1.0 / final) ** 0.5
+    return ((moving - level).abs() / scale.clamp_min(1e-300)).amax(-1)
+
+
+@functools.lru_cache(maxsize=64)
+def stationary_quantile(rounds: int, window: int, final: int, confidence: float) -> float:
+    """The ``confidence`` quantile of ``Z`` for white noise of ``rounds`` rounds, moving
+    window ``window`` and final part ``final`` rounds (simulated at no more than
+    :data:`SIMULATED_ROUNDS` rounds with the same ratios, on :data:`SIMULATED_CURVES`
+    curves, generator seed 0; cached).
+
+    Raises ``ValueError`` unless ``1 <= window``, ``window <= final < rounds`` and
+    ``confidence`` in ``(0, 1)``.
+    """
+    check_number("stationary_quantile", "rounds", rounds, ge=2, integer=True)
+    check_number("stationary_quantile", "window", window, ge=1, integer=True)
+    check_number("stationary_quantile", "final", final, ge=window, le=rounds - 1, integer=True)
+    check_number("stationary_quantile", "confidence", confidence, gt=0, le=1)
+    if confidence == 1:
+        raise ValueError(f"stationary_quantile: confidence must be < 1, got {confidence}")
+    n = min(rounds, SIMULATED_ROUNDS)
+    w = max(1, round(window * n / rounds))
+    f = min(n - 1, max(w, round(final * n / rounds)))
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(SIMULATED_CURVES, n, generator=generator, dtype=torch.float64)
+    z = max_standardised_distance(noise, w, f)
+    return float(torch.quantile(z, confidence))
+
+
+__all__ = ["max_standardised_distance", "stationary_quantile"]
