@@ -32,11 +32,18 @@ P = torch.tensor([0.7, 0.5, 0.6, 0.4], dtype=F64)  # each model's chance of a sc
 
 def _glr_loop(y: np.ndarray, sigma2: float) -> float:
     """``max_s s (n - s) / n (mean before - mean after)^2 / (2 sigma^2)``, one split at a time."""
-    n, best = len(y), 0.0
+    return _glr_split_loop(y, sigma2)[0]
+
+
+def _glr_split_loop(y: np.ndarray, sigma2: float) -> tuple[float, int]:
+    """The statistic and the first split ``s`` where it is reached (0 for fewer than 2)."""
+    n, best, where = len(y), 0.0, 0
     for s in range(1, n):
         gap = y[:s].mean() - y[s:].mean()
-        best = max(best, s * (n - s) / n * gap**2 / (2 * sigma2))
-    return best
+        stat = s * (n - s) / n * gap**2 / (2 * sigma2)
+        if stat > best or where == 0:
+            best, where = max(stat, best), s
+    return best, where
 
 
 def test_the_statistic_is_a_loop_over_every_split_point():
@@ -87,8 +94,9 @@ def test_the_memory_keeps_the_last_residuals_of_each_cell_in_order(dense, monkey
 def test_each_rounds_detections_are_a_loop_over_python_lists(dense, monkeypatch):
     """With a test that fires (some cells shift by 2 half-way), each round's detections are
     those of the numpy loop statistic on the Python lists of kept residuals against the
-    threshold, a detection empties that list, and the memory wraps (``memory`` 12 of 60
-    rounds): the statistic reads the kept residuals alone, however many columns are held."""
+    threshold, a detection keeps the list's residuals after the loop's best split point,
+    and the memory wraps (``memory`` 12 of 60 rounds): the statistic reads the kept
+    residuals alone, however many columns are held."""
     if dense:
         monkeypatch.setattr("torchroute.learners.residual_restart._observed_rows", lambda s: None)
     g = torch.Generator().manual_seed(5)
@@ -110,23 +118,29 @@ def test_each_rounds_detections_are_a_loop_over_python_lists(dense, monkeypatch)
                     continue
                 kept[cell] = (kept[cell] + [float(residual[i, 0, a])])[-memory:]
                 n = len(kept[cell])
-                stat = _glr_loop(np.array(kept[cell]), 0.25) if n > 1 else 0.0
+                stat, split = _glr_split_loop(np.array(kept[cell]), 0.25)
                 expect = stat >= math.log(3 * n**1.5 / delta)
                 assert bool(changed[i, a]) == expect, (t, i, a, stat)
                 if expect:
-                    kept[cell], fired = [], fired + 1
+                    kept[cell], fired = kept[cell][split:], fired + 1
                 assert int(test.count[i, a]) == len(kept[cell])
+                held = test.values[i, a, : len(kept[cell])].double().numpy()
+                np.testing.assert_allclose(held, kept[cell], rtol=1e-6)
     assert fired >= 6  # the shifted cells fire
 
 
-def _base() -> MLPScoreRouter:
+def _train() -> TrainSplit:
     g = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(80, D - 1, generator=g), dim=-1)
     x = torch.cat([x, torch.ones(80, 1)], -1)
     scores = (torch.rand(80, K, generator=g) < P.float()).float()
     costs = torch.tensor([0.1, 0.2, 0.4, 0.8]).expand(80, K).clone()
+    return TrainSplit(x, scores, costs)
+
+
+def _base() -> MLPScoreRouter:
     rho = torch.linspace(0.0, 0.5, R)
-    return MLPScoreRouter(R, K, D, rho, TrainSplit(x, scores, costs), hidden=8, steps=30)
+    return MLPScoreRouter(R, K, D, rho, _train(), hidden=8, steps=30)
 
 
 def _round(t: int, g: torch.Generator, drift: bool) -> tuple[Context, torch.Tensor]:
@@ -209,6 +223,42 @@ def test_after_a_restart_the_correction_is_a_ridge_on_the_residuals_since(stream
         "rkd,rbd->rbk", theta, probe.x.numpy()
     )
     np.testing.assert_allclose(learner.predict_quality(probe).numpy(), expected, atol=1e-9)
+
+
+def test_a_bias_correction_is_refit_on_the_residuals_after_the_change():
+    """``projection: 0`` (a bias per model): the final bias of every (trial, model) against
+    a numpy replay. Where the learner restarted, the replay finds the loop's best split point
+    of the residuals kept at each restart round (the kept list replayed with its memory), and
+    the bias is the mean of every residual from that point on, with precision ``restart_lam``
+    = 1: ``sum / (1 + m)``; elsewhere the ridge on all residuals, ``sum / (lam + T)``."""
+    learner = ResidualLinUCB(
+        R, K, D, _base(), _train(), lam=1e4, projection=0, restart_delta=0.01,
+        restart_memory=MEMORY,
+    ).double()  # fmt: skip
+    out = _play(learner, range(T), True)
+    restarts = torch.stack(out["restarts"]).numpy()  # [T, R, K]
+    residual = np.stack(out["residual"], 1)  # [R, T, K]
+    assert restarts[-1, :, 0].min() >= 1 and restarts[-1, :, 1:].sum() == 0
+    expected = np.empty((R, K))
+    for r in range(R):
+        for k in range(K):
+            start = 0  # the first round the correction reads
+            kept = 0  # the memory: rounds start_kept .. t
+            for t in np.flatnonzero(np.diff(restarts[:, r, k], prepend=0)):
+                first = max(kept, t + 1 - MEMORY)  # the memory holds at most MEMORY
+                _, split = _glr_split_loop(residual[r, first : t + 1, k], 0.25)
+                start = kept = first + split
+            lam = 1.0 if start else 1e4
+            expected[r, k] = residual[r, start:, k].sum() / (lam + T - start)
+    got = learner.correction.theta[..., 0].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
+    # the drifted model's bias is near its mean residual after the change (the base's own
+    # error and the drop of 0.3) in every trial: the restart came late, yet nothing after the
+    # change point was thrown away
+    after = residual[:, T0:, 0].mean(1)
+    assert np.abs(got[:, 0] - after).max() < 0.08
+    assert np.median(np.abs(got[:, 0] - after)) < 0.01
+    assert (after - residual[:, :T0, 0].mean(1)).mean() < -0.25
 
 
 @pytest.mark.parametrize("cls", [ResidualLinUCB, ResidualLinTS])

@@ -35,6 +35,15 @@ def gaussian_glr(values: Tensor, count: Tensor, sigma2: float = 0.25) -> Tensor:
     Returns:
         ``[...]`` the statistic (0 where ``n < 2``: no split point).
     """
+    return gaussian_glr_split(values, count, sigma2)[0]
+
+
+def gaussian_glr_split(
+    values: Tensor, count: Tensor, sigma2: float = 0.25
+) -> tuple[Tensor, Tensor]:
+    """:func:`gaussian_glr` and where its maximum is: ``(statistic [...] float64, split
+    [...] long)``, ``split`` the number of observations before the most likely change
+    (the smallest ``s`` of the largest ``G(s)``; 0 where ``n < 2``)."""
     m = values.shape[-1]
     pos = torch.arange(m, device=values.device)
     n = count.to(torch.float64)[..., None]  # [..., 1]
@@ -45,7 +54,8 @@ def gaussian_glr(values: Tensor, count: Tensor, sigma2: float = 0.25) -> Tensor:
     rest = (n - s).clamp_min(1.0)
     gap = prefix / s - (total - prefix) / rest  # mu_{1:s} - mu_{s+1:n}
     stat = s * rest / n.clamp_min(1.0) * gap.square() / (2.0 * sigma2)
-    return torch.where(s < n, stat, 0.0).amax(-1)
+    best, where = torch.where(s < n, stat, -1.0).max(-1)
+    return best.clamp_min(0.0), torch.where(count >= 2, where + 1, 0)
 
 
 def glr_threshold(count: Tensor, delta: float) -> Tensor:
@@ -54,4 +64,4 @@ def glr_threshold(count: Tensor, delta: float) -> Tensor:
     return math.log(3.0 / delta) + 1.5 * n.log()
 
 
-__all__ = ["gaussian_glr", "glr_threshold"]
+__all__ = ["gaussian_glr", "gaussian_glr_split", "glr_threshold"]

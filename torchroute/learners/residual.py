@@ -45,9 +45,10 @@ Change detection (``restart_delta``, off by default; :class:`ResidualLinUCB` and
 :class:`ResidualLinTS` with ``gamma = 1`` and no ``window``): a Gaussian GLR test per
 (trial, arm) on the residuals ``score - base_k(x)`` the arm observed since its last restart,
 after Besson, Kaufmann, Maillard and Seznec (JMLR 2022); where it fires, that arm's
-correction in that trial goes back to mean 0 with precision ``restart_lam``
-(:mod:`torchroute.learners.residual_restart` says exactly what is tested and how it differs
-from the paper).
+correction in that trial goes back to mean 0 with precision ``restart_lam``, and a bias
+correction (``projection: 0``) is refit at once on the residuals after the most likely
+change point (:mod:`torchroute.learners.residual_restart` says exactly what is tested and
+how it differs from the paper).
 
 (Over 400 lines: the two learners share their base, correction, new-model prior and
 change test here; the test itself is :mod:`torchroute.learners.residual_restart`.)
@@ -240,7 +241,10 @@ class _Residual(ScoredArgmax):
             new = new_model_covariance(self.phi(train.features.double()), lam, self.spread)
         prior = torch.eye(self.phi_dim, dtype=torch.float64) / lam
         who = type(self).__name__
-        self.restart = GLRRestart(self.num_trials, self.num_arms, delta, memory, who, prior, new)
+        bias = self.basis is not None and self.basis.shape[1] == 0  # projection 0
+        self.restart = GLRRestart(
+            self.num_trials, self.num_arms, delta, memory, who, prior, new, refit=bias
+        )
 
     def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
         """As :meth:`Learner.warm_start <torchroute.learners.Learner.warm_start>` (the rows

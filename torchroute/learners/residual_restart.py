@@ -14,16 +14,23 @@ GLR statistic over every split point ``s`` of their ``n`` residuals,
 ``sigma^2 = 1/4`` (:func:`~torchroute.functional.glr.gaussian_glr`; the threshold of
 Besson, Kaufmann, Maillard and Seznec, "Efficient change-point detection for tackling
 piecewise-stationary bandits", JMLR 2022, in their experiments). A cell that reports a
-change has its memory emptied and its arm's correction in that trial put back to a prior of
-mean 0 (the base router's prediction) and precision ``restart_lam`` (a model the base never
-saw: its new-model covariance with ``restart_lam`` for ``lam``); the observations of that
-round are dropped with the rest, and the correction learns again from the next one.
+change keeps in its memory the residuals after the most likely change point ``s*`` (the
+split of the largest statistic) and drops those before it; its arm's correction in that
+trial goes back to a prior of mean 0 (the base router's prediction) and precision
+``restart_lam`` (a model the base never saw: its new-model covariance with ``restart_lam``
+for ``lam``). A correction that is a bias per model (``projection: 0``) is then refit on
+the kept residuals at once, ``theta = sum / (1 / prior + m)`` over their ``m`` (what the
+correction would be had it restarted at ``s*``); any other correction learns again from
+the next round's observations (its features of the kept rounds are not kept).
 
 Where this differs from the paper's GLR-klUCB: the test reads residuals of a fitted router
 rather than rewards (their scale ``1/4`` is that of a score in ``[0, 1]`` given the query;
 the base's own errors add to the spread across queries); it uses the Gaussian rather than
-the Bernoulli divergence (residuals are not in ``[0, 1]``); it reads at most
-``restart_memory`` residuals rather than all since the restart; it tests every round rather
+the Bernoulli divergence (residuals are not in ``[0, 1]``); a restart keeps the residuals
+after the estimated change point rather than none (the test has just read them: a change
+found ``m`` observations late is then corrected from those ``m`` at once, not learnt again
+from zero); it reads at most ``restart_memory`` residuals rather than all since the
+restart; it tests every round rather
 than every few; there is no forced exploration, so an arm is tested only where it is played
 (a model that got worse is found, one that got better while unplayed is not); and a warm
 start's rows are the correction's prior, never read by the test.
@@ -39,7 +46,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.errors import OptionError
-from torchroute.functional.glr import gaussian_glr, glr_threshold
+from torchroute.functional.glr import gaussian_glr_split, glr_threshold
 
 #: the change options, chosen on validation (a list of values) as the correction's others
 RESTART_KEYS = ("restart_delta", "restart_lam")
@@ -99,6 +106,8 @@ class GLRRestart(torch.nn.Module):
         prior: ``[p, p]`` the covariance ``A_k^{-1}`` a restart puts back (``I /
             restart_lam``); read by :meth:`reset` only.
         prior_new: ``[p, p]`` that of an arm the base never saw, or ``None``.
+        refit: the correction is a bias per model (``p = 1``, its feature 1 on every
+            query): :meth:`reset` refits it on the kept residuals (the module doc).
 
     Buffers (saved with the learner): ``values [R, K, M]`` (the residuals, oldest first;
     positions ``>= count`` unused), ``count [R, K]`` (long, how many are kept) and
@@ -114,10 +123,13 @@ class GLRRestart(torch.nn.Module):
         who: str,
         prior: Tensor | None = None,
         prior_new: Tensor | None = None,
+        refit: bool = False,
     ) -> None:
         super().__init__()
         check_restart(who, delta, 1.0, memory, 1.0, None)
-        self.delta, self.memory = float(delta), int(memory)
+        if refit and prior is not None and prior.shape != (1, 1):
+            raise ValueError(f"{who}: a restart refits a bias alone (p = 1), got p = {len(prior)}")
+        self.delta, self.memory, self.refit = float(delta), int(memory), bool(refit)
         shape = (num_trials, num_arms)
         self.register_buffer("values", torch.zeros(*shape, self.memory))
         self.register_buffer("count", torch.zeros(shape, dtype=torch.long))
@@ -128,8 +140,8 @@ class GLRRestart(torch.nn.Module):
     def step(self, observed: Tensor, residual: Tensor) -> Tensor:
         """One round: append the observed residuals (``observed [R, B, K]`` bool,
         ``residual [R, B, K]``, the ``B`` requests in order; a full memory drops its oldest
-        value), test the cells observed this round and empty the memory of those that
-        report a change. Returns them, ``[R, K]`` bool.
+        value), test the cells observed this round and, in those that report a change,
+        drop the residuals before its most likely point. Returns them, ``[R, K]`` bool.
 
         On the CPU only the observed cells are read and written (their indices are a free
         host read); elsewhere every cell is, masked, so that nothing waits on the device.
@@ -144,9 +156,10 @@ class GLRRestart(torch.nn.Module):
             values, count, obs, res = values[rows], count[rows], obs[rows], res[rows]
         for j in range(b):  # the round's requests, oldest first
             values, count = _push(values, count, obs[:, j], res[:, j], self.memory)
-        stat = gaussian_glr(_kept(values, count), count, SIGMA2)
+        stat, split = gaussian_glr_split(_kept(values, count), count, SIGMA2)
         changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
-        count = torch.where(changed, 0, count)
+        if changed.device.type != "cpu" or bool(changed.any()):  # on the CPU a free read
+            values, count = _drop_first(values, count, torch.where(changed, split, 0))
         if rows is None:
             self.values, self.count = values.view_as(self.values), count.view_as(self.count)
         else:
@@ -161,17 +174,26 @@ class GLRRestart(torch.nn.Module):
         """Put the cells ``changed [R, K]`` (bool) of ``correction`` (a LinUCB or LinTS:
         ``theta [R, K, p]``, ``a_inv [R, K, p, p]``) back to the prior: ``theta_k = 0`` and
         ``A_k^{-1}`` = :attr:`prior`, or :attr:`prior_new` where ``hidden [R, K]`` (the
-        arms the base never saw). On the CPU a round with no change leaves the state
-        untouched (a free host read); elsewhere the masked writes keep every other cell."""
+        arms the base never saw); with :attr:`refit` (``p = 1``), the posterior of that
+        prior on the ``m`` kept residuals: ``A^{-1} = 1 / (1 / prior + m)``, ``theta =
+        A^{-1} sum``. On the CPU a round with no change leaves the state untouched (a free
+        host read); elsewhere the masked writes keep every other cell."""
         if changed.device.type == "cpu" and not bool(changed.any()):
             return
         prior = self.prior.to(correction.a_inv)  # [p, p]
         if self.prior_new is not None and hidden is not None:
             new = hidden.to(changed.device)[..., None, None]  # [R, K, 1, 1]
             prior = torch.where(new, self.prior_new.to(correction.a_inv), prior)
+        theta = torch.zeros_like(correction.theta)
+        if self.refit:  # p = 1: the bias's posterior on the kept residuals
+            pos = torch.arange(self.memory, device=self.values.device)
+            kept = torch.where(pos < self.count[..., None], self.values, 0.0)
+            total = kept.sum(-1, dtype=torch.float64).to(prior.dtype)  # [R, K]
+            prior = 1.0 / (1.0 / prior + self.count.to(prior.dtype)[..., None, None])
+            theta = (prior[..., 0] * total[..., None]).expand_as(correction.theta)
         cell = changed[..., None, None]
         correction.a_inv = torch.where(cell, prior, correction.a_inv).contiguous()
-        correction.theta = torch.where(cell[..., 0], 0.0, correction.theta).contiguous()
+        correction.theta = torch.where(cell[..., 0], theta, correction.theta).contiguous()
 
 
 def _observed_rows(seen: Tensor) -> Tensor | None:
@@ -188,6 +210,15 @@ def _kept(values: Tensor, count: Tensor) -> Tensor:
     if values.device.type != "cpu" or count.numel() == 0:
         return values
     return values[:, : max(2, int(count.max()))]
+
+
+def _drop_first(values: Tensor, count: Tensor, drop: Tensor) -> tuple[Tensor, Tensor]:
+    """``values [P, M]`` with the first ``drop [P]`` of each row's ``count [P]`` kept
+    residuals removed (the rest moved to the front, order kept); the new ``(values,
+    count)``. Positions past the new count hold stale values, never read."""
+    pos = torch.arange(values.shape[-1], device=values.device)
+    index = (pos + drop[:, None]).clamp_max(values.shape[-1] - 1)
+    return values.gather(-1, index), count - drop
 
 
 def _push(
