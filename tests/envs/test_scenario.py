@@ -131,18 +131,26 @@ def test_rounds_to_recover_on_a_hand_made_stream():
 def test_results_before_after_and_recover_columns(tiny_table):
     scenario = [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.5}]
     env = _env(tiny_table, scenario, rho=[0.0, 500.0, 0.0], seeds=[0, 1, 2], recover_window=3)
-    result = simulate(RandomRouter(3, 4), env, progress=False, log_every=7)
-    trace = env._trace  # the per-round utilities the env recorded
+    played = []  # each round's utility of the played arm, as the feedback reveals it
+    result = simulate(
+        RandomRouter(3, 4), env, progress=False, log_every=7,
+        on_round=lambda t, ctx, d, fb: played.append(fb.reward.gather(-1, d.action[..., None])),
+    )  # fmt: skip
+    utility = torch.cat(played, 1)[..., 0].double()  # [R, T]
+    trace = env._trace  # minus each round's regret, as the env recorded it
     summary = result.summary
     c = 10
     torch.testing.assert_close(
-        torch.tensor(summary["avg_utility_before"].to_numpy()), trace[:, :c].mean(1)
+        torch.tensor(summary["avg_utility_before"].to_numpy()), utility[:, :c].mean(1)
     )
     torch.testing.assert_close(
-        torch.tensor(summary["avg_utility_after"].to_numpy()), trace[:, c:].mean(1)
+        torch.tensor(summary["avg_utility_after"].to_numpy()), utility[:, c:].mean(1)
     )
     torch.testing.assert_close(
-        torch.tensor(summary["avg_utility"].to_numpy()), trace.mean(1), rtol=1e-6, atol=1e-9
+        torch.tensor(summary["avg_utility"].to_numpy()), utility.mean(1), rtol=1e-6, atol=1e-9
+    )
+    torch.testing.assert_close(
+        torch.tensor(summary["avg_regret"].to_numpy()), -trace.mean(1), rtol=1e-6, atol=1e-9
     )
     # trials 0 and 2 share rho = 0: their mean curve; trial 1 alone
     pair = rounds_to_recover(trace[[0, 2], c:].mean(0, keepdim=True), window=3)

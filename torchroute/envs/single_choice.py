@@ -88,9 +88,10 @@ class SingleChoiceEnv(Env):
     through ``/models``), the regret is against the best available arm, and the results
     gain ``avg_utility_before``, ``avg_utility_after``, ``avg_cost_*``, ``accuracy_*``
     (per trial, the chosen arm's means before and from the change) and
-    ``rounds_to_recover`` (on the mean utility of the trials that share a ``rho``, the same
-    in each of them; ``recover_trials`` says how many;
-    :func:`~torchroute.envs.scenario.rounds_to_recover`).
+    ``rounds_to_recover`` (on the mean over the trials that share a ``rho`` of the utility
+    minus the best available model's for each query, i.e. minus the regret: the queries'
+    own difficulty, which every learner meets alike, cancels; the same in each of them;
+    ``recover_trials`` says how many; :func:`~torchroute.envs.scenario.rounds_to_recover`).
 
     With a ``price`` event (and a train split) the contexts carry the known prices,
     ``prices [R, 1, K]``: ``Problem.prices`` (each model's mean train cost) times the
@@ -222,7 +223,8 @@ class SingleChoiceEnv(Env):
             if not 0.0 <= float(recover_tolerance) < 1.0:
                 raise ValueError(f"recover_tolerance must be in [0, 1), got {recover_tolerance}")
             self.recover_tolerance = float(recover_tolerance)
-            # each trial's utility per round, for rounds_to_recover (averaged per rho)
+            # each trial's utility minus the best available model's per round (minus its
+            # regret), for rounds_to_recover (averaged per rho)
             self._trace = torch.zeros(self.num_trials, horizon, dtype=torch.float64, device=device)
         #: ``[K]`` the prices ``Context.prices`` starts from (a price event only), or None
         self._price_reference = self._reference_prices()
@@ -449,7 +451,7 @@ class SingleChoiceEnv(Env):
                 # learners of a run, and its tensors by the worker processes of ``jobs``
                 # (sent in shared memory), so the built one is never written in place
                 self._trace = torch.zeros_like(self._trace)
-            self._trace[:, self._round] = chosen[:, 0]
+            self._trace[:, self._round] = -outcome["regret"][:, 0]
         return feedback, outcome
 
     def _per_request_rho(self, outcome: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -534,7 +536,7 @@ class SingleChoiceEnv(Env):
         return torch.as_tensor(pd.factorize(keys)[0], dtype=torch.long)
 
     def state_dict(self) -> dict[str, Any]:
-        """The per-round utility trace of a scenario (nothing without one)."""
+        """The per-round trace of a scenario (minus the regret; nothing without one)."""
         return {} if self.scenario is None else {"trace": self._trace.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
