@@ -46,12 +46,15 @@ def max_standardised_distance(curves: torch.Tensor, window: int, final: int) -> 
     return ((moving - level).abs() / scale.clamp_min(1e-300)).amax(-1)
 
 
-@functools.lru_cache(maxsize=64)
 def stationary_quantile(rounds: int, window: int, final: int, confidence: float) -> float:
     """The ``confidence`` quantile of ``Z`` for white noise of ``rounds`` rounds, moving
-    window ``window`` and final part ``final`` rounds (simulated at no more than
-    :data:`SIMULATED_ROUNDS` rounds with the same ratios, on :data:`SIMULATED_CURVES`
-    curves, generator seed 0; cached).
+    window ``window`` and final part ``final`` rounds.
+
+    Simulated on :data:`SIMULATED_CURVES` curves (generator seed 0) of
+    ``min(rounds, SIMULATED_ROUNDS)`` rounds, the window and the final part scaled to keep
+    their ratios to the rounds, and cached on those scaled values: a run that reports at
+    every logged round simulates one curve set for all of them once its stream passes
+    :data:`SIMULATED_ROUNDS` rounds after the change.
 
     Raises ``ValueError`` unless ``1 <= window``, ``window <= final < rounds`` and
     ``confidence`` in ``(0, 1)``.
@@ -62,12 +65,18 @@ def stationary_quantile(rounds: int, window: int, final: int, confidence: float)
     check_number("stationary_quantile", "confidence", confidence, gt=0, le=1)
     if confidence == 1:
         raise ValueError(f"stationary_quantile: confidence must be < 1, got {confidence}")
-    n = min(rounds, SIMULATED_ROUNDS)
+    n = min(int(rounds), SIMULATED_ROUNDS)
     w = max(1, round(window * n / rounds))
     f = min(n - 1, max(w, round(final * n / rounds)))
+    return _simulated_quantile(n, w, f, float(confidence))
+
+
+@functools.lru_cache(maxsize=256)
+def _simulated_quantile(rounds: int, window: int, final: int, confidence: float) -> float:
+    """:func:`stationary_quantile` at the simulated length (cached)."""
     generator = torch.Generator().manual_seed(0)
-    noise = torch.randn(SIMULATED_CURVES, n, generator=generator, dtype=torch.float64)
-    z = max_standardised_distance(noise, w, f)
+    noise = torch.randn(SIMULATED_CURVES, rounds, generator=generator, dtype=torch.float64)
+    z = max_standardised_distance(noise, window, final)
     return float(torch.quantile(z, confidence))
 
 
