@@ -51,10 +51,10 @@ def stationary_quantile(rounds: int, window: int, final: int, confidence: float)
     window ``window`` and final part ``final`` rounds.
 
     Simulated on :data:`SIMULATED_CURVES` curves (generator seed 0) of
-    ``min(rounds, SIMULATED_ROUNDS)`` rounds, the window and the final part scaled to keep
-    their ratios to the rounds, and cached on those scaled values: a run that reports at
-    every logged round simulates one curve set for all of them once its stream passes
-    :data:`SIMULATED_ROUNDS` rounds after the change.
+    ``min(rounds, SIMULATED_ROUNDS)`` rounds (from 200 on, rounded to a hundred), the
+    window and the final part scaled to keep their ratios to the rounds, and cached on
+    those scaled values: a run that reports at every logged round simulates a few curve
+    sets for all of them.
 
     Raises ``ValueError`` unless ``1 <= window``, ``window <= final < rounds`` and
     ``confidence`` in ``(0, 1)``.
@@ -66,6 +66,8 @@ def stationary_quantile(rounds: int, window: int, final: int, confidence: float)
     if confidence == 1:
         raise ValueError(f"stationary_quantile: confidence must be < 1, got {confidence}")
     n = min(int(rounds), SIMULATED_ROUNDS)
+    if n >= 200:
+        n = 100 * round(n / 100)
     w = max(1, round(window * n / rounds))
     f = min(n - 1, max(w, round(final * n / rounds)))
     return _simulated_quantile(n, w, f, float(confidence))
