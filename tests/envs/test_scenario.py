@@ -161,6 +161,30 @@ def test_results_before_after_and_recover_columns(tiny_table):
     assert summary["recover_trials"].tolist() == [2, 1, 2]
 
 
+def test_rounds_to_recover_only_once_the_stream_is_over(tiny_table):
+    """A summary at an earlier logged round has the phase columns but no
+    ``rounds_to_recover`` (its level, the final quarter, is not there yet); the final one
+    has it, and the loop's logged rounds do not change it."""
+    scenario = [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.5}]
+    env = _env(tiny_table, scenario, rho=[0.0, 500.0], seeds=[0, 1])
+    logged = []
+
+    class Tracker:
+        def log(self, values, step=None):
+            logged.append(values)
+
+    summary = simulate(
+        RandomRouter(2, 4), env, progress=False, log_every=3, tracker=Tracker()
+    ).summary
+    assert len(logged) > 3
+    assert all("rounds_to_recover" not in row for row in logged[:-1])
+    assert all("avg_utility_after" in row for row in logged[4:-1])
+    assert "rounds_to_recover" in logged[-1] and "rounds_to_recover" in summary
+    again = _env(tiny_table, scenario, rho=[0.0, 500.0], seeds=[0, 1])
+    once = simulate(RandomRouter(2, 4), again, progress=False, log_every=20).summary
+    assert once["rounds_to_recover"].equals(summary["rounds_to_recover"])
+
+
 def test_cost_and_accuracy_per_phase_by_hand(tiny_table):
     # trial 0 always plays arm3 (its price x4 from round 10), trial 1 arm1 (its score -0.3)
     scenario = [

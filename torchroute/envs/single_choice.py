@@ -500,7 +500,9 @@ class SingleChoiceEnv(Env):
         (means over the rounds before and from the change of the chosen arm's utility, cost
         and score), ``rounds_to_recover`` of the trials' ``rho`` group and
         ``recover_trials`` (the group's size), each ``[R]`` (NaN before there are rounds to
-        average)."""
+        average). ``rounds_to_recover`` only once the stream is over (``rounds`` = the
+        horizon): its level is the final quarter of the rounds after the change, which a
+        summary at an earlier logged round does not have yet."""
         from torchroute.envs.scenario import rounds_to_recover
 
         change = self.scenario.change
@@ -515,6 +517,8 @@ class SingleChoiceEnv(Env):
             for key, column in PHASE_COLUMNS.items()
             for phase, n in (("before", before), ("after", after))
         }
+        if rounds < self.horizon:
+            return phases | {"recover_trials": size.to(nan)}
         return phases | {
             "rounds_to_recover": rounds_to_recover(
                 trace,
