@@ -35,7 +35,7 @@ def gaussian_glr(values: Tensor, count: Tensor, sigma2: float = 0.25) -> Tensor:
     Returns:
         ``[...]`` the statistic (0 where ``n < 2``: no split point).
     """
-    return gaussian_glr_split(values, count, sigma2)[0]
+    return _split_statistics(values, count, sigma2).amax(-1).clamp_min(0.0)
 
 
 def gaussian_glr_split(
@@ -43,7 +43,16 @@ def gaussian_glr_split(
 ) -> tuple[Tensor, Tensor]:
     """:func:`gaussian_glr` and where its maximum is: ``(statistic [...] float64, split
     [...] long)``, ``split`` the number of observations before the most likely change
-    (the smallest ``s`` of the largest ``G(s)``; 0 where ``n < 2``)."""
+    (the smallest ``s`` of the largest ``G(s)``; 0 where ``n < 2``). The position costs
+    about three times the statistic alone on the CPU: ask for it where a change was
+    found."""
+    best, where = _split_statistics(values, count, sigma2).max(-1)
+    return best.clamp_min(0.0), torch.where(count >= 2, where + 1, 0)
+
+
+def _split_statistics(values: Tensor, count: Tensor, sigma2: float) -> Tensor:
+    """``G(s)`` at every position ``s = 1 .. M`` (``[..., M]`` float64), -1 where
+    ``s >= n`` (no split there)."""
     m = values.shape[-1]
     pos = torch.arange(m, device=values.device)
     n = count.to(torch.float64)[..., None]  # [..., 1]
@@ -54,8 +63,7 @@ def gaussian_glr_split(
     rest = (n - s).clamp_min(1.0)
     gap = prefix / s - (total - prefix) / rest  # mu_{1:s} - mu_{s+1:n}
     stat = s * rest / n.clamp_min(1.0) * gap.square() / (2.0 * sigma2)
-    best, where = torch.where(s < n, stat, -1.0).max(-1)
-    return best.clamp_min(0.0), torch.where(count >= 2, where + 1, 0)
+    return torch.where(s < n, stat, -1.0)
 
 
 def glr_threshold(count: Tensor, delta: float) -> Tensor:

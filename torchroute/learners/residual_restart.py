@@ -46,7 +46,7 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.errors import OptionError
-from torchroute.functional.glr import gaussian_glr_split, glr_threshold
+from torchroute.functional.glr import gaussian_glr, gaussian_glr_split, glr_threshold
 
 #: the change options, chosen on validation (a list of values) as the correction's others
 RESTART_KEYS = ("restart_delta", "restart_lam")
@@ -156,9 +156,11 @@ class GLRRestart(torch.nn.Module):
             values, count, obs, res = values[rows], count[rows], obs[rows], res[rows]
         for j in range(b):  # the round's requests, oldest first
             values, count = _push(values, count, obs[:, j], res[:, j], self.memory)
-        stat, split = gaussian_glr_split(_kept(values, count), count, SIGMA2)
+        kept = _kept(values, count)
+        stat = gaussian_glr(kept, count, SIGMA2)
         changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
         if changed.device.type != "cpu" or bool(changed.any()):  # on the CPU a free read
+            _, split = gaussian_glr_split(kept, count, SIGMA2)  # the change points
             values, count = _drop_first(values, count, torch.where(changed, split, 0))
         if rows is None:
             self.values, self.count = values.view_as(self.values), count.view_as(self.count)
