@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from torchroute.envs.events import Event, ScenarioError, event_class
-from torchroute.functional.settling import stationary_quantile
+from torchroute.functional.settling import distances_to_level, stationary_quantile
 from torchroute.functional.utility import utility
 from torchroute.types import TrainSplit
 
@@ -362,13 +362,9 @@ def rounds_to_recover(
     final = max(w, n // 4)
     if w < 1 or n < w + final or n < 2:
         return u.new_full((r,), math.nan)
-    level = curve[:, n - final :].mean(-1, keepdim=True)  # [G, 1]
-    noise = (curve.diff(dim=-1).square().sum(-1, keepdim=True) / (2 * (n - 1))).sqrt()
-    z = stationary_quantile(n, w, final, confidence)
-    band = tolerance + z * noise * math.sqrt(1.0 / w + 1.0 / final) + 1e-12  # [G, 1]
-    total = torch.cat([curve.new_zeros(size, 1), curve.cumsum(-1)], -1)  # [G, n + 1]
-    moving = (total[:, w:] - total[:, :-w]) / w  # [G, n - w + 1]
-    ok = (moving - level).abs() <= band
+    distance, se = distances_to_level(curve, w, final)  # [G, n - w + 1], [G, 1]
+    band = tolerance + stationary_quantile(n, w, final, confidence) * se + 1e-12
+    ok = distance <= band
     stays = ok.flip(-1).long().cumprod(-1).flip(-1).bool()  # ok from j on
     first = stays.long().argmax(-1).to(torch.float64) + w
     settled = stays.any(-1) & (first <= n - final)

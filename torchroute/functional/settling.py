@@ -23,8 +23,10 @@ that a flat curve settles in the first window in that share of groups.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+from torch import Tensor
 
 from torchroute.checks import check_number
 
@@ -34,16 +36,24 @@ SIMULATED_ROUNDS = 1000
 SIMULATED_CURVES = 4000
 
 
-def max_standardised_distance(curves: torch.Tensor, window: int, final: int) -> torch.Tensor:
-    """``Z`` (the module doc) of each row of ``curves [G, n]``, ``[G]`` float64."""
+def distances_to_level(curves: Tensor, window: int, final: int) -> tuple[Tensor, Tensor]:
+    """For each row of ``curves [G, n]``: ``|m_j - level|`` ``[G, n - W + 1]`` (``m_j``
+    the ``window``-round moving averages, ``level`` the mean of the final ``final``
+    rounds) and their noise ``se = s sqrt(1/W + 1/F)`` ``[G, 1]`` (``s`` from successive
+    differences, the module doc), float64."""
     u = curves.to(torch.float64)
     g, n = u.shape
-    level = u[:, n - final :].mean(-1, keepdim=True)
+    level = u[:, n - final :].mean(-1, keepdim=True)  # [G, 1]
     noise = (u.diff(dim=-1).square().sum(-1, keepdim=True) / (2 * (n - 1))).sqrt()
-    total = torch.cat([u.new_zeros(g, 1), u.cumsum(-1)], -1)
+    total = torch.cat([u.new_zeros(g, 1), u.cumsum(-1)], -1)  # [G, n + 1]
     moving = (total[:, window:] - total[:, :-window]) / window  # [G, n - W + 1]
-    scale = noise * (1.0 / window + 1.0 / final) ** 0.5
-    return ((moving - level).abs() / scale.clamp_min(1e-300)).amax(-1)
+    return (moving - level).abs(), noise * math.sqrt(1.0 / window + 1.0 / final)
+
+
+def max_standardised_distance(curves: Tensor, window: int, final: int) -> Tensor:
+    """``Z`` (the module doc) of each row of ``curves [G, n]``, ``[G]`` float64."""
+    distance, se = distances_to_level(curves, window, final)
+    return (distance / se.clamp_min(1e-300)).amax(-1)
 
 
 def stationary_quantile(rounds: int, window: int, final: int, confidence: float) -> float:
@@ -82,4 +92,4 @@ def _simulated_quantile(rounds: int, window: int, final: int, confidence: float)
     return float(torch.quantile(z, confidence))
 
 
-__all__ = ["max_standardised_distance", "stationary_quantile"]
+__all__ = ["distances_to_level", "max_standardised_distance", "stationary_quantile"]
