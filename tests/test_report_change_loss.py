@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
-from torchroute.report.change_loss import share_recovered, share_text
+from torchroute.report.change_loss import paired_share, share_recovered, share_text
 from torchroute.report.leaderboard import leaderboard_section, learner_families
 
 TRIALS = [(0, 0), (0, 1), (900, 0), (900, 1)]  # low, low, high, high
@@ -61,6 +63,30 @@ def test_share_recovered_only_above_the_threshold():
     assert share_recovered(0.01, 0.019) is None
     assert share_recovered(0.01, math.nan) is None
     assert share_text(None) == "n/a (loss < 0.02)" and share_text(0.546) == "55%"
+    assert share_text(0.546, 0.031) == "55% +- 3%"
+
+
+def test_the_share_s_standard_error_against_a_bootstrap():
+    """The linearised SE of the share against the spread of the share over 20,000
+    resamples of the trials (a trial's three values drawn together)."""
+    rng = np.random.default_rng(0)
+    n = 400
+    base = rng.uniform(0.3, 0.7, n)
+    refit = base + 0.05 + rng.normal(0, 0.02, n)
+    learner = base + 0.6 * (refit - base) + rng.normal(0, 0.005, n)
+    rows = [
+        {"learner": name, "rho": 0, "seed": i, "avg_utility_after": v}
+        for name, values in {"b": base, "r": refit, "l": learner}.items()
+        for i, v in enumerate(values)
+    ]
+    share, se = paired_share(pd.DataFrame(rows), "l", "b", "r", "avg_utility_after", "all")
+    draw = rng.integers(0, n, (20_000, n))
+    gain, loss = (learner - base)[draw].mean(1), (refit - base)[draw].mean(1)
+    assert share == pytest.approx((learner - base).mean() / (refit - base).mean())
+    assert se == pytest.approx(np.std(gain / loss), rel=0.05)
+    # the pairing matters: the gain moves with the loss, so the share is steadier than the
+    # gain's own SE over the loss would say (about 2.5 times here)
+    assert se < 0.6 * (learner - base).std() / np.sqrt(n) / (refit - base).mean()
 
 
 def test_the_refit_is_a_reference_not_a_static_router(tmp_path):
@@ -77,14 +103,18 @@ def test_change_loss_table_and_sentences_by_hand(tmp_path):
     # low: refit - stat = .10, .12 -> +0.1100, SE sd(.10, .12) / sqrt(2) = 0.0100
     # high: .01, .01 -> +0.0100 +- 0.0000, below 0.02
     assert "| change loss | +0.1100 +- 0.0100 | +0.0100 +- 0.0000 |" in text
-    # warm - stat: low .06 -> .06 / .11 = 55%; cold: low (.02 + .01) / 2 = .015 -> 14%
-    assert "| share recovered: warm | 55% | n/a (loss < 0.02) |" in text
-    assert "| share recovered: cold | 14% | n/a (loss < 0.02) |" in text
+    # warm - stat: low .06, .06 -> S = .06 / .11 = 6/11 = 55%; its SE: the per-trial
+    # .06 - S .10 = +.06/11 and .06 - S .12 = -.06/11, sd (.06/11) sqrt(2), SE .06/11,
+    # over the loss .11: 4.96% -> 5%
+    assert "| share recovered: warm | 55% +- 5% | n/a (loss < 0.02) |" in text
+    # cold: .02, .01 -> S = .015 / .11 = 3/22 = 14%; .02 - S .10 = +.07/11, .01 - S .12 =
+    # -.07/11: SE (.07/11) / .11 = 5.79% -> 6%
+    assert "| share recovered: cold | 14% +- 6% | n/a (loss < 0.02) |" in text
     # warm recovers after (40 + 60) / 2 = 50 rounds of the 200 - 100 after the change
     low = (
         "- after, low: the best online learner warm is +0.0600 +- 0.0000 (above) against "
         "the best static router stat (chosen on validation); the change loss (refit - stat) "
-        "is +0.1100 +- 0.0100, share recovered 55%; rounds_to_recover 50 rounds = 50% of "
+        "is +0.1100 +- 0.0100, share recovered 55% +- 5%; rounds_to_recover 50 rounds = 50% of "
         "100 (2 of 2 trials)."
     )
     assert low in text

@@ -9,10 +9,13 @@ the rounds after the change (``avg_utility_after``):
 - the **change loss** is ``static_refit - baseline``, paired over the regime's trials
   (mean +- its standard error), the baseline being the regime's best static router chosen
   on validation (:func:`~torchroute.report.leaderboard.baselines`);
-- the **share recovered** by an online learner is ``(learner - baseline) / (static_refit -
-  baseline)`` (the paired means), printed only where the change loss is at least
-  :data:`MIN_LOSS` (``n/a (loss < 0.02)`` elsewhere: a ratio of small differences is
-  noise);
+- the **share recovered** by an online learner is ``S = (learner - baseline) / (static_refit -
+  baseline)`` (the paired means), with its standard error by linearisation, the standard
+  error of the paired mean of ``(learner - baseline) - S (static_refit - baseline)`` over
+  the trials divided by the change loss (a share is below a target ``s`` by more than one
+  SE exactly when that paired mean at ``S = s`` is below zero by more than its own SE, to
+  first order); printed only where the change loss is at least :data:`MIN_LOSS` (``n/a
+  (loss < 0.02)`` elsewhere: a ratio of small differences is noise);
 - the best online learner's ``rounds_to_recover`` (its mean over the regime's trials
   where defined) as a share of the rounds after the change.
 
@@ -30,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from torchroute.report.paired import paired_gap
+from torchroute.report.paired import mean_and_se, paired_gap, trial_values
 from torchroute.report.regimes import with_regimes
 
 #: the smallest change loss whose share recovered is printed
@@ -54,9 +57,26 @@ def share_recovered(gap: float, loss: float) -> float | None:
     return gap / loss
 
 
-def share_text(share: float | None) -> str:
-    """``"54%"``, or ``"n/a (loss < 0.02)"`` for ``None``."""
-    return f"n/a (loss < {MIN_LOSS:g})" if share is None else f"{share:.0%}"
+def paired_share(
+    results: pd.DataFrame, learner: str, baseline: str, refit: str, column: str, regime: str
+) -> tuple[float | None, float]:
+    """The share of the change loss ``learner`` recovers in ``regime`` and its standard
+    error (the module doc), over the trials all three ran: ``(S, se)``, ``(None, nan)``
+    where the loss is below :data:`MIN_LOSS`."""
+    trials = trial_values(results, [learner, baseline, refit], column, regime)
+    gain = trials[learner] - trials[baseline]  # [n]
+    loss = trials[refit] - trials[baseline]
+    share = share_recovered(float(gain.mean()), float(loss.mean()))
+    if share is None:
+        return None, math.nan
+    return share, mean_and_se(gain - share * loss)[1] / float(loss.mean())
+
+
+def share_text(share: float | None, se: float | None = None) -> str:
+    """``"54%"`` (``"54% +- 3%"`` with ``se``), or ``"n/a (loss < 0.02)"`` for ``None``."""
+    if share is None:
+        return f"n/a (loss < {MIN_LOSS:g})"
+    return f"{share:.0%}" if se is None else f"{share:.0%} +- {se:.0%}"
 
 
 def remaining_rounds(results: pd.DataFrame, out_dir: str | Path | None) -> int | None:
@@ -109,8 +129,8 @@ def change_loss_lines(
     lines = [
         f"Change loss after the change: `{refit}` (the static router refitted with the change "
         "applied) minus the baseline, paired over the regime's trials (+- SE); the share an "
-        f"online learner recovers is (learner - baseline) / ({refit} - baseline), printed "
-        f"where the loss is >= {MIN_LOSS:g}.",
+        f"online learner recovers is (learner - baseline) / ({refit} - baseline) (+- its SE, "
+        f"paired over the same trials), printed where the loss is >= {MIN_LOSS:g}.",
         "",
         "| | " + " | ".join(regimes) + " |",
         "| --- |" + " --: |" * len(regimes),
@@ -119,12 +139,8 @@ def change_loss_lines(
     ]
     order = sorted(online, key=lambda n: -_means(results, column, "all").get(n, -math.inf))
     for name in order:
-        cells = [
-            share_text(
-                share_recovered(paired_gap(results, name, chosen[r], column, r)[0], losses[r][0])
-            )
-            for r in regimes
-        ]
+        shares = [paired_share(results, name, chosen[r], refit, column, r) for r in regimes]
+        cells = [share_text(*share) for share in shares]
         lines.append(f"| share recovered: {name} | " + " | ".join(cells) + " |")
     if "rounds_to_recover" in results and online:
         cells = []
@@ -186,10 +202,10 @@ def regime_verdicts(
             )
             if phase == "after" and refits:
                 loss, loss_se = paired_gap(results, refits[0], baseline, column, regime)
-                share = share_recovered(gap, loss)
+                share = paired_share(results, best, baseline, refits[0], column, regime)
                 text += (
                     f"; the change loss ({refits[0]} - {baseline}) is {loss:+.4f} +- "
-                    f"{loss_se:.4f}, share recovered {share_text(share)}"
+                    f"{loss_se:.4f}, share recovered {share_text(*share)}"
                 )
             if phase == "after" and "rounds_to_recover" in results:
                 text += f"; rounds_to_recover {_recover_text(results, best, regime, remaining)}"
@@ -201,6 +217,7 @@ __all__ = [
     "MIN_LOSS",
     "best_of",
     "change_loss_lines",
+    "paired_share",
     "regime_verdicts",
     "remaining_rounds",
     "share_recovered",

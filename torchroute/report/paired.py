@@ -75,23 +75,44 @@ def paired_differences(
     return frame
 
 
+def trial_values(
+    results: pd.DataFrame, learners: list[str], column: str, regime: str
+) -> pd.DataFrame:
+    """``column`` of each of ``learners`` per trial in ``regime`` (``"all"``: every trial),
+    one column per learner, one row per trial all of them ran (matched on ``rho``, ``seed``
+    and ``run`` when present; rows with a NaN dropped)."""
+    frame = with_regimes(results)
+    if regime != "all":
+        frame = frame[frame["regime"] == regime]
+    keys = ["rho", "seed", *(["run"] if "run" in frame else [])]
+    columns = {name: frame[frame["learner"] == name].set_index(keys)[column] for name in learners}
+    return pd.concat(columns, axis=1, join="inner").dropna()
+
+
 def paired_gap(
     results: pd.DataFrame, a: str, b: str, column: str, regime: str
 ) -> tuple[float, float]:
     """Mean and standard error of ``a - b`` over the trials both ran, in ``regime``
     (``"all"``: every trial), matched on ``rho``, ``seed`` (and ``run`` when present);
     ``(nan, nan)`` without a shared trial, SE ``0.0`` for a single one."""
-    frame = with_regimes(results)
-    if regime != "all":
-        frame = frame[frame["regime"] == regime]
-    keys = ["rho", "seed", *(["run"] if "run" in frame else [])]
-    left = frame[frame["learner"] == a].set_index(keys)[column]
-    right = frame[frame["learner"] == b].set_index(keys)[column]
-    diff = (left - right).dropna()
-    if diff.empty:
+    both = trial_values(results, [a, b], column, regime)
+    return mean_and_se(both[a] - both[b])
+
+
+def mean_and_se(values: pd.Series) -> tuple[float, float]:
+    """``(mean, sd / sqrt(n))`` of ``values [n]`` (sample sd, ``ddof = 1``); ``(nan, nan)``
+    when empty, SE ``0.0`` for a single value."""
+    if values.empty:
         return float("nan"), float("nan")
-    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    return float(diff.mean()), se
+    se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+    return float(values.mean()), se
 
 
-__all__ = ["REGIME_ROWS", "TRIAL_KEYS", "paired_differences", "paired_gap"]
+__all__ = [
+    "REGIME_ROWS",
+    "TRIAL_KEYS",
+    "mean_and_se",
+    "paired_differences",
+    "paired_gap",
+    "trial_values",
+]
