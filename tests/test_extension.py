@@ -281,6 +281,36 @@ def test_report_command_takes_sections_by_name(extension_cfg, capsys):
     assert expected in capsys.readouterr().err
 
 
+def test_report_command_defaults_to_the_run_s_own_sections(extension_cfg, caplog):
+    """Without ``--section`` a re-rendered report has the sections the run declared: its
+    torchroute ones, and a plug-in's only with ``--trust`` (else a warning names it)."""
+    from torchroute.cli import main
+    from torchroute.report.cabs import cabs_section
+    from torchroute.report.sections import run_sections
+
+    extension_cfg.report_sections = ["cabs", "tests.test_extension.graph_section"]
+    run_config(extension_cfg)
+    out = str(extension_cfg.out_dir)
+    report = Path(out) / "report.md"
+    assert run_sections([out], ["tests"]) == ([cabs_section, graph_section], [])
+    sections, skipped = run_sections([out])
+    assert sections == [cabs_section] and len(skipped) == 1
+    assert main(["report", out, "--reference", "observer", "--trust", "tests"]) == 0
+    assert "## Side observations" in report.read_text()
+    caplog.clear()
+    assert main(["report", out, "--reference", "observer"]) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "report: a section the run declares is left out: graph_section: the run declares "
+        "'tests.test_extension.graph_section', which is not under torchroute; a plug-in's "
+        "section is used only with --trust <its package>"
+    ]
+    assert "Side observations" not in report.read_text()
+    # a run that declares none: the default sections
+    extension_cfg.report_sections = None
+    run_config(extension_cfg)
+    assert run_sections([out]) == (None, [])
+
+
 # ------------------------------------------------------------------ a plug-in package
 PLUGIN_HEADER = '''"""graph_ext: a plug-in of torchroute (a graph-feedback env, a learner, data)."""
 

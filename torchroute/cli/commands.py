@@ -161,12 +161,17 @@ def sweep(args: argparse.Namespace) -> None:
 def report(args: argparse.Namespace) -> None:
     """``torchroute report``: tables and plots of a finished run folder."""
     from torchroute.report import write_report
-    from torchroute.report.sections import choose_sections
+    from torchroute.report.sections import choose_sections, run_sections
     from torchroute.run.report_regimes import check_regime_rule
     from torchroute.serve.startup import trusted_prefixes
 
     trusted = trusted_prefixes(args.trust)
-    sections = choose_sections(args.section, args.dirs, trusted) if args.section else None
+    if args.section:
+        sections = choose_sections(args.section, args.dirs, trusted)
+    else:  # the sections the run's own report had
+        sections, skipped = run_sections(args.dirs, trusted)
+        for line in skipped:
+            log.warning("report: a section the run declares is left out: %s", line)
     regimes = None if args.regimes is None else check_regime_rule(args.regimes, "--regimes")
     text = write_report(
         args.dirs, out_dir=args.out, reference=args.reference, sections=sections, regimes=regimes

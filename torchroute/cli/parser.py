@@ -138,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="NAME",
-        help="a report section by name (subset, cabs, hpg, routing, or one the run's "
-        "report_sections declares), repeatable (default: the built-in four)",
+        help="a report section by name (subset, cabs, hpg, routing, budgets, or one the "
+        "run's report_sections declares), repeatable (default: the sections the run's own "
+        "report had: those its report_sections declare that are torchroute's or of a "
+        "--trust package, else the built-in ones)",
     )
     p.add_argument(
         "--trust",

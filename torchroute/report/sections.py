@@ -61,20 +61,58 @@ def declared_sections(dirs: Iterable[str | Path]) -> dict[str, str]:
     """Section name -> dotted path: the built-in ones, then those the ``report_sections``
     of each run's ``config.yaml`` declares (named by their function, e.g. ``graph_section``;
     a file that cannot be read declares none)."""
-    import yaml
-
     names = dict(BUILTIN_SECTIONS)
     for folder in dirs:
-        try:
-            config = yaml.safe_load((Path(folder) / "config.yaml").read_text())
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
-            continue
-        declared = config.get("report_sections") if isinstance(config, dict) else None
-        if isinstance(declared, list):
-            for path in declared:
-                if isinstance(path, str) and "." in path:
-                    names.setdefault(path.rpartition(".")[2], path)
+        for path in _declared_list(folder):
+            if "." in path:
+                names.setdefault(path.rpartition(".")[2], path)
     return names
+
+
+def run_sections(
+    dirs: Sequence[str | Path], trusted: Iterable[str] = ()
+) -> tuple[list[Section] | None, list[str]]:
+    """The sections a re-rendered report of ``dirs`` takes without ``--section``: those the
+    runs' ``report_sections`` declare (each run's ``config.yaml``, in order, once each), as
+    the run's own report had them, resolved as :func:`choose_sections` resolves a name.
+
+    Returns ``(sections, skipped)``: ``sections`` is ``None`` when no run declares any (the
+    default sections then); ``skipped`` has one line per declared section left out because
+    it is neither torchroute's nor of a ``trusted`` package (nothing of it was imported).
+    """
+    names: list[str] = []
+    for folder in dirs:
+        for path in _declared_list(folder):
+            name = BUILTIN_SECTIONS.get(path, path)
+            if name not in names:
+                names.append(name)
+    if not names:
+        return None, []
+    known = declared_sections(dirs)
+    by_path = {path: name for name, path in known.items()}
+    chosen: list[Section] = []
+    skipped: list[str] = []
+    for path in names:
+        try:
+            chosen.append(_trusted_section(by_path[path], path, trusted))
+        except SectionError as exc:
+            skipped.append(f"{by_path[path]}: {exc}")
+    return chosen, skipped
+
+
+def _declared_list(folder: str | Path) -> list[str]:
+    """The ``report_sections`` strings of ``folder/config.yaml`` (``[]`` when it has none or
+    cannot be read)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((Path(folder) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return []
+    declared = config.get("report_sections") if isinstance(config, dict) else None
+    if not isinstance(declared, list):
+        return []
+    return [t for t in declared if isinstance(t, str)]
 
 
 def choose_sections(
@@ -87,11 +125,8 @@ def choose_sections(
     Raises:
         SectionError: a name no section has, or a declared section that is not trusted.
     """
-    from torchroute.run.trust import UntrustedTarget, describe, resolve
-
     known = declared_sections(dirs)
     by_path = {path: name for name, path in known.items()}
-    prefixes = ("torchroute.", *(t if t.endswith(".") else t + "." for t in trusted))
     chosen: list[Section] = []
     for name in names:
         name = by_path.get(name, name)
@@ -100,22 +135,33 @@ def choose_sections(
                 f"--section {name!r}: expected a section name, one of {sorted(known)}; "
                 "sections are chosen by name, never imported from the command line"
             )
-        path = known[name]
-        if name in BUILTIN_SECTIONS:
-            chosen.append(load_section(path))
-            continue
         try:
-            section = resolve(path, trusted)
-        except UntrustedTarget as exc:
-            raise SectionError(
-                f"--section {name}: the run declares {path!r}, which {exc}; a plug-in's "
-                "section is used only with --trust <its package>"
-            ) from None
-        module = getattr(section, "__module__", "") or ""
-        if not inspect.isfunction(section) or not module.startswith(prefixes):
-            raise SectionError(
-                f"--section {name}: the run declares {path!r}, {describe(section)}; a section "
-                "of a plug-in is used only with --trust <its package>"
-            )
-        chosen.append(section)
+            chosen.append(_trusted_section(name, known[name], trusted))
+        except SectionError as exc:
+            raise SectionError(f"--section {name}: {exc}") from None
     return chosen
+
+
+def _trusted_section(name: str, path: str, trusted: Iterable[str]) -> Section:
+    """The section ``name`` at ``path``: a built-in one imported, a declared one resolved
+    without being called and kept only when it is a function of torchroute or of a
+    ``trusted`` package (:class:`~torchroute.errors.SectionError` otherwise)."""
+    from torchroute.run.trust import UntrustedTarget, describe, resolve
+
+    if name in BUILTIN_SECTIONS:
+        return load_section(path)
+    prefixes = ("torchroute.", *(t if t.endswith(".") else t + "." for t in trusted))
+    try:
+        section = resolve(path, trusted)
+    except UntrustedTarget as exc:
+        raise SectionError(
+            f"the run declares {path!r}, which {exc}; a plug-in's section is used only with "
+            "--trust <its package>"
+        ) from None
+    module = getattr(section, "__module__", "") or ""
+    if not inspect.isfunction(section) or not module.startswith(prefixes):
+        raise SectionError(
+            f"the run declares {path!r}, {describe(section)}; a section of a plug-in is used "
+            "only with --trust <its package>"
+        )
+    return section
