@@ -48,7 +48,10 @@ after Besson, Kaufmann, Maillard and Seznec (JMLR 2022); where it fires, that ar
 correction in that trial goes back to mean 0 with precision ``restart_lam``, and a bias
 correction (``projection: 0``) is refit at once on the residuals after the most likely
 change point (:mod:`torchroute.learners.residual_restart` says exactly what is tested and
-how it differs from the paper).
+how it differs from the paper). A soft shift (``change_hazard``, a bias correction,
+with or without the test) moves each arm's score by what the posterior of one change in
+its residuals expects of its bias, in proportion to the evidence, long before the test
+would fire (the same module).
 
 (Over 400 lines: the two learners share their base, correction, new-model prior and
 change test here; the test itself is :mod:`torchroute.learners.residual_restart`.)
@@ -181,10 +184,14 @@ class _Residual(ScoredArgmax):
         restart_delta: float | None = None,
         restart_lam: float = RESTART_LAM,
         restart_memory: int = RESTART_MEMORY,
+        change_hazard: float | None = None,
         **score_hp: float,
     ) -> None:
         name = type(self).__name__
-        check_restart(name, restart_delta, restart_lam, restart_memory, gamma, window)
+        check_restart(
+            name, restart_delta, restart_lam, restart_memory, gamma, window, change_hazard,
+            projection,
+        )  # fmt: skip
         for key, value in score_hp.items():  # alpha or v: checked first, then kept
             check_number(name, key, value, ge=0)
         score_hp = {key: float(value) for key, value in score_hp.items()}
@@ -219,8 +226,8 @@ class _Residual(ScoredArgmax):
                 raise ValueError(f"{name}: a model the base never saw needs the train split")
             self._new_model_prior(train.features)
         self.restart: GLRRestart | None = None
-        if restart_delta is not None:
-            self._init_restart(train, restart_delta, restart_lam, restart_memory)
+        if restart_delta is not None or change_hazard is not None:
+            self._init_restart(train, restart_delta, restart_lam, restart_memory, change_hazard)
 
     @classmethod
     def check_options(cls, **hparams: Any) -> None:
@@ -230,11 +237,17 @@ class _Residual(ScoredArgmax):
         check_restart_node(cls.__name__, hparams)
 
     def _init_restart(
-        self, train: TrainSplit | None, delta: float, lam: float, memory: int
+        self,
+        train: TrainSplit | None,
+        delta: float | None,
+        lam: float,
+        memory: int,
+        hazard: float | None,
     ) -> None:
-        """The change test (:class:`~torchroute.learners.residual_restart.GLRRestart`) with
-        the priors a restart puts back: ``I / restart_lam`` ``[p, p]`` and, for the arms the
-        base never saw, their new-model covariance ``I / restart_lam + s^2 E``."""
+        """The change test and soft shift (:class:`~torchroute.learners.residual_restart.
+        GLRRestart`) with the priors a restart puts back: ``I / restart_lam`` ``[p, p]``
+        and, for the arms the base never saw, their new-model covariance ``I / restart_lam
+        + s^2 E``."""
         new = None
         if self.base.hidden is not None and bool(self.base.hidden.any()):
             assert train is not None  # checked with the new-model prior
@@ -243,7 +256,7 @@ class _Residual(ScoredArgmax):
         who = type(self).__name__
         bias = self.basis is not None and self.basis.shape[1] == 0  # projection 0
         self.restart = GLRRestart(
-            self.num_trials, self.num_arms, delta, memory, who, prior, new, refit=bias
+            self.num_trials, self.num_arms, delta, memory, who, prior, new, bias, hazard, lam
         )
 
     def warm_start(self, rows: WarmRows, problem: Problem, warm: WarmStart) -> None:
@@ -324,7 +337,7 @@ class _Residual(ScoredArgmax):
         mean, no bonus), ``x [R, B, d]`` -> ``[R, B, K]``."""
         y_hat, _, _ = self.base_value(context)
         mean, _ = self._correction_posterior(self.phi(context.x.to(self._dtype())))
-        return y_hat.to(mean.dtype) + mean
+        return y_hat.to(mean.dtype) + self._shifted(mean)
 
     def _correction_posterior(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The correction's posterior mean ``x^T theta_k`` and width ``sqrt(x^T A_k^{-1} x)``,
@@ -342,9 +355,16 @@ class _Residual(ScoredArgmax):
     def _scores(self, context: Context, generator: Source) -> Tensor:
         """``base value + (correction - its largest value over the arms)``, masked."""
         _, _, value = self.base_value(context)
-        delta = self._correction_scores(self._context_phi(context), generator)
+        delta = self._shifted(self._correction_scores(self._context_phi(context), generator))
         delta = delta - delta.amax(-1, keepdim=True)
         return mask_scores(value.to(delta.dtype) + delta, context.available)
+
+    def _shifted(self, scores: Tensor) -> Tensor:
+        """``scores [R, B, K]`` plus each arm's soft shift (``change_hazard``; the module
+        doc), or as they are without one."""
+        if self.restart is None or self.restart.hazard is None:
+            return scores
+        return scores + self.restart.shift[:, None, :].to(scores.dtype)
 
     def _dtype(self) -> torch.dtype:
         corr = self.correction
@@ -372,7 +392,11 @@ class _Residual(ScoredArgmax):
             return {}
         changed = self.restart.step(observed, target)  # [R, K]
         self.restart.reset(self.correction, changed, self.base.hidden)
+        if self.restart.hazard is not None:  # the bias correction: theta [R, K, 1]
+            self.restart.update_shift(self.correction.theta[..., 0], observed.any(1) | changed)
         self._tick(context)
+        if self.restart.delta is None:
+            return {}
         return {"restarts": changed.sum(-1).to(y_hat.dtype)}
 
 
@@ -405,12 +429,17 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
             default 1024). A shift ``D`` half-way through ``M`` residuals gives the statistic
             ``M D^2 / 2`` at ``sigma^2 = 1/4``: a drop of 0.3 needs ``M`` above about 400 to
             reach the threshold at ``delta = 0.01`` (256: 11.5 against 14.0).
+        change_hazard: the soft shift's prior odds ``h`` in ``(0, 1)`` of a change at each
+            kept residual (:mod:`~torchroute.learners.residual_restart`); ``None`` (the
+            default): no shift. Needs ``projection: 0``, ``gamma = 1`` and no ``window``;
+            the memory is the test's (``restart_memory``), kept without a test too.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
         ``restart_delta``, ``update`` also returns ``restarts [R]`` and the state holds the
         test's ``restart.values [R, K, M]``, ``restart.count`` and ``restart.restarts
-        [R, K]``.
+        [R, K]``; with ``change_hazard`` (and without a test, the same memory) it holds
+        ``restart.shift [R, K]``.
     """
 
     _kinds = (LinUCB, DiscountedLinUCB, SlidingWindowLinUCB)
@@ -435,10 +464,11 @@ class ResidualLinUCB(ArgmaxRouting, _Residual):
         restart_delta: float | None = None,
         restart_lam: float = RESTART_LAM,
         restart_memory: int = RESTART_MEMORY,
+        change_hazard: float | None = None,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
-            restart_delta, restart_lam, restart_memory, alpha=alpha,
+            restart_delta, restart_lam, restart_memory, change_hazard, alpha=alpha,
         )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:
@@ -455,8 +485,8 @@ class ResidualLinTS(_Residual):
     Each arm's draw is ``base_k(x) - rho c_k(x) + N(x^T theta_k, v^2 x^T A_k^{-1} x)``;
     with ``v = 0`` no normal is drawn (the greedy residual learner).
 
-    Args: as :class:`ResidualLinUCB` (the ``restart_*`` change test included), with the
-    posterior scale ``v`` for ``alpha``.
+    Args: as :class:`ResidualLinUCB` (the ``restart_*`` change test and ``change_hazard``
+    included), with the posterior scale ``v`` for ``alpha``.
 
     Shapes:
         ``act``: ``x [R, B, d]`` -> one-hot ``probs [R, B, K]``, ``action [R, B]``; with
@@ -487,10 +517,11 @@ class ResidualLinTS(_Residual):
         restart_delta: float | None = None,
         restart_lam: float = RESTART_LAM,
         restart_memory: int = RESTART_MEMORY,
+        change_hazard: float | None = None,
     ) -> None:
         super().__init__(
             num_trials, num_arms, dim, base, train, lam, gamma, window, projection,
-            restart_delta, restart_lam, restart_memory, v=v,
+            restart_delta, restart_lam, restart_memory, change_hazard, v=v,
         )  # fmt: skip
 
     def _correction_scores(self, x: Tensor, generator: Source) -> Tensor:

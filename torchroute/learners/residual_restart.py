@@ -34,6 +34,22 @@ restart; it tests every round rather
 than every few; there is no forced exploration, so an arm is tested only where it is played
 (a model that got worse is found, one that got better while unplayed is not); and a warm
 start's rows are the correction's prior, never read by the test.
+
+A soft shift (``change_hazard``, a bias correction only, with or without the test): the
+test acts only once its evidence passes a threshold set for few false alarms over the whole
+stream, so a drop of a model played in a third of the rounds is found hundreds of rounds
+late, if at all. With ``change_hazard = h`` each cell's memory is also read as the
+posterior of one change (:func:`~torchroute.functional.change_posterior.
+one_change_posterior`: prior odds ``h`` of a change at each position against none, segment
+means ``N(0, sigma^2 / restart_lam)``), and the arm's score moves by what that posterior
+expects its bias to be beyond the correction's own,
+
+    shift_k = sum_s P(s) (S_2(s) / (n - s + restart_lam) - theta_k),
+
+``P(s)`` the posterior of a change after the ``s``-th kept residual, ``S_2(s)`` the sum
+after it: near 0 while no change is likely, the refit a restart would make once one is
+certain, and in between in proportion to the evidence, so the router leaves a model that
+got worse on the queries where it was barely the best long before the test would fire.
 """
 
 from __future__ import annotations
@@ -46,10 +62,11 @@ from torch import Tensor
 
 from torchroute.checks import check_number
 from torchroute.errors import OptionError
+from torchroute.functional.change_posterior import one_change_posterior
 from torchroute.functional.glr import gaussian_glr, gaussian_glr_split, glr_threshold
 
 #: the change options, chosen on validation (a list of values) as the correction's others
-RESTART_KEYS = ("restart_delta", "restart_lam")
+RESTART_KEYS = ("restart_delta", "restart_lam", "change_hazard")
 #: the sub-Gaussian variance scale of the residuals (that of a score in [0, 1])
 SIGMA2 = 0.25
 #: the defaults of ``restart_lam`` and ``restart_memory`` (the learners' signatures use them)
@@ -58,22 +75,40 @@ RESTART_MEMORY = 1024
 
 
 def check_restart(
-    who: str, delta: float | None, lam: float, memory: int, gamma: float, window: int | None
+    who: str,
+    delta: float | None,
+    lam: float,
+    memory: int,
+    gamma: float,
+    window: int | None,
+    hazard: float | None = None,
+    projection: int | None = 0,
 ) -> None:
     """Raise :class:`~torchroute.errors.OptionError` (one line naming the key) unless
-    ``restart_lam > 0`` and, with a test (``restart_delta`` not ``None``), ``restart_delta``
-    in ``(0, 1)``, ``restart_memory`` an integer >= 2 and a plain correction (``gamma = 1``,
-    no ``window``: a forgetting correction already leaves its past)."""
+    ``restart_lam > 0`` and, with a test (``restart_delta`` not ``None``) or a soft shift
+    (``change_hazard`` not ``None``): ``restart_delta`` in ``(0, 1)``, ``change_hazard`` in
+    ``(0, 1)`` on a bias correction (``projection: 0``), ``restart_memory`` an integer >= 2
+    and a plain correction (``gamma = 1``, no ``window``: a forgetting correction already
+    leaves its past)."""
     check_number(who, "restart_lam", lam, gt=0)
-    if delta is None:
+    if delta is None and hazard is None:
         return
-    check_number(who, "restart_delta", delta, gt=0)
-    if not delta < 1:
-        raise OptionError(f"{who}: restart_delta must be in (0, 1), got {delta}")
+    for key, value in (("restart_delta", delta), ("change_hazard", hazard)):
+        if value is None:
+            continue
+        check_number(who, key, value, gt=0)
+        if not value < 1:
+            raise OptionError(f"{who}: {key} must be in (0, 1), got {value}")
+    if hazard is not None and projection != 0:
+        raise OptionError(
+            f"{who}: change_hazard shifts a bias correction: it needs projection: 0, got "
+            f"projection={projection}"
+        )
     check_number(who, "restart_memory", memory, ge=2, integer=True)
+    key = "restart_delta" if delta is not None else "change_hazard"
     if gamma != 1 or window is not None:
         raise OptionError(
-            f"{who}: restart_delta needs the plain correction (gamma: 1, window: null), "
+            f"{who}: {key} needs the plain correction (gamma: 1, window: null), "
             f"got gamma={gamma}, window={window}"
         )
 
@@ -83,6 +118,7 @@ def check_restart_node(who: str, hparams: Mapping[str, Any]) -> None:
     ``restart_lam`` 1 and ``restart_memory`` 1024 where absent); nothing when one of them
     is a list (each candidate is checked when the run chooses among them)."""
     keys = ("restart_delta", "restart_lam", "restart_memory", "gamma", "window")
+    keys += ("change_hazard", "projection")
     if any(isinstance(hparams.get(k), (list, tuple)) for k in keys):
         return
     check_restart(
@@ -92,6 +128,8 @@ def check_restart_node(who: str, hparams: Mapping[str, Any]) -> None:
         hparams.get("restart_memory", RESTART_MEMORY),
         hparams.get("gamma", 1.0),
         hparams.get("window"),
+        hparams.get("change_hazard"),
+        hparams.get("projection"),
     )
 
 
@@ -100,7 +138,8 @@ class GLRRestart(torch.nn.Module):
 
     Args:
         num_trials, num_arms: ``R``, ``K``.
-        delta: the test's confidence ``delta`` in ``(0, 1)``.
+        delta: the test's confidence ``delta`` in ``(0, 1)``; ``None``: no test (the memory
+            feeds the soft shift alone).
         memory: ``M``, the most recent residuals per cell the test reads (>= 2).
         who: the learner's name, for the error messages.
         prior: ``[p, p]`` the covariance ``A_k^{-1}`` a restart puts back (``I /
@@ -108,10 +147,15 @@ class GLRRestart(torch.nn.Module):
         prior_new: ``[p, p]`` that of an arm the base never saw, or ``None``.
         refit: the correction is a bias per model (``p = 1``, its feature 1 on every
             query): :meth:`reset` refits it on the kept residuals (the module doc).
+        hazard: the soft shift's prior odds ``h`` of a change at each position (the
+            module doc), or ``None`` (no shift). Needs ``refit``.
+        lam: the segment means' prior precision of the shift's posterior
+            (``restart_lam``).
 
     Buffers (saved with the learner): ``values [R, K, M]`` (the residuals, oldest first;
-    positions ``>= count`` unused), ``count [R, K]`` (long, how many are kept) and
-    ``restarts [R, K]`` (long, the changes found so far per cell).
+    positions ``>= count`` unused), ``count [R, K]`` (long, how many are kept),
+    ``restarts [R, K]`` (long, the changes found so far per cell) and, with ``hazard``,
+    ``shift [R, K]`` (float64, each arm's soft shift, :meth:`update_shift`).
     """
 
     def __init__(
@@ -124,18 +168,24 @@ class GLRRestart(torch.nn.Module):
         prior: Tensor | None = None,
         prior_new: Tensor | None = None,
         refit: bool = False,
+        hazard: float | None = None,
+        lam: float = RESTART_LAM,
     ) -> None:
         super().__init__()
-        check_restart(who, delta, 1.0, memory, 1.0, None)
+        check_restart(who, delta, lam, memory, 1.0, None, hazard, 0 if refit else None)
         if refit and prior is not None and prior.shape != (1, 1):
             raise ValueError(f"{who}: a restart refits a bias alone (p = 1), got p = {len(prior)}")
-        self.delta, self.memory, self.refit = float(delta), int(memory), bool(refit)
+        self.delta = None if delta is None else float(delta)
+        self.memory, self.refit = int(memory), bool(refit)
+        self.hazard, self.lam = (None if hazard is None else float(hazard)), float(lam)
         shape = (num_trials, num_arms)
         self.register_buffer("values", torch.zeros(*shape, self.memory))
         self.register_buffer("count", torch.zeros(shape, dtype=torch.long))
         self.register_buffer("restarts", torch.zeros(shape, dtype=torch.long))
         self.register_buffer("prior", prior, persistent=False)  # fixed: from the options
         self.register_buffer("prior_new", prior_new, persistent=False)
+        if self.hazard is not None:
+            self.register_buffer("shift", torch.zeros(shape, dtype=torch.float64))
 
     def step(self, observed: Tensor, residual: Tensor) -> Tensor:
         """One round: append the observed residuals (``observed [R, B, K]`` bool,
@@ -156,12 +206,14 @@ class GLRRestart(torch.nn.Module):
             values, count, obs, res = values[rows], count[rows], obs[rows], res[rows]
         for j in range(b):  # the round's requests, oldest first
             values, count = _push(values, count, obs[:, j], res[:, j], self.memory)
-        kept = _kept(values, count)
-        stat = gaussian_glr(kept, count, SIGMA2)
-        changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
-        if changed.device.type != "cpu" or bool(changed.any()):  # on the CPU a free read
-            _, split = gaussian_glr_split(kept, count, SIGMA2)  # the change points
-            values, count = _drop_first(values, count, torch.where(changed, split, 0))
+        changed = torch.zeros_like(count, dtype=torch.bool)
+        if self.delta is not None:
+            kept = _kept(values, count)
+            stat = gaussian_glr(kept, count, SIGMA2)
+            changed = obs.any(1) & (stat >= glr_threshold(count, self.delta))
+            if changed.device.type != "cpu" or bool(changed.any()):  # on the CPU a free read
+                _, split = gaussian_glr_split(kept, count, SIGMA2)  # the change points
+                values, count = _drop_first(values, count, torch.where(changed, split, 0))
         if rows is None:
             self.values, self.count = values.view_as(self.values), count.view_as(self.count)
         else:
@@ -196,6 +248,26 @@ class GLRRestart(torch.nn.Module):
         cell = changed[..., None, None]
         correction.a_inv = torch.where(cell, prior, correction.a_inv).contiguous()
         correction.theta = torch.where(cell[..., 0], theta, correction.theta).contiguous()
+
+    def update_shift(self, theta: Tensor, cells: Tensor) -> None:
+        """Recompute the soft shift (the module doc) of ``cells [R, K]`` (bool: those whose
+        memory or correction moved this round) from their kept residuals and the bias
+        correction ``theta [R, K]``; the others keep theirs. On the CPU only those cells
+        are read; elsewhere every cell is, masked."""
+        assert self.hazard is not None
+        r, k = cells.shape
+        rows = _observed_rows(cells.reshape(r * k))
+        values, count = self.values.view(r * k, -1), self.count.view(r * k)
+        bias = theta.reshape(r * k).to(torch.float64)
+        if rows is not None:
+            values, count, bias = values[rows], count[rows], bias[rows]
+        values = _kept(values, count)
+        p_change, after = one_change_posterior(values, count, SIGMA2, self.lam, self.hazard)
+        shift = after - p_change * bias
+        if rows is None:
+            self.shift = torch.where(cells, shift.view(r, k), self.shift)
+        else:
+            self.shift.view(r * k).index_copy_(0, rows, shift)
 
 
 def _observed_rows(seen: Tensor) -> Tensor | None:
