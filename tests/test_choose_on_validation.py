@@ -294,3 +294,23 @@ def test_choices_are_made_with_the_threads_of_the_workers(monkeypatch):
             assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
+
+
+def test_with_jobs_the_choices_are_made_in_workers_and_are_those_of_one_process(
+    tmp_path, caplog
+):
+    """Two learners with change options and ``jobs=2``: their choices are made in two
+    worker processes at once, and the run writes what one process writes."""
+    import logging
+
+    def run(name, *extra):
+        cfg = _config(tmp_path / name, [0.9, 1.0], DRIFT, "rhos=[0,1]", *extra)
+        cfg.learners.e = {**D_LINUCB, "alpha": 0.5, "gamma": [0.8, 1.0]}
+        return run_config(cfg)
+
+    one = run("one")
+    with caplog.at_level(logging.INFO, logger="torchroute.run.jobs"):
+        two = run("two", "jobs=2")
+    assert caplog.text.count("2 learners in 2 processes") == 2  # the choices, then the runs
+    pd.testing.assert_frame_equal(two, one, check_exact=True)
+    assert {"chosen_gamma"} <= set(one.columns)

@@ -75,7 +75,7 @@ from torchroute.loop import simulate
 from torchroute.run.build import Built, instantiate_node, learner_for, trial_grid
 from torchroute.run.choice_rule import BLOCKS, ChoiceRule
 from torchroute.run.classes import own_learner_class
-from torchroute.run.jobs import worker_threads
+from torchroute.run.jobs import map_in_processes, worker_threads
 from torchroute.run.options import RunOptions
 
 if TYPE_CHECKING:
@@ -248,9 +248,22 @@ def choose_all(
     """The :class:`Choice` of each learner of ``candidates`` (:func:`choose`), made with the
     intra-op threads its learner runs with (a worker's under ``jobs > 1``:
     :func:`~torchroute.run.jobs.worker_threads`), so that a router fitted for the choice is
-    the one the test run fits (a fit's numbers can depend on the threads)."""
+    the one the test run fits (a fit's numbers can depend on the threads). With ``jobs >
+    1`` and several such learners, their choices are made in ``jobs`` worker processes of
+    those threads at once (:func:`~torchroute.run.jobs.map_in_processes`): the same choices,
+    each learner's replay being its own."""
+    if opts.jobs > 1 and len(candidates) > 1 and len(opts.run_learners) > 1:
+        payload = (opts, dataclasses.replace(built, feature_map=None), env, dict(candidates))
+        return map_in_processes(_choose_in_worker, payload, list(candidates), opts.jobs)
     with worker_threads(opts.jobs, len(opts.run_learners)):
         return {name: choose(opts, built, env, cand) for name, cand in candidates.items()}
+
+
+def _choose_in_worker(payload: tuple[Any, ...], name: str) -> Choice:
+    """:func:`choose` of learner ``name`` in a worker; ``payload`` is ``(opts, built, env,
+    candidates)``."""
+    opts, built, env, candidates = payload
+    return choose(opts, built, env, candidates[name])
 
 
 def choose(opts: RunOptions, built: Built, env: Env, cand: Candidates) -> Choice:
