@@ -296,9 +296,7 @@ def test_choices_are_made_with_the_threads_of_the_workers(monkeypatch):
         torch.set_num_threads(before)
 
 
-def test_with_jobs_the_choices_are_made_in_workers_and_are_those_of_one_process(
-    tmp_path, caplog
-):
+def test_with_jobs_the_choices_are_made_in_workers_and_are_those_of_one_process(tmp_path, caplog):
     """Two learners with change options and ``jobs=2``: their choices are made in two
     worker processes at once, and the run writes what one process writes."""
     import logging
