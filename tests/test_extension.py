@@ -309,6 +309,13 @@ def test_report_command_defaults_to_the_run_s_own_sections(extension_cfg, caplog
     extension_cfg.report_sections = None
     run_config(extension_cfg)
     assert run_sections([out]) == (None, [])
+    # a hand-edited config.yaml naming no section: left out with a line, nothing raised
+    config = Path(out) / "config.yaml"
+    config.write_text(config.read_text() + "report_sections: [cabs, nonsense]\n")
+    assert run_sections([out]) == (
+        [cabs_section],
+        ["'nonsense': not a section name or a dotted module.function path"],
+    )
 
 
 # ------------------------------------------------------------------ a plug-in package

@@ -93,10 +93,14 @@ def run_sections(
     chosen: list[Section] = []
     skipped: list[str] = []
     for path in names:
+        name = by_path.get(path)
+        if name is None:  # a hand-edited config: no built-in name, no dotted path
+            skipped.append(f"{path!r}: not a section name or a dotted module.function path")
+            continue
         try:
-            chosen.append(_trusted_section(by_path[path], path, trusted))
+            chosen.append(_trusted_section(name, path, trusted))
         except SectionError as exc:
-            skipped.append(f"{by_path[path]}: {exc}")
+            skipped.append(f"{name}: {exc}")
     return chosen, skipped
 
 
