@@ -196,6 +196,44 @@ def test_planted_targets_run_nothing_in_serve_gateway_evaluate_and_report(
     assert _files(folder) == before  # nothing imported, called or written
 
 
+def test_planted_report_sections_run_nothing_when_the_report_takes_the_runs_own(
+    run_dir, tmp_path, caplog, monkeypatch
+):
+    """Without ``--section`` the report resolves the sections the run folder declares: an
+    attribute chain through a torchroute module to ``torch.hub.load`` or ``os.system`` is
+    resolved (nothing called), found not to be torchroute's and left out with a warning;
+    the declared built-in section still runs."""
+    import functools
+    import logging
+
+    called: list[str] = []
+
+    def spy(real, name):  # keeps the real function's name and module
+        return functools.wraps(real)(lambda *a, **k: called.append(name))
+
+    monkeypatch.setattr(torch.hub, "load", spy(torch.hub.load, "hub"))
+    monkeypatch.setattr(os, "system", spy(os.system, "system"))
+    chains = [
+        "torchroute.learners.base.torch.hub.load",
+        "torchroute.models.encoders.os.system",
+    ]
+
+    def edit(config, folder):
+        config["report_sections"] = ["routing", *chains]
+
+    folder = _planted(run_dir, tmp_path, edit)
+    before = _files(folder)
+    with caplog.at_level(logging.WARNING, logger="torchroute"):
+        assert main(["report", str(folder), "--out", str(tmp_path / "out")]) == 0
+    assert called == [] and not (folder / "MARKER").exists()
+    warned = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(warned) == 2
+    assert "function torch.hub.load" in warned[0] and "posix.system" in warned[1]
+    assert all("--trust" in w for w in warned)
+    assert "Routing metrics" in (tmp_path / "out" / "report.md").read_text()
+    assert _files(folder) == before  # nothing imported from it, called or written
+
+
 def test_a_planted_learner_config_in_config_dir_is_refused(logs, tmp_path, capsys):
     configs = tmp_path / "configs"
     (configs / "learner").mkdir(parents=True)

@@ -18,13 +18,15 @@ marginal likelihood
 The posterior of a change after ``s`` is ``P(s) = h BF(s) / (1 + h sum_s' BF(s'))``, and
 the posterior mean of the last segment's mean, had it started after ``s``, is
 ``S_2 / (n - s + lam)``. Every split is read at once through cumulative sums, as in
-:mod:`~torchroute.functional.glr`.
+:mod:`~torchroute.functional.glr` (:func:`~torchroute.functional.glr.split_sums`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from torchroute.functional.glr import split_sums
 
 
 def one_change_posterior(
@@ -44,15 +46,9 @@ def one_change_posterior(
         ``(p_change, after)``, each ``[...]`` float64: ``sum_s P(s)`` and
         ``sum_s P(s) S_2(s) / (n - s + lam)`` (the module doc); both 0 where ``n < 2``.
     """
-    m = values.shape[-1]
-    pos = torch.arange(m, device=values.device)
-    n = count.to(torch.float64)[..., None]  # [..., 1]
-    y = torch.where(pos < count[..., None], values.to(torch.float64), 0.0)  # [..., M]
-    head = y.cumsum(-1)  # S_1 at s = pos + 1
-    total = head[..., -1:]
+    n, s, head, total = split_sums(values, count)  # S_1 = head at each s
     tail = total - head  # S_2
-    s = (pos + 1).to(torch.float64)
-    rest = n - s  # n - s
+    rest = n - s
     log_bf = (
         head.square() / (s + lam) + tail.square() / (rest + lam) - total.square() / (n + lam)
     ) / (2.0 * sigma2) + 0.5 * torch.log(lam * (n + lam) / ((s + lam) * (rest + lam)))

@@ -50,16 +50,23 @@ def gaussian_glr_split(
     return best.clamp_min(0.0), torch.where(count >= 2, where + 1, 0)
 
 
-def _split_statistics(values: Tensor, count: Tensor, sigma2: float) -> Tensor:
-    """``G(s)`` at every position ``s = 1 .. M`` (``[..., M]`` float64), -1 where
-    ``s >= n`` (no split there)."""
+def split_sums(values: Tensor, count: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """What every split point of a sequence is read from: ``(n [..., 1], s [M], head [...,
+    M], total [..., 1])``, float64: the count, the split positions ``s = 1 .. M``, the sums
+    of ``y_1..y_s`` and of all ``n`` observations (the first ``count`` of ``values [...,
+    M]`` are read, the rest never: a NaN there does not leak in)."""
     m = values.shape[-1]
     pos = torch.arange(m, device=values.device)
     n = count.to(torch.float64)[..., None]  # [..., 1]
     y = torch.where(pos < count[..., None], values.to(torch.float64), 0.0)  # [..., M]
-    prefix = y.cumsum(-1)  # sum of y_1..y_s for s = pos + 1
-    total = prefix[..., -1:]  # [..., 1]
-    s = (pos + 1).to(torch.float64)
+    head = y.cumsum(-1)  # sum of y_1..y_s for s = pos + 1
+    return n, (pos + 1).to(torch.float64), head, head[..., -1:]
+
+
+def _split_statistics(values: Tensor, count: Tensor, sigma2: float) -> Tensor:
+    """``G(s)`` at every position ``s = 1 .. M`` (``[..., M]`` float64), -1 where
+    ``s >= n`` (no split there)."""
+    n, s, prefix, total = split_sums(values, count)
     rest = (n - s).clamp_min(1.0)
     gap = prefix / s - (total - prefix) / rest  # mu_{1:s} - mu_{s+1:n}
     stat = s * rest / n.clamp_min(1.0) * gap.square() / (2.0 * sigma2)
@@ -72,4 +79,4 @@ def glr_threshold(count: Tensor, delta: float) -> Tensor:
     return math.log(3.0 / delta) + 1.5 * n.log()
 
 
-__all__ = ["gaussian_glr", "gaussian_glr_split", "glr_threshold"]
+__all__ = ["gaussian_glr", "gaussian_glr_split", "glr_threshold", "split_sums"]
