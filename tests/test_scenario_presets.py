@@ -36,3 +36,19 @@ def test_without_a_scenario_the_preset_is_unchanged():
     plain = compose_config("simulate", ["experiment=routerbench_leaderboard"])
     assert "scenario" not in plain.env
     assert plain.out_dir == "outputs/routerbench_leaderboard"
+
+
+@pytest.mark.parametrize("preset", LEADERBOARDS)
+def test_each_leaderboards_lists_are_candidates_its_learners_accept(preset):
+    """Every list-valued change option of a leaderboard is a product of candidates that each
+    learner class accepts (``candidates_of`` checks them as a run does at its start): a
+    preset that offered, say, the soft shift beside a forgetting ``gamma`` list would be
+    refused here, not after minutes of a run."""
+    from torchroute.run.choose_on_validation import all_candidates
+    from torchroute.run.options import RunOptions
+
+    opts = RunOptions.from_config(compose_config("simulate", [f"experiment={preset}"]))
+    found = all_candidates(opts)
+    assert {"residual_linucb", "residual_lints", "static_refit"} <= set(found)
+    for cand in found.values():
+        assert cand.points and all(set(p) == set(cand.keys) for p in cand.points)
