@@ -7,8 +7,13 @@ The reference is the same configuration run in this process, one learner after t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import subprocess
+import sys
+import time
 from typing import ClassVar
 
 import pandas as pd
@@ -19,7 +24,7 @@ from tests.conftest import tiny_run_config
 from torchroute.checkpoint import load_checkpoint
 from torchroute.learners import EpsilonGreedy
 from torchroute.run import ConfigError, run_config
-from torchroute.run.jobs import threads_per_job
+from torchroute.run.jobs import PARENT_CHECK_S, threads_per_job
 
 
 def _node(target: str, **hparams) -> dict:
@@ -195,3 +200,56 @@ def test_a_resumed_learner_left_alone_runs_with_a_workers_threads(tmp_path):
         assert torch.get_num_threads() == 4  # restored
     finally:
         torch.set_num_threads(before)
+
+
+def _record_pid_and_wait(folder: str, name: str) -> None:
+    """A worker's call: write its pid to ``folder/name.pid``, then wait far longer than
+    any test (a learner still running when its parent is killed)."""
+    path = os.path.join(folder, f"{name}.pid")
+    with open(path + ".part", "w") as handle:
+        handle.write(str(os.getpid()))
+    os.replace(path + ".part", path)
+    time.sleep(600)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a POSIX parent-death test")
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    """A parent killed by SIGTERM (no time to shut its pool down) leaves no worker behind:
+    both workers, busy in a call, are gone within a few checks of their parent's end."""
+    script = (
+        "import sys\n"
+        "from torchroute.run.jobs import map_in_processes\n"
+        "from tests.test_jobs import _record_pid_and_wait\n"
+        f"map_in_processes(_record_pid_and_wait, {str(tmp_path)!r}, ['a', 'b'], 2)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        pids = []
+        while time.monotonic() < deadline and len(pids) < 2:
+            pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
+            time.sleep(0.2)
+        assert len(pids) == 2, "the workers did not start"
+        assert all(_alive(pid) for pid in pids)
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 15 * PARENT_CHECK_S
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in pids), "a worker outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid_file in tmp_path.glob("*.pid"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -12,12 +12,21 @@ with the same number of threads.
 The workers receive the env's tensors in shared memory (torch's pickling for processes),
 one copy for all of them: an env keeps what a run writes (e.g. a scenario's per-round
 trace) in tensors the run allocates, never in place in the tensors it was built with.
+
+A worker ends with the process that started it: a parent killed by a signal that leaves
+it no time to shut its pool down (``kill``'s ``SIGTERM``, ``SIGKILL``, out of memory)
+would otherwise leave its workers waiting for work that never comes, each holding its
+copy of the learners and the env; a worker checks every :data:`PARENT_CHECK_S` seconds
+that its parent is alive and exits when it is not.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -33,6 +42,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _payload: Any = None  # the worker's Job, set once by _start_worker
+#: how often a worker checks that the process that started it is alive, in seconds
+PARENT_CHECK_S = 1.0
 
 
 def threads_per_job(jobs: int, threads: int | None = None) -> int:
@@ -60,13 +71,24 @@ def worker_threads(jobs: int, learners: int) -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
-def _start_worker(payload: Any, threads: int, level: int) -> None:
+def _start_worker(payload: Any, threads: int, level: int, parent: int) -> None:
     global _payload
+    watch = threading.Thread(target=_exit_with, args=(parent,), name="parent-watch", daemon=True)
+    watch.start()
     torch.set_num_threads(threads)
     handler = logging.StreamHandler()
     handler.setFormatter(ConsoleFormatter(verbose=level <= logging.DEBUG))
     logging.basicConfig(level=level, handlers=[handler])
     _payload = payload
+
+
+def _exit_with(parent: int) -> None:
+    """Exit this worker at once (status 1) when ``parent`` (the pid of the process that
+    started it) is no longer its parent: that process has ended (its orphans are adopted by
+    another process), before this worker started or since."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def _call(fn: Callable[[Any, str], T], name: str) -> T:
@@ -96,7 +118,7 @@ def map_in_processes(
         max_workers=workers,
         mp_context=context,
         initializer=_start_worker,
-        initargs=(payload, threads, level),
+        initargs=(payload, threads, level, os.getpid()),
     ) as pool:
         futures = {pool.submit(_call, fn, name): name for name in names}
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
@@ -127,4 +149,4 @@ def _finished(future: Any) -> bool:
     return future.done() and not future.cancelled() and future.exception() is None
 
 
-__all__ = ["map_in_processes", "threads_per_job", "worker_threads"]
+__all__ = ["PARENT_CHECK_S", "map_in_processes", "threads_per_job", "worker_threads"]
