@@ -223,12 +223,13 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(sys.platform == "win32", reason="a POSIX parent-death test")
 def test_workers_exit_when_their_parent_is_killed(tmp_path):
     """A parent killed by SIGTERM (no time to shut its pool down) leaves no worker behind:
-    both workers, busy in a call, are gone within a few checks of their parent's end."""
+    its worker, busy in a call, is gone within a few checks of its parent's end (one worker:
+    each starts alike, and one costs half the start-up of two)."""
     script = (
         "import sys\n"
         "from torchroute.run.jobs import map_in_processes\n"
         "from tests.test_jobs import _record_pid_and_wait\n"
-        f"map_in_processes(_record_pid_and_wait, {str(tmp_path)!r}, ['a', 'b'], 2)\n"
+        f"map_in_processes(_record_pid_and_wait, {str(tmp_path)!r}, ['a'], 1)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -236,10 +237,10 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
     try:
         deadline = time.monotonic() + 120
         pids = []
-        while time.monotonic() < deadline and len(pids) < 2:
+        while time.monotonic() < deadline and not pids:
             pids = [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
             time.sleep(0.2)
-        assert len(pids) == 2, "the workers did not start"
+        assert len(pids) == 1, "the worker did not start"
         assert all(_alive(pid) for pid in pids)
         parent.send_signal(signal.SIGTERM)
         parent.wait(timeout=30)
