@@ -23,6 +23,8 @@ the posterior mean of the last segment's mean, had it started after ``s``, is
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -53,9 +55,7 @@ def one_change_posterior(
         head.square() / (s + lam) + tail.square() / (rest + lam) - total.square() / (n + lam)
     ) / (2.0 * sigma2) + 0.5 * torch.log(lam * (n + lam) / ((s + lam) * (rest + lam)))
     split = rest >= 1  # a change after s needs s < n
-    log_w = torch.where(
-        split, log_bf + torch.log(torch.tensor(hazard, dtype=torch.float64)), -torch.inf
-    )
+    log_w = torch.where(split, log_bf + math.log(hazard), -torch.inf)
     none = torch.zeros_like(n)  # the no-change weight, log 1
     p = torch.softmax(torch.cat([none, log_w], -1), -1)[..., 1:]  # [..., M]
     after = torch.where(split, tail / (rest + lam), 0.0)
