@@ -135,29 +135,31 @@ def test_the_starting_rho_is_the_brute_force_bisection_of_fixed_rhos(tmp_path):
     """The plan's starting rho: of the grid rhos, the one whose validation mean cost is the
     largest that is <= the budget, then REFINE_STEPS bisections towards the grid rho below
     it, each midpoint kept as the upper end when its validation cost is <= the budget;
-    found here by running each rho alone on each validation stream."""
+    found here by running each rho alone on each validation stream, the router built for
+    the budget (its candidate chosen for that cost)."""
     budgets = (1.5e-3, 5e-3)
     opts = RunOptions.from_config(_config(tmp_path / "run", f"budgets={list(budgets)}"))
     built = build(opts)
     plan = plan_pacing(opts, "knn_val", built)
     main = built.env.problem()
 
-    def validation_cost(rho: float) -> float:
+    def validation_cost(rho: float, budget: float) -> float:
         mean = 0.0
         for seed in (0, 1, 2):  # the validation streams, one at a time
             env = SingleChoiceEnv(
                 built.table, rho=[rho], seeds=[seed], split="val", features=built.features
             )
-            problem = replace(env.problem(), validation=main.validation)
+            spend = torch.tensor([budget], dtype=torch.float64)  # the trial's own budget
+            problem = replace(env.problem(), validation=main.validation, budget=spend)
             router = KNNScoreRouter.from_problem(problem, k=[10, 30])
             summary = simulate(router, env, progress=False).summary
             mean += float(summary["avg_cost"].iloc[0]) / 3
         return mean
 
     grid = rho_grid(budgets).tolist()
-    costs = [validation_cost(rho) for rho in grid]
     moved = 0
     for i, b in enumerate(budgets):
+        costs = [validation_cost(rho, b) for rho in grid]
         under = [(c, -j) for j, c in enumerate(costs) if c <= b]
         assert under  # both budgets have a grid rho within them
         j = -max(under)[1]
@@ -166,12 +168,12 @@ def test_the_starting_rho_is_the_brute_force_bisection_of_fixed_rhos(tmp_path):
             if low == high:
                 break
             mid = math.sqrt(low * high) if low > 0 else (low + high) / 2
-            if validation_cost(mid) <= b:
+            if validation_cost(mid, b) <= b:
                 high = mid
             else:
                 low = mid
         assert float(plan.rho[i]) == pytest.approx(high, rel=1e-6)
-        assert validation_cost(float(plan.rho[i])) <= b
+        assert validation_cost(float(plan.rho[i]), b) <= b
         moved += high != grid[j]
     assert moved  # a bisection step moved a start off the grid
     assert plan.rho[0] > plan.rho[1]  # the smaller budget starts dearer in rho

@@ -257,6 +257,10 @@ class Problem:
         validation: the validation split (full feedback, like ``train``), or ``None`` when
             the env has none; learners choose hyper-parameters on it, never on the replayed
             split.
+        budget: each trial's spend target ``[R]`` (mean cost per request, in the table's
+            cost unit) when a pacer sets its ``rho`` (``simulate``'s ``budgets``), or
+            ``None``; a learner may choose its hyper-parameters for that cost rather than
+            for the starting ``rho`` (the static score routers do).
 
     Example:
         >>> problem = env.problem()                              # doctest: +SKIP
@@ -278,6 +282,7 @@ class Problem:
     init_rng: TrialRNG | None = None
     hidden_arms: Tensor | None = None
     validation: TrainSplit | None = None
+    budget: Tensor | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.rho.shape) != (self.num_trials,):
@@ -290,6 +295,13 @@ class Problem:
                     f"Problem.labels[{name!r}] must be [R={self.num_trials}], "
                     f"got {tuple(value.shape)}"
                 )
+        if self.budget is not None and (
+            tuple(self.budget.shape) != (self.num_trials,) or not bool((self.budget > 0).all())
+        ):
+            raise InputError(
+                f"Problem.budget must be [R={self.num_trials}] values > 0, got shape "
+                f"{tuple(self.budget.shape)}"
+            )
         if self.init_rng is not None and self.init_rng.num_trials != self.num_trials:
             raise InputError(
                 f"Problem.init_rng holds {self.init_rng.num_trials} trials, expected "

@@ -177,3 +177,15 @@ def test_a_run_hands_the_changed_problems_to_static_refit(tmp_path):
     # the best model scores 0 after the change: the stale router keeps routing to it, the
     # refit (which without the changed problems would be the kNN router) does not
     assert by.loc["refit", "avg_utility_after"] > by.loc["knn", "avg_utility_after"] + 0.1
+
+
+def test_each_change_group_keeps_its_trials_budgets():
+    """A paced run's trials carry their budgets (``Problem.budget``) into the problems after
+    the change, each group its own trials'."""
+    table = make_priced_table(n=90)
+    env = _env(table, [{"kind": "drift", "arm": "best", "at": 0.5, "score_shift": -0.3}])
+    budget = torch.tensor([1e-3, 2e-3, 3e-3], dtype=torch.float64)
+    changed = env.with_rho(env.rho, budget).after_change()
+    for trials, part in changed.groups:
+        assert part.budget.tolist() == [budget[int(t)].item() for t in trials]
+    assert all(part.budget is None for _, part in env.after_change().groups)

@@ -76,6 +76,9 @@ def after_change(
             labels={k: v[idx] for k, v in problem.labels.items()},
             init_rng=None,
             hidden_arms=None,
+            budget=None
+            if problem.budget is None
+            else problem.budget[idx.to(problem.budget.device)],
         )
         groups.append((trials, part))
     return AfterChange(scenario.change, tuple(groups))

@@ -190,6 +190,7 @@ class SingleChoiceEnv(Env):
         self._scores = table.scores.to(device=device, dtype=dtype)  # [n, K]
         self._costs = table.costs.to(device=device, dtype=dtype)  # [n, K]
         self.rho = rho_t.to(device=device, dtype=dtype)  # [R]
+        self.budget: Tensor | None = None  # [R] float64 spend targets (with_rho), or None
         # Per-arm score and cost sums over the first ``_arm_rounds`` rounds of each stream,
         # a cache that lets ``summarize`` add only the rounds played since its last call.
         self._arm_rounds = 0
@@ -262,6 +263,8 @@ class SingleChoiceEnv(Env):
         env._stream, env.rho, env._arm_sums = self._stream[on], self.rho[on], self._arm_sums[:, on]
         if self._rho_slot is not None:
             env._rho_slot = self._rho_slot[on]
+        if self.budget is not None:
+            env.budget = self.budget[on]
         if self.scenario is not None:
             env.scenario = self.scenario.select(on)
             env._trace = self._trace[on]
@@ -270,14 +273,23 @@ class SingleChoiceEnv(Env):
             env.feedback_arrives = env.feedback_schedule.arrives
         return env
 
-    def with_rho(self, rho: Tensor) -> SingleChoiceEnv:
+    def with_rho(self, rho: Tensor, budget: Tensor | None = None) -> SingleChoiceEnv:
         """The same trials (streams, seeds, feedback) with other trade-offs ``rho [R]``
-        (``>= 0``): a budget's starting rho, chosen per learner. The tensors are shared."""
+        (``>= 0``): a budget's starting rho, chosen per learner; with ``budget [R]`` (each
+        trial's spend target) the problem says it (``Problem.budget``). The tensors are
+        shared."""
         rho = torch.as_tensor(rho).reshape(-1)
         if rho.numel() != self.num_trials:
             raise ValueError(f"rho must have R={self.num_trials} entries, got {rho.numel()}")
         env = copy.copy(self)
         env.rho = rho.to(device=self.rho.device, dtype=self.rho.dtype)
+        if budget is not None:
+            budget = torch.as_tensor(budget, dtype=torch.float64).reshape(-1)
+            if budget.numel() != self.num_trials:
+                raise ValueError(
+                    f"budget must have R={self.num_trials} entries, got {budget.numel()}"
+                )
+            env.budget = budget.to(self.rho.device)
         return env
 
     def problem(self) -> Problem:
@@ -310,6 +322,7 @@ class SingleChoiceEnv(Env):
             dtype=self.dtype,
             validation=validation,
             hidden_arms=hidden,
+            budget=self.budget,
         )
 
     def after_change(self) -> AfterChange | None:

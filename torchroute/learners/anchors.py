@@ -11,7 +11,10 @@ The hyper-parameter candidates (a list) are scored on the validation split
 (``Problem.validation``; without one, on a seeded 20% of the train rows held out from the
 fit, :func:`held_out`): each trial keeps the candidate whose router has the highest mean
 validation utility for its own ``rho``, and reports that mean as ``val_utility [R]`` (a
-``results.csv`` column; NaN with a single candidate and no validation split). Fitting is
+``results.csv`` column; NaN with a single candidate and no validation split); a trial with
+a spend target (``Problem.budget``, a paced trial) takes the candidate of the best
+validation quality at that cost instead where it is better by one standard error
+(:meth:`_FittedRouter.choose_for_budget`). Fitting is
 full-batch Adam in torch, every candidate (and, for the best-arm classifier, every
 distinct set of labels) at once. A score fit does not depend on the trials: it runs once
 per process for a config and train split (:mod:`torchroute.learners.fits`), so the
@@ -45,6 +48,13 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from torchroute.functional.availability import mask_scores
+from torchroute.functional.budget_choice import (
+    budget_bracket,
+    budget_rho_grid,
+    choose_for_budget,
+    cost_quality_curves,
+    quality_at_budget,
+)
 from torchroute.functional.cost_ridge import fit_cost_ridge, predict_costs
 from torchroute.functional.cost_ridge import with_bias as _with_bias
 from torchroute.functional.distinct_rows import distinct_rows
@@ -97,6 +107,7 @@ class _FittedRouter(_StaticRouter):
     #: (:func:`~torchroute.functional.distinct_rows.distinct_rows`): set where a query's
     #: scores cost far more than finding the distinct rows (the kNN router's search)
     scores_per_row: ClassVar[bool] = False
+    chooses_for_budget = True  # its candidate: :meth:`choose_for_budget`
 
     def __init__(self, num_trials: int, num_arms: int, dim: int, rho: Tensor, train: TrainSplit):
         super().__init__(num_trials, num_arms, rho)
@@ -120,6 +131,8 @@ class _FittedRouter(_StaticRouter):
         train = problem.require_train(cls.__name__)
         router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
                      problem.validation, **hp)  # fmt: skip
+        if problem.budget is not None and problem.validation is not None and cls.per_request_rho:
+            router.choose_for_budget(problem.validation, problem.budget)
         return router.hide(problem.hidden_arms)
 
     def _grid(
@@ -172,6 +185,34 @@ class _FittedRouter(_StaticRouter):
             mean = self.candidate_utility(validation, rho.float())  # [C, R]
         self.choice = mean.argmax(0)  # [R], the first of equal values
         self.val_utility = mean.gather(0, self.choice[None])[0]
+        return self.choice
+
+    def choose_for_budget(self, validation: TrainSplit, budget: Tensor) -> Tensor:
+        """Each trial's candidate for its spend target ``budget [R]`` (mean cost per
+        request, ``Problem.budget``). A pacer moves the trial's ``rho`` until it spends
+        its budget, so the candidate best at the trial's starting ``rho`` (:meth:`choose`,
+        the incumbent) need not be the best at that cost: another is taken where its
+        validation quality at the budget is better by more than one standard error
+        (:mod:`~torchroute.functional.budget_choice`: each candidate's cost-quality curve
+        over a grid of ``rho``, read at the budget). ``val_utility`` stays the chosen
+        candidate's mean validation utility at the trial's ``rho``. Returns the choice
+        ``[R]``."""
+        with torch.no_grad():
+            x = validation.features.float()
+            budgets, budget_of = budget.double().unique(return_inverse=True)  # [N], [R]
+            rho = budget_rho_grid(budgets)
+            predicted, priced = self.candidate_scores(x), self.costs(x)
+            cost, _ = cost_quality_curves(
+                predicted, priced, validation.scores, validation.costs, rho
+            )  # [C, G]
+            bracket = budget_bracket(cost, budgets)
+            per_query = quality_at_budget(predicted, priced, validation.scores, rho, bracket)
+            choice = choose_for_budget(
+                per_query, bracket[3], cost.amin(1), self.choice, budget_of.to(self.choice.device)
+            )
+            self.choice = choice.to(self.choice.device)
+            utility = self.candidate_utility(validation, self.rho.float())  # [C, R]
+            self.val_utility = utility.gather(0, self.choice[None])[0]
         return self.choice
 
     def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:

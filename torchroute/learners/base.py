@@ -132,6 +132,12 @@ class Learner(KnownPrices, nn.Module):
     #: learnt or fitted the utility at its trial's rho) is refused a stream whose requests
     #: carry other rhos. The ridge learners say it per instance (``objective``).
     per_request_rho: ClassVar[bool] = False
+    #: whether one built for a spend target (``Problem.budget``: a paced trial) may decide
+    #: otherwise than one built for its starting rho alone (a static score router chooses
+    #: its candidate for the budget; a learner on such a router inherits that): a budget
+    #: run replays the validation split at each grid rho once per budget for it, once for
+    #: all budgets otherwise
+    chooses_for_budget: ClassVar[bool] = False
     #: what its warm-start rows hold (:func:`torchroute.run.warm.warm_rows`): each trial's
     #: ``"utility"``, or the quality ``"score"`` (``objective: quality_cost``)
     warm_target: ClassVar[str] = "utility"

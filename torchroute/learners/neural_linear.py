@@ -85,6 +85,7 @@ class _NeuralLinear(ScoredArgmax):
     starts_warm: ClassVar[bool] = True  # the representation and the heads learn on train
     reads_prices: ClassVar[bool] = True  # through its base router's costs (_costs)
     per_request_rho: ClassVar[bool] = True  # the heads learn the quality: any rho per request
+    chooses_for_budget: ClassVar[bool] = True  # its base router's candidate
     #: the head learners: plain, discounted, sliding window (set by subclasses)
     _kinds: ClassVar[tuple[type, type, type]]
 

@@ -164,6 +164,7 @@ class _Residual(ScoredArgmax):
     reads_prices: ClassVar[bool] = True  # through its base router's costs (base_value)
     starts_warm: ClassVar[bool] = True  # its base router is fitted on the train split
     per_request_rho: ClassVar[bool] = True  # it learns the quality: any rho per request
+    chooses_for_budget: ClassVar[bool] = True  # its base router's candidate
     # how far and how fast to leave the base router: chosen on the validation stream with the
     # run's scenario replayed (a list of values; one value: used as given)
     chosen_on_validation: ClassVar[tuple[str, ...]] = ("base", "lam", "gamma", "window")

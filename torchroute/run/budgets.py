@@ -8,18 +8,25 @@ seeds 0, 1, 2, at most as many rounds as the run has; never the test split):
 
 1. **The starting rho.** The learner replays the split at every rho of a fixed grid
    (:func:`rho_grid`: 0 and :data:`GRID_POINTS` geometric values from ``1e-3 / max(b)`` to
-   ``1e2 / min(b)``, i.e. ``rho * b`` from ``1e-3`` to ``1e2`` for every budget); a
+   ``1e2 / min(b)``, i.e. ``rho * b`` from ``1e-3`` to ``1e2`` for every budget). Every
+   replayed trial carries its budget (``Problem.budget``); a learner that may choose its
+   options for it (:attr:`~torchroute.learners.base.Learner.chooses_for_budget`: a static
+   score router may take the candidate of the best validation quality at that cost,
+   :meth:`~torchroute.learners.anchors._FittedRouter.choose_for_budget`, and a learner on
+   such a router inherits it) replays the grid once per budget, so that the cost of a
+   grid rho is that of the router the budget's trials run; any other once for all. A
    budget's grid rho is the one whose validation mean cost (over the streams) is closest
-   below the budget (the largest mean cost ``<= b``, the smallest such rho; the largest rho
-   when none is that cheap). The starting rho then bisects, for :data:`REFINE_STEPS`
+   below the budget (the largest mean cost ``<= b``, the smallest such rho; the largest
+   rho when none is that cheap). The starting rho then bisects, for :data:`REFINE_STEPS`
    steps, between that grid rho and the grid rho below it (geometric midpoints, all
    budgets in one replay per step): a midpoint whose validation mean cost is ``<= b``
    becomes the upper end, else the lower; the start is the final upper end, a rho whose
    validation cost is within the budget, 1/16 of a grid step (in log rho) from one that
    spends more than the budget (where the grid rho below spends more). A start near the
    budget leaves the pacer little to correct, and a static router's options chosen on
-   validation for its trial's rho (``k``, a weight decay) are chosen near the rho it
-   will run at, not at a grid point that spends far less.
+   validation for its trial's rho (``k``, a weight decay; the incumbent of its choice
+   for the budget) are chosen near the rho it will run at, not at a grid point that
+   spends far less.
 2. **The step size.** The learner replays the split under each budget with the pacer for
    each step of :data:`ETAS`, starting from half of 1.'s rho (:data:`LOW_START`: a start
    that spends too much, as a validation split cheaper than the stream would give; the
@@ -207,11 +214,24 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     assert opts.budgets is not None and built.env is not None
     budgets = torch.tensor(opts.budgets, dtype=torch.float64)  # [N]
     grid = rho_grid(opts.budgets)  # [G]
-    s = VALIDATION_STREAMS
-    fixed = _replay(opts, name, built, grid.repeat_interleave(s), None)
-    cost = torch.tensor(fixed["avg_cost"].to_numpy()).view(-1, s).mean(1)  # [G]
+    s, n, g = VALIDATION_STREAMS, len(budgets), len(grid)
+    # every grid rho once per budget where the learner may choose its options for its
+    # budget, else once for all (the trials then carry the largest budget, unread)
+    cls = learner_class(opts.learners[name])
+    each = n if cls is None or cls.chooses_for_budget else 1
+    fixed = _replay(
+        opts,
+        name,
+        built,
+        grid.repeat_interleave(s).repeat(each),
+        None,
+        budgets[-each:].repeat_interleave(g * s),
+    )
+    costs = torch.tensor(fixed["avg_cost"].to_numpy()).view(each, g, s).mean(-1)  # [each, G]
+    costs = costs.expand(n, g)
     below, above = torch.empty_like(budgets), torch.empty_like(budgets)
     for i, b in enumerate(budgets):  # set-up, not the hot path
+        cost = costs[i]
         under = cost <= b
         if bool(under.any()):
             j = int(torch.where(under, cost, torch.tensor(-torch.inf)).argmax())
@@ -220,11 +240,11 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
             above[i] = below[i] = grid[-1]
     start = _refine(opts, name, built, budgets, below, above)
     etas = torch.tensor(ETAS, dtype=torch.float64)
-    n, e = len(budgets), len(etas)
+    e = len(etas)
     low = start * LOW_START  # a start that spends too much: the step must recover from it
     pairs = (budgets.repeat_interleave(e), low.repeat_interleave(e), etas.repeat(n))
     plan = PacingPlan(*(p.repeat_interleave(s) for p in pairs))
-    paced = _replay(opts, name, built, plan.rho, plan)
+    paced = _replay(opts, name, built, plan.rho, plan, plan.budget)
     over = torch.tensor(paced["budget_overrun_after_warmup"].to_numpy()).view(n, e, s)
     quality = torch.tensor(paced["accuracy"].to_numpy()).view(n, e, s)
     best = choose_step(over, quality)
@@ -278,17 +298,28 @@ def _refine(
     for _ in range(REFINE_STEPS):
         mid = torch.where(low > 0, (low * high).sqrt(), (low + high) / 2)
         mid = torch.where(low == high, high, mid)
-        fixed = _replay(opts, name, built, mid.repeat_interleave(s), None)
+        fixed = _replay(
+            opts, name, built, mid.repeat_interleave(s), None, budgets.repeat_interleave(s)
+        )
         cost = torch.tensor(fixed["avg_cost"].to_numpy()).view(-1, s).mean(1)  # [N]
         under = cost <= budgets
         high, low = torch.where(under, mid, high), torch.where(under, low, mid)
     return high
 
 
-def _replay(opts: RunOptions, name: str, built: Built, rho: Tensor, plan: PacingPlan | None) -> Any:
+def _replay(
+    opts: RunOptions,
+    name: str,
+    built: Built,
+    rho: Tensor,
+    plan: PacingPlan | None,
+    budget: Tensor,
+) -> Any:
     """Learner ``name`` replaying the validation split as a stream, one trial per entry of
-    ``rho [M]`` (fixed, or paced by ``plan``); the summary frame."""
-    env = _validation_env(built, rho, opts.dtype)
+    ``rho [M]`` (fixed, or paced by ``plan``), each for its spend target ``budget [M]``
+    (``Problem.budget``: what the learner may choose its options for); the summary
+    frame."""
+    env = _validation_env(built, rho, opts.dtype).with_rho(rho, budget)  # type: ignore[attr-defined]
     main = built.env.problem()  # the run's problem: its validation split (not replayed)
     problem = replace(env.problem(), validation=main.validation)
     learner = build_learner(opts.learners[name], problem, name, opts.loop_seed, None, warm=True)

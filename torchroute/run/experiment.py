@@ -105,10 +105,14 @@ class Job:
 
     def learner_env(self, name: str, piece: Piece) -> Env:
         """The env learner ``name`` runs ``piece`` on: with budgets, each trial at the
-        starting rho of the learner's pacing plan."""
+        starting rho of the learner's pacing plan, its budget in the problem
+        (``Problem.budget``)."""
         env = self.piece_env(piece)
         plan = self.plans.get(name)
-        return env if plan is None else env.with_rho(plan.select(piece.index).rho)  # type: ignore[attr-defined]
+        if plan is None:
+            return env
+        mine = plan.select(piece.index)
+        return env.with_rho(mine.rho, mine.budget)  # type: ignore[attr-defined]
 
     def learner(
         self, name: str, env: Env, piece: Piece, trials: Sequence[int] | None = None

@@ -25,7 +25,7 @@ _SUBSET_TRIAL_FIELDS = ("costs", "lower", "upper")
 
 def problem_state(problem: Problem) -> dict[str, Any]:
     """``problem`` as tensors, strings and numbers (on the CPU; ``init_rng`` left out;
-    ``hidden_arms`` only when a scenario set it).
+    ``hidden_arms`` only when a scenario set it, ``budget`` only when a pacer's).
 
     A :class:`~torchroute.envs.subset.SubsetProblem` also keeps its draws, cost vectors,
     target box, facets and context names (``subset``); another subclass's extra fields are
@@ -40,8 +40,10 @@ def problem_state(problem: Problem) -> dict[str, Any]:
     if isinstance(problem, SubsetProblem):
         subset = {k: _cpu(getattr(problem, k)) for k in _SUBSET_FIELDS}
         subset["context_names"] = list(problem.context_names)
-    hidden = {} if problem.hidden_arms is None else {"hidden_arms": _cpu(problem.hidden_arms)}
-    return hidden | {
+    optional = {} if problem.hidden_arms is None else {"hidden_arms": _cpu(problem.hidden_arms)}
+    if problem.budget is not None:
+        optional["budget"] = _cpu(problem.budget)
+    return optional | {
         "subset": subset,
         "kind": type(problem).__name__,
         "num_trials": problem.num_trials,
@@ -95,6 +97,7 @@ def problem_from_state(state: dict[str, Any]) -> Problem:
         dtype=getattr(torch, str(state.get("dtype", "float32"))),
         labels=dict(state.get("labels") or {}),
         hidden_arms=state.get("hidden_arms"),
+        budget=state.get("budget"),
         **extra,
     )
 
@@ -107,8 +110,10 @@ def trial_problem(problem: Problem, trial: int) -> Problem:
         for k in _SUBSET_TRIAL_FIELDS
         if isinstance(getattr(problem, k, None), torch.Tensor)
     }
-    if problem.hidden_arms is not None:
-        per_trial["hidden_arms"] = problem.hidden_arms[index].clone()
+    for name in ("hidden_arms", "budget"):
+        value = getattr(problem, name)
+        if value is not None:
+            per_trial[name] = value[index].clone()
     return dataclasses.replace(
         problem,
         **per_trial,
