@@ -182,12 +182,13 @@ def test_the_grid_is_replayed_per_budget_only_for_a_learner_that_chooses_for_it(
     from tests.conftest import LINUCB_NODE
     from tests.test_budgets import KNN, _config
     from torchroute.learners import LinUCB
-    from torchroute.learners.anchors import _FittedRouter
+    from torchroute.learners.anchors import BestArmClassifier, _FittedRouter
     from torchroute.run import budgets as budgets_module
     from torchroute.run.build import build
     from torchroute.run.options import RunOptions
 
     assert _FittedRouter.chooses_for_budget and not LinUCB.chooses_for_budget
+    assert not BestArmClassifier.chooses_for_budget  # never paced
     seen: list[int] = []
     replay = budgets_module._replay
 

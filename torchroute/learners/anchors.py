@@ -131,7 +131,7 @@ class _FittedRouter(_StaticRouter):
         train = problem.require_train(cls.__name__)
         router = cls(problem.num_trials, problem.num_arms, problem.dim, problem.rho, train,
                      problem.validation, **hp)  # fmt: skip
-        if problem.budget is not None and problem.validation is not None and cls.per_request_rho:
+        if problem.budget is not None and problem.validation is not None and cls.chooses_for_budget:
             router.choose_for_budget(problem.validation, problem.budget)
         return router.hide(problem.hidden_arms)
 
@@ -580,6 +580,7 @@ class BestArmClassifier(_FittedRouter):
     """
 
     per_request_rho = False
+    chooses_for_budget = False  # never paced: its labels are its trial's rho's
 
     def __init__(
         self,
