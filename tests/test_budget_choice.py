@@ -82,6 +82,26 @@ def test_the_curve_read_at_a_budget_is_linear_in_cost_between_the_crossing_point
     assert bool(bracket[3][:, -1].all()) and bool((bracket[0][:, -1] == 0).all())
 
 
+def test_small_blocks_give_the_same_curves_and_readings(monkeypatch):
+    """The rhos and budgets are decided in blocks of at most BLOCK_ELEMENTS elements: a
+    block of one rho or one budget at a time gives the same numbers."""
+    from torchroute.functional import budget_choice
+
+    predicted, priced, scores, costs = _random_case(2)
+    rho = budget_rho_grid(torch.tensor([2e-4, 1e-3, 4e-3]), points=23)
+    budgets = torch.tensor([2e-4, 1e-3, 4e-3], dtype=torch.float64)
+
+    def everything():
+        cost, quality = cost_quality_curves(predicted, priced, scores, costs, rho)
+        bracket = budget_bracket(cost, budgets)
+        return cost, quality, quality_at_budget(predicted, priced, scores, rho, bracket)
+
+    whole = everything()
+    monkeypatch.setattr(budget_choice, "BLOCK_ELEMENTS", 1)
+    for want, got in zip(whole, everything(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_the_incumbent_stays_unless_another_is_better_by_one_standard_error():
     m = 100
     flat = torch.full((m,), 0.5, dtype=torch.float64)

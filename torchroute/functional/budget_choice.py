@@ -36,6 +36,13 @@ from torch import Tensor
 
 #: the geometric points of :func:`budget_rho_grid` (besides 0)
 GRID_POINTS = 512
+#: the most elements of a ``[C, rhos, m, K]`` block decided at once (128 MB in float64)
+BLOCK_ELEMENTS = 2**24
+
+
+def _block(per_row: int, rows: int) -> int:
+    """How many of ``rows`` to take at once when each costs ``per_row`` elements."""
+    return max(1, min(rows, BLOCK_ELEMENTS // max(1, per_row)))
 
 
 def budget_rho_grid(budget: Tensor, points: int = GRID_POINTS) -> Tensor:
@@ -60,7 +67,7 @@ def cost_quality_curves(
     scores: Tensor,
     costs: Tensor,
     rho: Tensor,
-    chunk: int = 32,
+    chunk: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Each candidate's mean cost and mean score on a split at every ``rho`` of a grid.
 
@@ -71,7 +78,8 @@ def cost_quality_curves(
         scores: ``[m, K]`` the split's true scores.
         costs: ``[m, K]`` the split's true costs.
         rho: ``[G]`` the trade-offs (``>= 0``).
-        chunk: how many ``rho`` are decided at once (memory ``C x chunk x m x K``).
+        chunk: how many ``rho`` are decided at once (memory ``C x chunk x m x K``); by
+            default as many as keep that within :data:`BLOCK_ELEMENTS`.
 
     Returns:
         ``(cost [C, G], quality [C, G])`` float64: the mean true cost and score of the arms
@@ -81,6 +89,7 @@ def cost_quality_curves(
     pred, priced = predicted.double(), router_costs.double()
     truth = torch.stack([scores.double(), costs.double()])  # [2, m, K]
     out = []
+    chunk = chunk or _block(c * m * k, rho.numel())
     for lo in range(0, rho.numel(), chunk):  # set-up, not a per-round path
         r = rho[lo : lo + chunk].double().to(pred.device)
         pick = (pred[:, None] - r[None, :, None, None] * priced).argmax(-1)  # [C, g, m]
@@ -147,13 +156,19 @@ def quality_at_budget(
     truth = scores.double()
     grid = rho.double().to(pred.device)
 
-    def score_at(index: Tensor) -> Tensor:  # [C, N] grid indices -> [C, N, m]
-        r = grid[index][..., None, None]  # [C, N, 1, 1]
-        pick = (pred - r * priced).argmax(-1)  # [C, N, m]
+    def score_at(index: Tensor) -> Tensor:  # [C, n] grid indices -> [C, n, m]
+        r = grid[index][..., None, None]  # [C, n, 1, 1]
+        pick = (pred - r * priced).argmax(-1)  # [C, n, m]
         return truth.expand(*pick.shape, truth.shape[-1]).gather(-1, pick[..., None])[..., 0]
 
-    at, earlier = score_at(first), score_at(before)
-    return at + share[..., None] * (earlier - at)
+    c, n = first.shape
+    step = _block(c * truth.numel(), n)  # budgets at once, within BLOCK_ELEMENTS
+    out = []
+    for lo in range(0, n, step):  # set-up, not a per-round path
+        part = slice(lo, lo + step)
+        at, earlier = score_at(first[:, part]), score_at(before[:, part])
+        out.append(at + share[:, part, None] * (earlier - at))
+    return torch.cat(out, 1)
 
 
 def choose_for_budget(
@@ -192,6 +207,7 @@ def choose_for_budget(
 
 
 __all__ = [
+    "BLOCK_ELEMENTS",
     "budget_bracket",
     "budget_rho_grid",
     "choose_for_budget",
