@@ -11,7 +11,7 @@ until the router spends ``b``, so the candidate that matters is the one of the b
    the arms ``argmax_k y^_ck - rho c^_k`` of the split's queries (``y^_c`` the candidate's
    predicted scores, ``c^`` the router's costs), their mean true cost and mean true score
    (:func:`cost_quality_curves`);
-2. each curve read at cost ``b`` (:func:`quality_at_budget`): the smallest ``rho`` of the
+2. each curve read at cost ``b``: the smallest ``rho`` of the
    grid whose mean cost is ``<= b`` and the ``rho`` before it (which spends more than
    ``b``), the quality linear in cost between the two: what a pacer that moves ``rho``
    across that interval realises in expectation (a mix of the two routers' decisions).
