@@ -44,9 +44,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import ListConfig
 
 from torchroute.configs_path import compose_config
 from torchroute.run.build import build, build_learner
+from torchroute.run.classes import learner_class
 from torchroute.run.options import RunOptions
 from torchroute.serve import Router
 
@@ -64,20 +66,32 @@ def _router(node: dict, problem: Any, rho: float, name: str) -> Router:
     return Router(learner, lambda p: build_learner(node, p, name), one, seed=0)
 
 
+def _first_values(node: dict) -> dict:
+    """``node`` with each option a ``simulate`` run chooses on validation (the class's
+    ``chosen_on_validation``, given as a list in the preset: a change test, a discount)
+    at its first listed value: one learner is built here, on a stationary stream."""
+    keys = getattr(learner_class(node), "chosen_on_validation", ())
+    return {
+        k: (v[0] if k in keys and isinstance(v, (list, tuple, ListConfig)) else v)
+        for k, v in node.items()
+    }
+
+
 def _nodes(cfg: Any, args: argparse.Namespace) -> tuple[dict, dict, dict, dict]:
     """The config nodes of the one learner, the same-kind fixed-rho learner, the fixed-rho
     utility LinUCB and the base static router."""
     learners = cfg.learners
-    linucb = dict(learners["linucb_warm"])
+    linucb = _first_values(dict(learners["linucb_warm"]))
     static = dict(learners[args.base])
     if args.learner in RIDGE:
-        same = dict(learners[f"{args.learner}_warm"])
+        same = _first_values(dict(learners[f"{args.learner}_warm"]))
         one = {**same, "objective": "quality_cost", "cost_model": args.cost_model}
         if args.warm_weight is not None:
             one["warm_weight"] = args.warm_weight
         return one, same, linucb, static
     width = "alpha" if args.learner == "residual_linucb" else "v"
     same = {**dict(learners[args.learner]), "base": static, "lam": args.lam, width: args.alpha}
+    same = _first_values(same)
     return same, same, linucb, static
 
 
