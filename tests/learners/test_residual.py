@@ -289,3 +289,57 @@ def test_a_base_name_is_never_a_path_out_of_the_packaged_configs(tmp_path, build
     with pytest.raises(ValueError, match="base must name a static router config"):
         build(escape, problem, "Who")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("variant", "only_observed"),
+    [("ucb", True), ("ts-greedy", True), ("ucb-change", True), ("ucb-discounted", False)],
+)
+def test_a_trial_that_observes_nothing_keeps_its_state(variant, only_observed):
+    """``learns_only_observed`` (what late or partial feedback relies on): after a stream,
+    an update in which trial 0 observes nothing leaves every per-trial entry of trial 0's
+    state as it was (its round count aside), while trial 1 learns; a discounted correction
+    decays without an observation and does not claim it."""
+    builders = {
+        **VARIANTS,
+        "ucb-change": lambda base: ResidualLinUCB(
+            R,
+            K,
+            D,
+            base,
+            _train(False, torch.Generator().manual_seed(1)),
+            lam=100.0,
+            projection=0,
+            restart_delta=0.5,
+            change_hazard=0.01,
+        ),
+    }
+    base = _base("mlp")
+    learner = builders[variant](_base("mlp")).double()
+    assert learner.learns_only_observed is only_observed
+    if not only_observed:
+        return
+    _stream(learner, base.double(), rounds=40)
+    g = torch.Generator().manual_seed(11)
+    context = Context(x=_features(R, g).view(R, 1, D))
+    arm = torch.zeros(R, 1, dtype=torch.long)
+    observed = torch.nn.functional.one_hot(arm, K).bool()
+    observed[0] = False  # trial 0: its decision is never rated
+    score = torch.full((R, 1, K), 0.9, dtype=F64)
+    feedback = Feedback(
+        reward=torch.zeros(R, 1, K, dtype=F64),
+        observed=observed,
+        score=torch.where(observed, score, 0.0),
+        cost=torch.zeros(R, 1, K, dtype=F64),
+        only_played=True,
+    )
+    before = {k: v.clone() for k, v in learner.state_dict().items()}
+    learner.update(context, Decision(probs=observed.to(F64), action=arm), feedback)
+    after = learner.state_dict()
+    moved = []
+    for key, old in before.items():
+        if key.endswith("rounds") or old.dim() == 0 or old.shape[0] != R:
+            continue
+        assert torch.equal(after[key][0], old[0]), key  # trial 0: as it was
+        moved.append(not torch.equal(after[key][1], old[1]))
+    assert any(moved)  # trial 1 learnt from its rating

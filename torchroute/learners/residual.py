@@ -218,6 +218,9 @@ class _Residual(ScoredArgmax):
         )
         for key, value in score_hp.items():
             setattr(self, key, value)
+        # a trial with no observed cell keeps its correction (a plain ridge one: weights =
+        # observed), its change memory and its shift (both read the observed cells only)
+        self.learns_only_observed = bool(self.correction.learns_only_observed)
         self.spread = 0.0
         # the base's values and phi of a round's context, read by its act and its update
         self._base_memo: RoundMemo[tuple[Tensor, Tensor, Tensor]] = RoundMemo()
