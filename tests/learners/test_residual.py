@@ -343,3 +343,25 @@ def test_a_trial_that_observes_nothing_keeps_its_state(variant, only_observed):
         assert torch.equal(after[key][0], old[0]), key  # trial 0: as it was
         moved.append(not torch.equal(after[key][1], old[1]))
     assert any(moved)  # trial 1 learnt from its rating
+
+
+def test_a_policy_that_does_not_learn_online_learns_only_from_the_observed_cells():
+    """A fixed policy (a static router, ``static_refit``, ...) learns nothing from any
+    feedback, so late or partial feedback can mask it like a ridge learner: its update
+    leaves every entry of its state but the round count as it was."""
+    from torchroute.learners.base import FixedPolicy
+
+    base = _base("knn")
+    assert isinstance(base, FixedPolicy) and base.learns_only_observed
+    g = torch.Generator().manual_seed(4)
+    context = Context(x=_features(R, g).view(R, 1, D).float())
+    arm = torch.zeros(R, 1, dtype=torch.long)
+    observed = torch.nn.functional.one_hot(arm, K).bool()
+    feedback = Feedback(
+        reward=torch.ones(R, 1, K), observed=observed, score=torch.ones(R, 1, K),
+        cost=torch.zeros(R, 1, K), only_played=True,
+    )  # fmt: skip
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    base.update(context, Decision(probs=observed.float(), action=arm), feedback)
+    for key, value in base.state_dict().items():
+        assert key.endswith("rounds") or torch.equal(value, before[key]), key

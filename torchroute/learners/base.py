@@ -381,6 +381,7 @@ class FixedPolicy(Learner):
 
     learns_online = False
     role = "static"
+    learns_only_observed = True  # update changes nothing that decides (rounds aside)
 
     def update(
         self,
