@@ -45,20 +45,22 @@ def _block(per_row: int, rows: int) -> int:
     return max(1, min(rows, BLOCK_ELEMENTS // max(1, per_row)))
 
 
-def budget_rho_grid(budget: Tensor, points: int = GRID_POINTS) -> Tensor:
+def budget_rho_grid(
+    budget: Tensor,
+    points: int = GRID_POINTS,
+    span: tuple[float, float] = (1e-4, 1e3),
+    dtype: torch.dtype = torch.float64,
+) -> Tensor:
     """``[1 + points]`` float64: 0, then ``points`` geometric values from
-    ``1e-4 / max(budget)`` to ``1e3 / min(budget)`` (``budget [N] > 0``)."""
+    ``span[0] / max(budget)`` to ``span[1] / min(budget)`` (``budget [N] > 0``), i.e.
+    ``rho * b`` over ``span`` for every budget ``b``; the geometric points are computed in
+    ``dtype`` (the pacer's starting-rho grid keeps its float32 points)."""
     b = budget.double()
     if b.numel() == 0 or not bool((b > 0).all()):
         raise ValueError(f"budget_rho_grid: budgets must be > 0, got {b.tolist()}")
-    low, high = 1e-4 / float(b.max()), 1e3 / float(b.min())
-    geometric = torch.logspace(
-        torch.log10(torch.tensor(low, dtype=torch.float64)),
-        torch.log10(torch.tensor(high, dtype=torch.float64)),
-        points,
-        dtype=torch.float64,
-    )
-    return torch.cat([geometric.new_zeros(1), geometric])
+    ends = torch.tensor([span[0] / float(b.max()), span[1] / float(b.min())], dtype=dtype)
+    geometric = torch.logspace(*ends.log10(), points, dtype=dtype)
+    return torch.cat([geometric.new_zeros(1), geometric]).double()
 
 
 def cost_quality_curves(

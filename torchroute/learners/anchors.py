@@ -211,15 +211,22 @@ class _FittedRouter(_StaticRouter):
                 per_query, bracket[3], cost.amin(1), self.choice, budget_of.to(self.choice.device)
             )
             self.choice = choice.to(self.choice.device)
-            utility = self.candidate_utility(validation, self.rho.float())  # [C, R]
+            utility = self._utility_of(predicted, priced, validation, self.rho.float())
             self.val_utility = utility.gather(0, self.choice[None])[0]
         return self.choice
 
     def candidate_utility(self, validation: TrainSplit, rho: Tensor) -> Tensor:
         """Mean utility ``[C, R]`` of each candidate's choices on ``validation`` per trial."""
         x = validation.features.float()
-        pred = self.candidate_scores(x)  # [C, m, K]
-        value = pred[:, None] - rho[None, :, None, None] * self.costs(x)[None, None]
+        return self._utility_of(self.candidate_scores(x), self.costs(x), validation, rho)
+
+    @staticmethod
+    def _utility_of(
+        predicted: Tensor, priced: Tensor, validation: TrainSplit, rho: Tensor
+    ) -> Tensor:
+        """Mean utility ``[C, R]`` on ``validation`` of the arms ``argmax predicted -
+        rho priced`` (``predicted [C, m, K]``, ``priced [m, K]``, ``rho [R]``)."""
+        value = predicted[:, None] - rho[None, :, None, None] * priced[None, None]
         pick = value.argmax(-1, keepdim=True)  # [C, R, m, 1]
         return _mean_utility(validation, rho, pick)
 

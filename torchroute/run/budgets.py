@@ -62,6 +62,7 @@ from torch import Tensor
 
 from torchroute.envs.base import Env
 from torchroute.errors import ConfigError
+from torchroute.functional.budget_choice import budget_rho_grid
 from torchroute.functional.pacing import BudgetPacer
 from torchroute.learners.base import Learner
 from torchroute.loop import WARMUP_SHARE, simulate
@@ -134,11 +135,8 @@ def trial_budgets(opts: RunOptions) -> Tensor:
 def rho_grid(budgets: tuple[float, ...]) -> Tensor:
     """The starting-rho grid ``[1 + GRID_POINTS]`` (float64): 0, then geometric from
     ``1e-3 / max(budgets)`` to ``1e2 / min(budgets)``."""
-    low, high = 1e-3 / max(budgets), 1e2 / min(budgets)
-    points = torch.logspace(
-        torch.log10(torch.tensor(low)), torch.log10(torch.tensor(high)), GRID_POINTS
-    )
-    return torch.cat([torch.zeros(1), points]).double()
+    spend = torch.tensor(budgets, dtype=torch.float64)
+    return budget_rho_grid(spend, GRID_POINTS, (1e-3, 1e2), torch.float32)
 
 
 def check_budget_learners(opts: RunOptions) -> None:
@@ -216,7 +214,7 @@ def plan_pacing(opts: RunOptions, name: str, built: Built) -> PacingPlan:
     grid = rho_grid(opts.budgets)  # [G]
     s, n, g = VALIDATION_STREAMS, len(budgets), len(grid)
     # every grid rho once per budget where the learner may choose its options for its
-    # budget, else once for all (the trials then carry the largest budget, unread)
+    # budget, else once for all (the trials then carry the last budget, unread)
     cls = learner_class(opts.learners[name])
     each = n if cls is None or cls.chooses_for_budget else 1
     fixed = _replay(
