@@ -134,3 +134,19 @@ def test_initial_weights_follow_the_loop_seed_and_leave_the_global_rng_alone(tin
     for key in first:
         torch.testing.assert_close(first[key], again[key], rtol=0, atol=0)
     assert any(not torch.equal(first[k], other[k]) for k in first)
+
+
+@pytest.mark.parametrize(
+    "preset", ["routerbench_leaderboard", "openllm_leaderboard", "routerdc_leaderboard"]
+)
+def test_leaderboard_bases_are_the_regimes_baseline_with_the_mean_router_listed(preset):
+    """The learners built on a static router start from the regime's baseline (``base``
+    chosen as the report chooses it), and the mean router is among the routers they may
+    build on: where the baseline is the best single model, it is the one that plays it."""
+    cfg = compose_config("simulate", [f"experiment={preset}", "out_dir=x"])
+    assert list(cfg.choose_on_validation.as_baseline) == ["base"]
+    mean = OmegaConf.to_container(cfg.learners.mean, resolve=True)
+    assert mean["_target_"].endswith("MeanScoreRouter.from_problem")
+    for name in ("residual_linucb", "residual_lints", "residual_squarecb", "static_refit"):
+        bases = OmegaConf.to_container(cfg.learners[name].base, resolve=True)
+        assert mean in bases, f"{preset}: learners.{name}.base lacks the mean router"

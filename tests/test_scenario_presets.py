@@ -27,7 +27,7 @@ def test_each_leaderboard_composes_with_each_scenario(preset, scenario):
     assert [e.kind for e in parse_scenario([dict(e) for e in events])] == [scenario]
     assert cfg.out_dir == f"outputs/{preset}_{scenario}"  # beside the stationary run
     # the run's static routers, the one refitted chosen as the regime's baseline
-    bases = [cfg.learners[name] for name in ("mlp", "knn_val", "mf", "logistic")]
+    bases = [cfg.learners[name] for name in ("mlp", "knn_val", "mf", "logistic", "mean")]
     assert list(cfg.learners.static_refit.base) == bases
     assert {"base", "static_refit.base"} & set(cfg.choose_on_validation.as_baseline)
 

@@ -111,8 +111,8 @@ def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
     router = resolve_base(base, problem, who)
     if not isinstance(router, _FittedRouter) or isinstance(router, BestArmClassifier):
         raise ValueError(
-            f"{who}: base must be a static router that predicts every model's score "
-            f"(mlp_router, knn_val, mf_router, logistic_router), got {type(router).__name__}"
+            f"{who}: base must be a static router that predicts every model's score (mlp_router, "
+            f"knn_val, mf_router, logistic_router, mean_router), got {type(router).__name__}"
         )
     return router
 

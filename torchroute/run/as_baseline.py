@@ -61,8 +61,8 @@ def router_val_utility(value: Any, env: Env, who: str) -> np.ndarray:
     if not isinstance(val, torch.Tensor) or val.shape != (env.num_trials,):
         raise ConfigError(
             f"{who}: choose_on_validation.as_baseline needs static routers that record their "
-            f"validation utility per trial (mlp_router, knn_val, mf_router, logistic_router), "
-            f"got {type(router).__name__}"
+            f"validation utility per trial (mlp_router, knn_val, mf_router, logistic_router, "
+            f"mean_router), got {type(router).__name__}"
         )
     out = val.detach().double().cpu().numpy()
     if not np.isfinite(out).all():
