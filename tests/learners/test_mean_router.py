@@ -40,6 +40,7 @@ def test_predictions_choices_and_validation_utility_against_numpy():
     y_hat, c_hat = router.predict(Context(x=x))
     np.testing.assert_allclose(y_hat.numpy(), np.broadcast_to(means, (R, 7, K)), rtol=1e-6)
     np.testing.assert_allclose(c_hat.numpy(), np.broadcast_to(PRICE.numpy(), (R, 7, K)), rtol=1e-6)
+    assert torch.equal(router.cost_known, PRICE)  # a price per model is kept exactly
     expected = np.argmax(means[None] - RHO.numpy()[:, None] * PRICE.numpy()[None], -1)  # [R]
     action = router.act(Context(x=x), torch.Generator().manual_seed(0)).action
     assert (action.numpy() == expected[:, None]).all()

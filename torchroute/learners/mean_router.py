@@ -59,7 +59,7 @@ class MeanScoreRouter(_FittedRouter):
         if costs not in COST_KINDS:
             raise ValueError(f"MeanScoreRouter: costs must be one of {COST_KINDS}, got {costs!r}")
         super().__init__(num_trials, num_arms, dim, rho, train)
-        if costs == "mean":
+        if costs == "mean" and self.cost_known is None:  # a price per model stays exact
             self.cost_known = train.costs.float().mean(0).to(self.rho.device)  # [K]
             self.cost_w = None
         self._keep(means=train.scores.float().mean(0)[None])  # [1, K]
