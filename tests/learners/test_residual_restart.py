@@ -402,3 +402,23 @@ def test_a_restart_puts_back_the_prior_with_restart_lam_and_a_new_models_spread(
     keep = ~changed
     assert torch.equal(corr.theta[keep], before_theta[keep])
     assert torch.equal(corr.a_inv[keep], before_a[keep])
+
+
+def test_held_at_the_base_it_makes_the_bases_choices_until_the_test_moves_a_model():
+    """``lam = 1e9`` (a leaderboard's first candidate): the correction does not move, so
+    every choice is the base router's until the test restarts the drifted model (none
+    before the change: the stream is stationary until then), which the learner then leaves."""
+    learner = ResidualLinUCB(
+        R, K, D, _base(), _train(), lam=1e9, alpha=0.3, projection=0, restart_delta=0.01,
+        restart_memory=MEMORY,
+    ).double()  # fmt: skip
+    out = _play(learner, range(T), True)
+    actions = torch.stack(out["action"])  # [T, R, 1]
+    g = torch.Generator().manual_seed(3)  # the same contexts again (_play's seed)
+    base = torch.stack([learner.base.act(_round(t, g, True)[0]).action for t in range(T)])
+    first = (torch.stack(out["restarts"])[:, :, 0] > 0).long().argmax(0)  # [R]
+    assert (first >= T0).all() and torch.equal(actions[:T0], base[:T0])
+    before = torch.arange(T)[:, None] < first  # [T, R]: until each trial's first restart
+    assert torch.equal(actions[before], base[before])
+    assert (base[-100:] == 0).double().mean() > 0.8  # the base keeps the drifted model
+    assert (actions[-100:] == 0).double().mean() < 0.2  # the learner has left it
