@@ -3,9 +3,9 @@ posterior of one change in its residuals, in proportion to the evidence.
 
 Checked on the synthetic drift stream of the change test's tests (the first of four models
 drops by 0.3 half-way; 64 trials, full feedback): the shift of every cell against the model
-written out in numpy on the learner's own memory and bias, the scores against base +
-correction + shift, the drifted model found long before the test fires, the stationary twin
-left almost where it was, and the refusals.
+written out in numpy on the learner's own memory and bias (with ``restart_lam`` 1 and 10, the
+segment prior), the scores against base + correction + shift, the drifted model found long
+before the test fires, the stationary twin left almost where it was, and the refusals.
 """
 
 from __future__ import annotations
@@ -87,6 +87,23 @@ def test_every_cells_shift_is_the_posterior_written_out(shifted, name):
             y = test.values[r, k, : test.count[r, k]].numpy()
             p, after = _posterior(y, 0.25, 1.0, HAZARD)
             assert got[r, k] == pytest.approx(after - p * theta[r, k], abs=1e-9)
+
+
+def test_the_shifts_segment_prior_is_restart_lam():
+    """``restart_lam`` (10, as the RouterBench preset gives it) is the prior precision of
+    the segment after a change: the shift against the numpy posterior with that precision,
+    on 50 rounds before the drift and 150 after, where the drifted model is shifted down."""
+    learner = _learner(restart_lam=10.0)
+    _play(learner, range(T0 - 50, T0 + 150), True)
+    test = learner.restart
+    theta = learner.correction.theta[..., 0].numpy()
+    got = test.shift.numpy()
+    for r in range(0, R, 9):
+        for k in range(K):
+            y = test.values[r, k, : test.count[r, k]].numpy()
+            p, after = _posterior(y, 0.25, 10.0, HAZARD)
+            assert got[r, k] == pytest.approx(after - p * theta[r, k], abs=1e-9)
+    assert np.median(got[:, 0]) < -0.15
 
 
 def test_the_scores_are_base_plus_correction_plus_shift(shifted):
