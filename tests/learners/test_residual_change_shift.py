@@ -76,17 +76,23 @@ def shifted():
     return made
 
 
-@pytest.mark.parametrize("name", ["alone", "with_test"])
-def test_every_cells_shift_is_the_posterior_written_out(shifted, name):
-    learner, _ = shifted[name, True]
+def _assert_shift_is_the_posterior(learner, segment_lam: float) -> np.ndarray:
+    """Every ninth trial's shift of each model against :func:`_posterior` of its memory
+    with the segment prior ``segment_lam``; returns the shifts ``[R, K]``."""
     test = learner.restart
     theta = learner.correction.theta[..., 0].numpy()
     got = test.shift.numpy()
     for r in range(0, R, 9):
         for k in range(K):
             y = test.values[r, k, : test.count[r, k]].numpy()
-            p, after = _posterior(y, 0.25, 1.0, HAZARD)
+            p, after = _posterior(y, 0.25, segment_lam, HAZARD)
             assert got[r, k] == pytest.approx(after - p * theta[r, k], abs=1e-9)
+    return got
+
+
+@pytest.mark.parametrize("name", ["alone", "with_test"])
+def test_every_cells_shift_is_the_posterior_written_out(shifted, name):
+    _assert_shift_is_the_posterior(shifted[name, True][0], 1.0)
 
 
 def test_the_shifts_segment_prior_is_restart_lam():
@@ -95,14 +101,7 @@ def test_the_shifts_segment_prior_is_restart_lam():
     on 50 rounds before the drift and 150 after, where the drifted model is shifted down."""
     learner = _learner(restart_lam=10.0)
     _play(learner, range(T0 - 50, T0 + 150), True)
-    test = learner.restart
-    theta = learner.correction.theta[..., 0].numpy()
-    got = test.shift.numpy()
-    for r in range(0, R, 9):
-        for k in range(K):
-            y = test.values[r, k, : test.count[r, k]].numpy()
-            p, after = _posterior(y, 0.25, 10.0, HAZARD)
-            assert got[r, k] == pytest.approx(after - p * theta[r, k], abs=1e-9)
+    got = _assert_shift_is_the_posterior(learner, 10.0)
     assert np.median(got[:, 0]) < -0.15
 
 
