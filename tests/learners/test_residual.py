@@ -250,8 +250,11 @@ def test_a_base_without_per_model_predictions_is_refused():
     problem = Problem(R, K, D, rho=torch.zeros(R), arm_names=("a", "b", "c", "d"))
     with pytest.raises(ValueError, match="base must name a static router config"):
         build_base("linucb_typo", problem, "ResidualLinUCB")
-    with pytest.raises(ValueError, match="base must be a static router"):
+    with pytest.raises(ValueError, match="base must be a static router") as refused:
         build_base("random", problem, "ResidualLinUCB")
+    # the routers it names are the packaged configs of score routers, found by their classes
+    listed = str(refused.value).split("(")[1].split(")")[0].split(", ")
+    assert listed == ["knn_val", "logistic_router", "mean_router", "mf_router", "mlp_router"]
 
 
 @pytest.mark.parametrize(

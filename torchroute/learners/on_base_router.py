@@ -43,6 +43,25 @@ def resolve_base(base: Any, problem: Problem, who: str) -> Any:
     return node(problem) if callable(node) and not isinstance(node, Learner) else node
 
 
+def packaged_configs_of(kind: type, exclude: tuple[type, ...] = ()) -> str:
+    """The packaged learner configs whose ``_target_`` builds a ``kind`` (and none of
+    ``exclude``), comma separated: what an error about a ``base`` lists, taken from the
+    classes the configs resolve to, so the list follows the configs."""
+    from hydra.utils import get_object
+    from omegaconf import OmegaConf
+
+    from torchroute.configs_path import config_dir
+
+    names = []
+    for path in sorted((config_dir() / "learner").glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        built = get_object(target) if isinstance(target, str) else None
+        cls = getattr(built, "__self__", built)  # a factory classmethod: its class
+        if isinstance(cls, type) and issubclass(cls, kind) and not issubclass(cls, exclude):
+            names.append(path.stem)
+    return ", ".join(names)
+
+
 def observed_quality(
     feedback: Feedback, context: Context, trial_rho: Tensor, costs: Callable[[], Tensor]
 ) -> Tensor:
@@ -127,6 +146,7 @@ __all__ = [
     "ScoredArgmax",
     "inner_ridge_learner",
     "observed_quality",
+    "packaged_configs_of",
     "posterior_draw",
     "resolve_base",
     "ucb_scores",

@@ -28,7 +28,7 @@ from torchroute.functional.availability import mask_scores
 from torchroute.functional.random import Source
 from torchroute.functional.sampling import argmax_random_ties, one_hot_probs
 from torchroute.learners.base import ArgmaxRouting, FixedPolicy
-from torchroute.learners.on_base_router import resolve_base
+from torchroute.learners.on_base_router import packaged_configs_of, resolve_base
 from torchroute.learners.static import _StaticRouter
 from torchroute.types import Context, Decision, Problem
 
@@ -47,10 +47,8 @@ def build_static(base: Any, problem: Problem, who: str) -> _StaticRouter:
     """
     router = resolve_base(base, problem, who)
     if not isinstance(router, _StaticRouter):
-        raise ValueError(
-            f"{who}: base must be a static router config (mlp_router, knn_val, "
-            f"logistic_router, mf_router, best_arm_classifier), got {base!r}"
-        )
+        names = packaged_configs_of(_StaticRouter)
+        raise ValueError(f"{who}: base must be a static router config ({names}), got {base!r}")
     return router
 
 

@@ -79,6 +79,7 @@ from torchroute.learners.on_base_router import (
     ScoredArgmax,
     inner_ridge_learner,
     observed_quality,
+    packaged_configs_of,
     posterior_draw,
     resolve_base,
     ucb_scores,
@@ -110,9 +111,10 @@ def build_base(base: Any, problem: Problem, who: str) -> _FittedRouter:
     """
     router = resolve_base(base, problem, who)
     if not isinstance(router, _FittedRouter) or isinstance(router, BestArmClassifier):
+        names = packaged_configs_of(_FittedRouter, (BestArmClassifier,))
         raise ValueError(
-            f"{who}: base must be a static router that predicts every model's score (mlp_router, "
-            f"knn_val, mf_router, logistic_router, mean_router), got {type(router).__name__}"
+            f"{who}: base must be a static router that predicts every model's score "
+            f"({names}), got {type(router).__name__}"
         )
     return router
 

@@ -21,7 +21,8 @@ import torch
 
 from torchroute.envs.base import Env
 from torchroute.errors import ConfigError
-from torchroute.learners.on_base_router import resolve_base
+from torchroute.learners.anchors import _FittedRouter
+from torchroute.learners.on_base_router import packaged_configs_of, resolve_base
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,10 @@ def router_val_utility(value: Any, env: Env, who: str) -> np.ndarray:
         raise ConfigError(message if message.startswith(who) else f"{who}: {message}") from exc
     val = getattr(router, "val_utility", None)
     if not isinstance(val, torch.Tensor) or val.shape != (env.num_trials,):
+        names = packaged_configs_of(_FittedRouter)  # the routers that record it
         raise ConfigError(
             f"{who}: choose_on_validation.as_baseline needs static routers that record their "
-            f"validation utility per trial (mlp_router, knn_val, mf_router, logistic_router, "
-            f"mean_router), got {type(router).__name__}"
+            f"validation utility per trial ({names}), got {type(router).__name__}"
         )
     out = val.detach().double().cpu().numpy()
     if not np.isfinite(out).all():
