@@ -14,7 +14,12 @@ from tests.conftest import tiny_run_config
 from torchroute.errors import ConfigError
 from torchroute.run import RunOptions
 from torchroute.run.choice_rule import ChoiceRule, check_choice_rule
-from torchroute.run.choose_on_validation import Candidates, block_utilities, pick
+from torchroute.run.choose_on_validation import (
+    Candidates,
+    block_utilities,
+    paired_block_se,
+    pick,
+)
 
 
 def _summary(utility: dict[int, list[float]], trials: list[tuple[float, int]]) -> pd.DataFrame:
@@ -50,7 +55,7 @@ def test_the_first_listed_value_stays_unless_another_is_better_by_one_se():
     trials = [(0.0, 0), (0.0, 1)]
     noisy = np.array(
         [
-            [[0.60, 0.70, 0.50, 0.60], [0.60, 0.60, 0.70, 0.50]],  # lam 1000: mean 0.600
+            [[0.60, 0.70, 0.50, 0.60], [0.50, 0.60, 0.60, 0.70]],  # lam 1000: mean 0.600
             [[0.70, 0.50, 0.60, 0.80], [0.50, 0.70, 0.70, 0.50]],  # lam 100: mean 0.625
             [[0.40, 0.40, 0.40, 0.40], [0.40, 0.40, 0.40, 0.40]],  # lam 10: mean 0.400
         ]
@@ -58,10 +63,12 @@ def test_the_first_listed_value_stays_unless_another_is_better_by_one_se():
     blocks = noisy.reshape(6, 4)
     utility = {c: list(noisy[c].mean(axis=1)) for c in range(3)}
     # the paired SE of lam 1000 against the best (lam 100), by hand: block means over the two
-    # trials 0.60/0.60/0.65/0.65 (lam 100) and 0.60/0.65/0.60/0.55 (lam 1000)
-    diff = np.array([0.0, -0.05, 0.05, 0.10])
-    se = math.sqrt(((diff - diff.mean()) ** 2).sum() / 3) / 2  # 0.0323
+    # trials 0.60/0.60/0.65/0.65 (lam 100) and 0.55/0.65/0.55/0.65 (lam 1000); the blocks'
+    # variance from their successive differences -0.10, 0.15, -0.10
+    diff = np.array([0.05, -0.05, 0.10, 0.0])
+    se = math.sqrt((0.10**2 + 0.15**2 + 0.10**2) / (2 * 3)) / 2  # 0.0421
     assert se >= 0.625 - 0.600  # within one SE: the first-listed value stays
+    assert paired_block_se(diff[None]) == pytest.approx([se])
     rule = ChoiceRule(prefer_first=("lam",))
     kept = pick(cand, _summary(utility, trials), 2, rule, None, blocks)
     assert kept.chosen == (0, 0)
@@ -75,6 +82,45 @@ def test_the_first_listed_value_stays_unless_another_is_better_by_one_se():
     utility = {c: list(clear[c].mean(axis=1)) for c in range(3)}
     moved = pick(cand, _summary(utility, trials), 2, rule, None, clear.reshape(6, 4))
     assert moved.chosen == (1, 1)
+
+
+def test_a_step_in_the_difference_is_not_counted_as_noise():
+    """A change half-way: the two candidates alike before it, the second ahead by 0.1 in
+    every block after it. The blocks' standard deviation counts the step as noise (SE
+    0.0189: 2.6 SE); their successive differences see one jump in seven (SE 0.0094: 5.3
+    SE), as they would see noise alone."""
+    step = np.array([0.0] * 4 + [0.1] * 4)
+    deviation = step.std(ddof=1) / math.sqrt(8)
+    successive = math.sqrt(0.1**2 / (2 * 7)) / math.sqrt(8)
+    assert deviation == pytest.approx(0.0189, abs=1e-4)
+    assert paired_block_se(step[None]) == pytest.approx([successive])
+    assert successive == pytest.approx(0.0094, abs=1e-4)
+    # noise that alternates block to block: its successive differences are twice its size,
+    # s^2 = 7 x 0.04^2 / 14 (its standard deviation: 0.0214)
+    noise = np.array([0.02, -0.02] * 4)
+    assert paired_block_se(noise[None]) == pytest.approx([math.sqrt(0.0008 / 8)])
+    assert paired_block_se(np.array([[0.3]])) == pytest.approx([0.0])  # one block: no spread
+
+
+def test_a_margin_of_two_keeps_the_first_value_against_a_gain_of_one_and_a_half_se():
+    """``margin: 2``: lam 100 ahead by 1.5 SE stays behind lam 1000 (the first listed),
+    though the one-SE rule moves to it; ahead by a step of 5 SE it is chosen with either."""
+    cand = Candidates("r", ("lam",), ({"lam": 1000}, {"lam": 100}))
+    base = np.full(8, 0.6)
+    wobble = np.array([0.01, -0.01] * 4)  # successive differences 0.02: SE 0.0053
+    se = math.sqrt(7 * 0.02**2 / (2 * 7)) / math.sqrt(8)
+    ahead = base + 1.5 * se + wobble
+    for later, expected in (
+        (ahead, {1.0: 1, 2.0: 0}),
+        (base + np.array([0.0] * 4 + [0.1] * 4), {1.0: 1, 2.0: 1}),
+    ):
+        blocks = np.stack([base, later])  # one trial, [C R, J]
+        utility = {0: [float(base.mean())], 1: [float(later.mean())]}
+        for margin, chosen in expected.items():
+            rule = ChoiceRule(prefer_first=("lam",), margin=margin)
+            assert pick(cand, _summary(utility, [(0.0, 0)]), 1, rule, None, blocks).chosen == (
+                chosen,
+            )
 
 
 def test_among_the_eligible_the_preferred_keys_come_first_then_the_utility():
@@ -118,6 +164,9 @@ def test_block_utilities_are_the_regret_increments_per_round():
         ({"per": "seed"}, "choose_on_validation.per must be one of"),
         ({"prefer_first": "lam"}, "choose_on_validation.prefer_first must be a list"),
         ({"per": "rho", "prefer": ["lam"]}, "choose_on_validation has unknown keys"),
+        ({"margin": 0}, "choose_on_validation.margin must be a number > 0"),
+        ({"margin": "two"}, "choose_on_validation.margin must be a number > 0"),
+        ({"margin": True}, "choose_on_validation.margin must be a number > 0"),
     ],
 )
 def test_a_bad_rule_fails_by_name(tmp_path, value, message):
@@ -131,5 +180,6 @@ def test_a_bad_rule_fails_by_name(tmp_path, value, message):
 
 
 def test_without_the_option_the_rule_is_the_old_one():
-    assert check_choice_rule(None) == ChoiceRule(per="rho", prefer_first=())
+    assert check_choice_rule(None) == ChoiceRule(per="rho", prefer_first=(), margin=1.0)
+    assert check_choice_rule({"margin": 2}).margin == 2.0
     assert not ChoiceRule().needs_blocks

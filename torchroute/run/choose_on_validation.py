@@ -35,10 +35,10 @@ the run chooses one value per trial before the test stream is read:
    utility **over the whole validation stream** (``avg_utility``; ties: the first in list
    order). The run's ``choose_on_validation`` option (:mod:`torchroute.run.choice_rule`)
    can make one choice per cost regime instead, and keep the first-listed value of some
-   keys unless another is better by more than one standard error. The whole stream, not the rounds
-   after the change: the test run is scored on its whole stream, with the change at the
-   same fraction, so a value that forgets too eagerly (cheap after a change, costly
-   before it) is charged for both, as it will be on test.
+   keys unless another is better by more than one standard error (or its ``margin``). The
+   whole stream, not the rounds after the change: the test run is scored on its whole
+   stream, with the change at the same fraction, so a value that forgets too eagerly
+   (cheap after a change, costly before it) is charged for both, as it will be on test.
 5. **Test run.** Each trial runs its chosen values: the plain learner when every trial
    chose the same, else a :class:`~torchroute.learners.trial_groups.TrialGroups` of one
    learner per chosen candidate. ``results.csv`` gains ``chosen_<key>`` per list-valued
@@ -413,9 +413,9 @@ def pick(
     Per group of trials (each ``rho``, or ``group_of[rho]``: its cost regime) the candidate
     of the highest mean ``avg_utility`` over the group's trials (the first on a tie); with
     ``rule.prefer_first`` and ``blocks [C R, J]`` (each trial's mean utility in ``J``
-    blocks of the stream, :func:`block_utilities`), the one-standard-error rule of
-    :mod:`torchroute.run.choice_rule` (the table gains ``val_se``, each candidate's
-    standard error against its group's best).
+    blocks of the stream, :func:`block_utilities`), the ``rule.margin``-standard-error
+    rule of :mod:`torchroute.run.choice_rule` (the table gains ``val_se``, each
+    candidate's standard error against its group's best).
     """
     rule = rule or ChoiceRule()
     frame = summary.reset_index(drop=True)
@@ -474,16 +474,15 @@ def _one_se_choice(
     trials: list[int],
     rule: ChoiceRule,
 ) -> tuple[int, np.ndarray]:
-    """``(chosen candidate, standard errors [C])`` of one group: the candidates within one
-    standard error of ``best`` (paired block differences over the group's ``trials``), the
-    earliest values of the ``prefer_first`` keys first, then the highest utility."""
+    """``(chosen candidate, standard errors [C])`` of one group: the candidates within
+    ``rule.margin`` standard errors of ``best`` (:func:`paired_block_se` over the group's
+    ``trials``), the earliest values of the ``prefer_first`` keys first, then the highest
+    utility."""
     count = len(values)
     r = blocks.shape[0] // count
     per_block = np.stack([_mean_rows(blocks[c * r + np.asarray(trials)]) for c in range(count)])
-    diff = per_block[best] - per_block  # [C, J]
-    j = diff.shape[1]
-    se = diff.std(axis=1, ddof=1) / np.sqrt(j) if j > 1 else np.zeros(count)
-    eligible = [c for c in range(count) if values[c] >= values[best] - se[c]]
+    se = paired_block_se(per_block[best] - per_block)
+    eligible = [c for c in range(count) if values[c] >= values[best] - rule.margin * se[c]]
     keys = [k for k in rule.prefer_first if k in cand.keys]
 
     def rank(c: int) -> tuple[Any, ...]:
@@ -491,6 +490,19 @@ def _one_se_choice(
         return (*order, -values[c], c)
 
     return min(eligible, key=rank), se
+
+
+def paired_block_se(diff: np.ndarray) -> np.ndarray:
+    """The standard error ``[C]`` of the mean of each row of ``diff [C, J]`` (a paired
+    difference per block of the stream): ``s / sqrt(J)`` with ``s^2 = sum_j (d_{j+1} -
+    d_j)^2 / (2 (J - 1))``, the blocks' variance from their successive differences, which a
+    change in the stream (a step or a trend in the difference) barely moves
+    (:mod:`torchroute.run.choice_rule`); 0 with fewer than 2 blocks."""
+    j = diff.shape[1]
+    if j < 2:
+        return np.zeros(diff.shape[0])
+    variance = np.square(np.diff(diff, axis=1)).sum(axis=1) / (2 * (j - 1))
+    return np.sqrt(variance / j)
 
 
 def _mean_rows(rows: np.ndarray) -> np.ndarray:
@@ -609,6 +621,7 @@ __all__ = [
     "choose",
     "choose_all",
     "chosen_learner",
+    "paired_block_se",
     "pick",
     "validation_env",
 ]
