@@ -38,6 +38,24 @@ def test_without_a_scenario_the_preset_is_unchanged():
     assert plain.out_dir == "outputs/routerbench_leaderboard"
 
 
+def test_the_routerbench_preset_leaves_a_first_listed_value_on_two_standard_errors():
+    """Its 16 candidates per regime: a change option is taken only two standard errors
+    ahead (``margin: 2``); the other presets keep the one-standard-error rule."""
+    from torchroute.run.options import RunOptions
+
+    margins = {
+        preset: RunOptions.from_config(
+            compose_config("simulate", [f"experiment={preset}"])
+        ).choice_rule.margin
+        for preset in LEADERBOARDS
+    }
+    assert margins == {
+        "routerbench_leaderboard": 2.0,
+        "openllm_leaderboard": 1.0,
+        "routerdc_leaderboard": 1.0,
+    }
+
+
 @pytest.mark.parametrize("preset", LEADERBOARDS)
 def test_each_leaderboards_lists_are_candidates_its_learners_accept(preset):
     """Every list-valued change option of a leaderboard is a product of candidates that each
