@@ -45,19 +45,20 @@ from the candidates' validation utilities.
   ordered by preference, the first the one to keep without evidence (a residual learner's
   largest ``lam``, its smallest ``alpha``). A candidate is *eligible* when its validation
   utility is within ``margin`` standard errors of the best candidate's (one by default:
-  the one-standard-error rule of model selection); among the eligible the choice takes the earliest values of the
-  ``prefer_first`` keys, in their order, then the highest validation utility. The
-  standard error is that of the paired difference to the best candidate, from ``J = 20``
-  blocks of the validation stream: ``d_j`` the difference of the two candidates' mean
-  utility in block ``j``, averaged over the group's trials (the candidates replay the same
-  rows in the same order, so the difference is paired), and ``SE = s / sqrt(J)`` with
-  ``s^2 = sum_j (d_{j+1} - d_j)^2 / (2 (J - 1))``, the variance of the blocks from their
-  successive differences. On a stream without change it estimates what the blocks'
-  standard deviation does; with a scenario it leaves out what the change itself does to
-  the difference (nothing before the change, a gap in the blocks after it that closes as
-  the candidates adapt), which the blocks' standard deviation counts as noise: with the
-  deviation, an option that recovers clearly after a drift measured 1.2-2.6 standard
-  errors ahead on the RouterBench drift, with successive differences 1.5-4.5.
+  the one-standard-error rule of model selection); among the eligible the choice takes
+  the earliest values of the ``prefer_first`` keys, in their order, then the highest
+  validation utility. The standard error is that of the paired difference to the best
+  candidate, from ``J = 20`` blocks of the validation stream: ``d_j`` the difference of
+  the two candidates' mean utility in block ``j``, averaged over the group's trials (the
+  candidates replay the same rows in the same order, so the difference is paired), and
+  ``SE = s / sqrt(J)`` with ``s^2 = sum_j (d_{j+1} - d_j)^2 / (2 (J - 1))``, the variance
+  of the blocks from their successive differences. On a stream without change it
+  estimates what the blocks' standard deviation does; with a scenario it leaves out what
+  the change itself does to the difference (nothing before the change, a gap in the
+  blocks after it that closes as the candidates adapt), which the blocks' standard
+  deviation counts as noise: with the deviation, an option that recovers clearly after a
+  drift measured 1.2-2.6 standard errors ahead on the RouterBench drift, with successive
+  differences 1.5-4.5.
 - ``margin``: the number of standard errors within which a candidate is eligible (a
   number > 0; default 1, the one-standard-error rule). The best of many candidates is
   ahead of the others by about a standard error or more on noise alone: a larger margin
