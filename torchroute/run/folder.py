@@ -30,7 +30,7 @@ from torchroute.checkpoint import CheckpointError, load_checkpoint
 from torchroute.errors import ConfigError, RunFolderMissing
 from torchroute.features import FEATURE_ORACLE_FILE, FEATURES_FILE, FeatureMap
 from torchroute.run.build import trial_grid
-from torchroute.run.options import RunOptions
+from torchroute.run.options import RunOptions, fingerprint_of
 from torchroute.run.outdir import PROBLEM_FILE
 from torchroute.run.shards import plan
 from torchroute.run.trust import check_trusted
@@ -120,8 +120,7 @@ class RunFolder:
         except Exception as exc:  # an interpolation that does not resolve
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
             raise ConfigError(f"{self.source} cannot be resolved: {first}") from None
-        runtime = set(resolved.get("runtime_keys") or ()) | {"runtime_keys"}
-        return {k: v for k, v in resolved.items() if k not in runtime}
+        return fingerprint_of(resolved)
 
     @property
     def source(self) -> Path:

@@ -30,6 +30,19 @@ _RNGS = ("shared", "per_trial")
 FEATURE_SOURCES = ("pca", "raw", "oracle")
 
 
+def fingerprint_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A resolved run configuration without the keys of its ``runtime_keys`` (they leave
+    the numbers alone): what a run's checkpoints store and its digest hashes. ``budgets``
+    unset is left out (the fingerprint of before the key); ``report_regimes`` stays in when
+    the validation choices are made per cost regime (the regimes then group them)."""
+    runtime = set(config.get("runtime_keys") or ()) | {"runtime_keys"}
+    if config.get("budgets") is None:
+        runtime.add("budgets")
+    if check_choice_rule(config.get(CHOICE_KEY)).per == "regime":
+        runtime.discard("report_regimes")
+    return {k: v for k, v in config.items() if k not in runtime}
+
+
 def number_list(config: Mapping[str, Any], key: str, kind: type) -> list:
     """``config[key]`` as a non-empty list of ``kind`` values, or a :class:`ConfigError`."""
     values = list(config.get(key) or [])
@@ -307,13 +320,8 @@ class RunOptions:
 
     @property
     def fingerprint(self) -> dict[str, Any]:
-        """The configuration without the keys of ``runtime_keys`` (they leave numbers alone)."""
-        runtime = set(self.config.get("runtime_keys") or ()) | {"runtime_keys"}
-        if self.config.get("budgets") is None:  # unset: the fingerprint of before the key
-            runtime.add("budgets")
-        if self.choice_rule.per == "regime":  # the regimes group the validation choices
-            runtime.discard("report_regimes")
-        return {k: v for k, v in self.config.items() if k not in runtime}
+        """The configuration without the keys of ``runtime_keys`` (:func:`fingerprint_of`)."""
+        return fingerprint_of(self.config)
 
     @property
     def grid_size(self) -> int:
@@ -381,6 +389,7 @@ __all__ = [
     "RunOptions",
     "check_device_name",
     "digest",
+    "fingerprint_of",
     "number_list",
     "resolve_device",
 ]

@@ -4,8 +4,10 @@ Serving (:func:`torchroute.serve.load_router`) and off-policy evaluation of a ch
 (``torchroute evaluate checkpoint=RUN``) read a run the same way, through one
 :class:`~torchroute.run.folder.RunFolder` (the trust check, ``problem.pt`` and the shard
 plan of checkpoints: plain, chunked and torchrun runs), with nothing rebuilt: the learner
-of the config (a pre-trained oracle loaded from the artifact the run wrote) is built for
-the trial's one-trial problem, and the checkpoint holding the trial gives its state:
+of the config (a pre-trained oracle loaded from the artifact the run wrote; list-valued
+options set to what the trial chose on validation, :mod:`~torchroute.run.chosen_trial`) is
+built for the trial's one-trial problem, and the checkpoint holding the trial gives its
+state (the group that played it, when the trials chose differently):
 entries with one row per trial are sliced to the trial, entries shared by all trials (an
 oracle's weights, a train split's statistics) are loaded as saved."""
 
@@ -24,6 +26,8 @@ from torchroute.checkpoint import CheckpointError
 from torchroute.errors import ConfigError
 from torchroute.learners.base import Learner
 from torchroute.run.build import build_learner
+from torchroute.run.chosen_trial import chosen_node, trial_state
+from torchroute.run.classes import own_learner_class
 from torchroute.run.folder import RunFolder, is_pretrained
 from torchroute.run.options import RunOptions
 from torchroute.run.saved import trial_problem
@@ -86,19 +90,29 @@ def load_trained(
     Raises:
         RunFolderMissing: no ``config.yaml`` in ``run_dir``.
         CheckpointError: the learner's checkpoint is missing, damaged or does not fit.
-        ConfigError: an unknown learner or trial, a ``_target_`` that is not trusted, or a
-            run written before runs saved their problem.
+        ConfigError: an unknown learner or trial, a ``_target_`` that is not trusted, a
+            learner refitted on the world after the run's change (``static_refit``, a
+            reference), or a run written before runs saved their problem.
     """
     folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir, tuple(trusted))
     name = folder.learner_name(learner)
-    node = trained_node(folder.options.learners[name], folder.path)
+    cls = own_learner_class(folder.options.learners[name])
+    if getattr(cls, "refits_after_change", False):
+        raise ConfigError(
+            f"learners.{name} ({cls.__name__}) is refitted on the run's world after its "
+            "change, which only the simulation knows: a reference of the report, not a "
+            "router to read back; name another of the run's learners"
+        )
     rho, seed, trial = folder.trial_of(rho, seed)
+    node = chosen_node(folder.options.learners[name], name, folder.path, rho)
+    node = trained_node(node, folder.path)
     whole = folder.problem
     problem = trial_problem(whole, trial)
     factory = partial(_build, node, name=name)
     model = factory(problem)
     if not fresh:
         payload, path, index, size = folder.checkpoint(name, trial)
+        payload, index, size = trial_state(payload, index, size, path, type(model).__name__)
         load_trial(model, payload, index, size, path)
     return TrainedTrial(model, factory, problem, whole, folder.options, name, rho, seed, trial)
 
