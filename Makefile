@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 install: $(VENV)/.installed
 
-run: install  ## the first run: baselines, CABS-D, HPG and best-of-2 routing on the built-in benchmark
+run: install  ## the first run: baselines, static routers, CABS-D, HPG, the residual learner, best-of-2
 	$(VENV)/bin/torchroute simulate experiment=$(EXPERIMENT) out_dir=$(OUT) $(ARGS)
 
 test: install  ## the test suite (fast, CPU, wandb offline), on TEST_WORKERS processes

@@ -92,6 +92,7 @@ def test_cfg_prints_the_composed_config_and_runs_nothing(capsys, tmp_path, monke
         "squarecb",
         "cabs_d",
         "hpg",
+        "residual_linucb",
     }
     composed = compose_config("simulate", overrides)
     assert printed["rhos"] == list(composed.rhos) == [0.0, 500.0, 1000.0]

@@ -37,7 +37,7 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, capl
     for noise in ("GPU available", "Trainable params", "LeafSpec", "Epoch ", "it/s]"):
         assert noise not in console, noise
     lines = [m for m in caplog.messages if " trials x " in m]  # one per learner, both runs
-    assert len(lines) == 11 + 4, lines
+    assert len(lines) == 12 + 4, lines
     for name in ("random", "cabs_d", "hpg", "omd_approachability"):
         assert any(m.startswith(f"{name}: ") and " rounds, " in m for m in lines), name
     results = pd.read_csv(out / "results.csv")
@@ -53,6 +53,7 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, capl
         "squarecb",
         "cabs_d",
         "hpg",
+        "residual_linucb",
     }
     subset = pd.read_csv(out / "default_subset" / "results.csv")
     assert set(subset["learner"]) == {"omd_approachability", "random", "greedy", "cucb"}
@@ -63,7 +64,7 @@ def test_the_default_runs_every_family_with_its_companion(tmp_path, capsys, capl
     # the drift halfway: the opening compares online and static routers after it too
     assert {"avg_utility_before", "avg_utility_after", "rounds_to_recover"} <= set(results)
     assert "- **online vs static**:" in opening and "after the change in the stream" in opening
-    for family in ("baselines", "CABS", "HPG", "subset routing"):
+    for family in ("baselines", "CABS", "HPG", "residual", "subset routing"):
         assert f"- **{family}**:" in opening
     assert "## Companion run default_subset" in report
     oracle = out / "oracle" / "oracle.pt"

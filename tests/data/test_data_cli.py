@@ -86,7 +86,7 @@ def test_simulate_without_experiment_gets_the_default_learners():
     paper = compose_config("simulate", ["experiment=default"])
     assert list(paper.learners) == [*expected[:2], "knn_val", "mlp_router", "epsilon_greedy",
                                     "linucb", "lints", "linucb_full", "squarecb", "cabs_d",
-                                    "hpg"]  # fmt: skip
+                                    "hpg", "residual_linucb"]  # fmt: skip
     assert list(paper.companions) == ["default_subset"]
     assert (paper.learners.linucb.lam, paper.learners.linucb.alpha) == (10.0, 1.0)
     static = compose_config("simulate", ["experiment=routerbench_static"])
