@@ -142,6 +142,22 @@ def _pickled_table(config, folder):
     }
 
 
+def _listed(config, folder):
+    """A candidate of a list-valued option (what a run chooses among on validation, read
+    back for the trial that chose it) that walks to ``os.system``."""
+    config["learners"]["linucb"] = {
+        "_target_": "torchroute.learners.residual.ResidualLinUCB.from_problem",
+        "_partial_": True,
+        "base": [
+            {"_target_": "torchroute.learners.anchors.KNNScoreRouter.from_problem", "k": 3},
+            {
+                "_target_": "torchroute.models.encoders.os.system",
+                "command": f"touch {folder / 'MARKER'}",
+            },
+        ],
+    }
+
+
 def _trust_repo(config, folder):
     config["learners"]["linucb"]["trust_repo"] = True
 
@@ -156,6 +172,7 @@ ROUTES = [
     (_numpy_allow_pickle, "learners.linucb.allow_pickle is set to True"),
     (_system, "resolves to builtin_function_or_method posix.system"),
     (_nested, "learners.linucb.extra._target_='torchroute.models.encoders.os.system'"),
+    (_listed, "learners.linucb.base[1]._target_='torchroute.models.encoders.os.system'"),
     (_trust_repo, "learners.linucb.trust_repo is set to True"),
     (_pickled_table, "learners.linucb.table.trust_pickle is set to True"),
 ]

@@ -85,6 +85,8 @@ log = logging.getLogger(__name__)
 
 #: the split the change options are chosen on
 CHOICE_SPLIT = "val"
+#: the table of every candidate per ``rho`` a run writes under ``runs/<learner>/``
+CHOICE_FILE = "choice_on_validation.csv"
 
 
 @dataclass(frozen=True)
@@ -612,6 +614,7 @@ def chosen_learner(
 
 
 __all__ = [
+    "CHOICE_FILE",
     "CHOICE_SPLIT",
     "Candidates",
     "Choice",

@@ -22,12 +22,8 @@ import torch
 
 from torchroute.checkpoint import CheckpointError
 from torchroute.errors import ConfigError
-from torchroute.run.choose_on_validation import candidates_of
-
-#: the table of every candidate per ``rho`` a run writes under ``runs/<learner>/``
-CHOICE_FILE = "choice_on_validation.csv"
-#: the class a checkpoint names when the trials chose differently
-GROUPS_CLASS = "TrialGroups"
+from torchroute.learners.trial_groups import TrialGroups
+from torchroute.run.choose_on_validation import CHOICE_FILE, candidates_of
 
 
 def chosen_node(node: dict[str, Any], name: str, run_dir: Path, rho: float) -> dict[str, Any]:
@@ -74,13 +70,13 @@ def trial_state(
     Raises:
         CheckpointError: a group checkpoint in which no group holds the trial.
     """
-    if payload.get("learner_class") != GROUPS_CLASS:
+    if payload.get("learner_class") != TrialGroups.__name__:
         return payload, trial, size
     state = payload["learner"]
     g = 0
     while f"index_{g}" in state:
         index = state[f"index_{g}"]
-        hits = (index == trial).nonzero() if isinstance(index, torch.Tensor) else []
+        hits = (torch.as_tensor(index) == trial).nonzero()
         if len(hits):
             prefix = f"groups.{g}."
             own = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
@@ -90,4 +86,4 @@ def trial_state(
     raise CheckpointError(f"checkpoint {path}: no group of its {g} holds trial {trial}")
 
 
-__all__ = ["CHOICE_FILE", "GROUPS_CLASS", "chosen_node", "trial_state"]
+__all__ = ["chosen_node", "trial_state"]

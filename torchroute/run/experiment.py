@@ -50,6 +50,7 @@ from torchroute.run.build import (
     learner_for,
 )
 from torchroute.run.choose_on_validation import (
+    CHOICE_FILE,
     Choice,
     all_candidates,
     choose_all,
@@ -432,7 +433,7 @@ def _finish(
     write_csv_atomic(run_dir / "summary.csv", summary)
     write_csv_atomic(run_dir / "curve.csv", curve)
     if name in job.choices:  # every candidate's validation utility per rho
-        write_csv_atomic(run_dir / "choice_on_validation.csv", job.choices[name].table)
+        write_csv_atomic(run_dir / CHOICE_FILE, job.choices[name].table)
     digest = json.dumps({"config": job.opts.digest(name)}) + "\n"
     write_text_atomic(run_dir / "fingerprint.json", digest)
     return summary, curve
