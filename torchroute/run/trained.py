@@ -27,7 +27,7 @@ from torchroute.errors import ConfigError
 from torchroute.learners.base import Learner
 from torchroute.run.build import build_learner
 from torchroute.run.chosen_trial import chosen_node, trial_state
-from torchroute.run.classes import own_learner_class
+from torchroute.run.classes import learner_class
 from torchroute.run.folder import RunFolder, is_pretrained
 from torchroute.run.options import RunOptions
 from torchroute.run.saved import trial_problem
@@ -96,8 +96,8 @@ def load_trained(
     """
     folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir, tuple(trusted))
     name = folder.learner_name(learner)
-    cls = own_learner_class(folder.options.learners[name])
-    if getattr(cls, "refits_after_change", False):
+    cls = learner_class(folder.options.learners[name], folder.trusted)  # a run's, not the user's
+    if cls is not None and cls.refits_after_change:
         raise ConfigError(
             f"learners.{name} ({cls.__name__}) is refitted on the run's world after its "
             "change, which only the simulation knows: a reference of the report, not a "
