@@ -2,14 +2,22 @@
 # Build the wheel, install it into a fresh venv (torch first, as the Makefile does) and run
 # the first commands a user runs, from a temporary folder outside the checkout.
 # Usage: tools/wheel_smoke.sh [VENV]   (TORCH_SPEC picks the torch build; default torch==2.13.0)
+# Without VENV the venv (about 2 GB with torch) is made in a temporary folder and removed at
+# the end, as the build and work folders are; a VENV given is the caller's and is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VENV=${1:-$(mktemp -d)/venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+OWN_VENV_DIR=""
 DIST=$(mktemp -d)
 WORK=$(mktemp -d)
-trap 'rm -rf "$DIST" "$WORK"' EXIT
+trap 'rm -rf "$DIST" "$WORK" ${OWN_VENV_DIR:+"$OWN_VENV_DIR"}' EXIT
+if [ $# -ge 1 ]; then
+  VENV=$1
+else
+  OWN_VENV_DIR=$(mktemp -d)
+  VENV=$OWN_VENV_DIR/venv
+fi
 before=$(git status --porcelain --ignored | grep -v '^!! .venv/$' || true)
 
 export PIP_RETRIES=${PIP_RETRIES:-10} PIP_RESUME_RETRIES=${PIP_RESUME_RETRIES:-10}
