@@ -102,14 +102,18 @@ def gateway_app(state: str, backends: str):
 
 
 def serve_gateway(state: str, backends: str, port: int) -> None:
-    """The gateway process: :func:`gateway_app` on ``port``."""
+    """The gateway process: :func:`gateway_app` on ``port``, on the listening socket and
+    server settings `torchroute gateway` uses."""
     import uvicorn
 
     from torchroute.gateway.main import freeze_heap
+    from torchroute.serve.startup import bind
 
     app = gateway_app(state, backends)
+    sock = bind("127.0.0.1", port)
     freeze_heap()
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
 
 
 def _cpu_ms(pid: int) -> float:

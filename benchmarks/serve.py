@@ -14,9 +14,11 @@ The last lines, for scripts, are the ratios of the ``/route`` and ``/feedback`` 
 the largest ``P`` over those at the smallest: near 1 when the cost of a call does not grow
 with the number of pending requests.
 
-Only the public ``Router.fresh(...)``, ``Router.route`` and ``create_app(router)`` are used,
-so the script also runs against an older copy of the package (``PYTHONPATH=<copy>``), which
-is how a before/after comparison is made::
+The server listens on the socket ``torchroute serve`` opens (``bind(host, port)`` of
+``torchroute.serve.startup``). Only that, the public ``Router.fresh(...)``,
+``Router.route`` and ``create_app(router)`` are used, so the script also runs against an
+older copy of the package (``PYTHONPATH=<copy>``), which is how a before/after comparison
+is made::
 
     .venv/bin/python benchmarks/serve.py --pairs 20
     git archive <old commit> torchroute | tar -x -C /tmp/old
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,7 @@ def _server(state: str, port_file: str, pending: int, dim: int) -> None:
     from torchroute.learners import LinUCB
     from torchroute.serve import Router
     from torchroute.serve.app import create_app
+    from torchroute.serve.startup import bind
 
     router = Router.fresh(
         lambda p: LinUCB.from_problem(p).double(),
@@ -59,9 +61,7 @@ def _server(state: str, port_file: str, pending: int, dim: int) -> None:
     rng = np.random.default_rng(0)
     for start in range(0, pending, 1000):
         router.route(embeddings=rng.normal(size=(min(1000, pending - start), dim)))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(256)
+    sock = bind("127.0.0.1", 0)  # the listening socket `torchroute serve` opens
     Path(port_file + ".tmp").write_text(str(sock.getsockname()[1]))
     os.replace(port_file + ".tmp", port_file)
     uvicorn.Server(uvicorn.Config(create_app(router), log_level="warning")).run(sockets=[sock])

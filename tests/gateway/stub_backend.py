@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -29,6 +28,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from torchroute.serve.startup import bind
 
 ENDLESS = 1_000_000  # events of an "endless" stream (a bound, so a stub never spins forever)
 MODES = (
@@ -194,10 +195,7 @@ class ServerThread:
     """A uvicorn server of ``app`` on a free loopback port, in a daemon thread."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, 0))
-        self.sock.listen(1024)
+        self.sock = bind(host, 0)  # as the commands bind: answers sent without delay
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)

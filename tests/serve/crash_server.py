@@ -8,7 +8,6 @@ writes the port to ``PORT_FILE`` once it listens. SIGTERM stops it cleanly.
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import uvicorn
 from torchroute.learners import LinUCB
 from torchroute.serve import Router
 from torchroute.serve.app import create_app
+from torchroute.serve.startup import bind
 
 ARMS = ["small", "medium", "large"]
 D, LAM, RHO = 3, 1.0, 5.0
@@ -43,9 +43,7 @@ def _exit(signum: int, frame: object) -> None:
 def main() -> None:
     state, port_file = sys.argv[1], Path(sys.argv[2])
     router = build(state)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(256)
+    sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(router), log_level="warning"))
     tmp = port_file.with_suffix(".tmp")
     tmp.write_text(str(sock.getsockname()[1]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 from torchroute.learners import LinUCB
 from torchroute.serve import Router
 from torchroute.serve.app import create_app
+from torchroute.serve.startup import bind
 
 ARMS = ["small", "large"]
 D, LAM, RHO = 3, 1.0, 10.0
@@ -165,8 +165,7 @@ def test_json_nested_too_deeply_is_said_so(client):
 def server(tmp_path):
     """A real uvicorn server on a free localhost port, in a thread."""
     router = _router(SlowLinUCB, state_path=tmp_path / "router.pt")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = bind("127.0.0.1", 0)  # as `torchroute serve` binds
     config = uvicorn.Config(create_app(router), log_level="warning")
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)

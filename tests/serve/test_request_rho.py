@@ -4,7 +4,6 @@ learner learns a utility at one rho."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import threading
 import time
@@ -19,6 +18,7 @@ from torchroute.learners import LinUCB
 from torchroute.serve import Router
 from torchroute.serve.app import create_app
 from torchroute.serve.log import RouterLog, log_path
+from torchroute.serve.startup import bind
 
 ARMS = ["small", "medium", "large"]
 SCORES = [0.5, 0.8, 0.9]  # predicted quality y
@@ -47,8 +47,7 @@ class _Server:
     """A real uvicorn server for ``router`` on a free loopback port, in a thread."""
 
     def __init__(self, router: Router) -> None:
-        self.router, self.sock = router, socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.router, self.sock = router, bind("127.0.0.1", 0)  # as `torchroute serve` binds
         self.uv = uvicorn.Server(uvicorn.Config(create_app(router), log_level="warning"))
         self.thread = threading.Thread(
             target=self.uv.run, kwargs={"sockets": [self.sock]}, daemon=True

@@ -96,12 +96,20 @@ def check_port(port: int) -> None:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (one-line errors for a bad or busy port)."""
+    """A listening TCP socket on ``host:port`` (one-line errors for a bad or busy port).
+
+    Its connections send without delay (``TCP_NODELAY``): the protocol is named, so that
+    the event loop sets the option on every connection it accepts, and the listener has it
+    too. Without it, a response's status line and its body go out as two small writes and
+    the second waits for the client's delayed acknowledgement: about 40 ms per call on a
+    kept-alive connection, what every HTTP client library uses.
+    """
     check_port(port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(2048)
     except OSError as exc:
