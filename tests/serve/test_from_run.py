@@ -138,10 +138,10 @@ def test_a_trial_is_served_with_the_values_it_chose_on_validation(tmp_path, rule
             assert torch.equal(state[key][0], value), key
 
 
-def test_trial_state_reads_the_group_that_played_the_trial(tmp_path):
+def test_played_state_reads_the_group_that_played_the_trial(tmp_path):
     from torchroute.learners import LinUCB
     from torchroute.learners.trial_groups import TrialGroups
-    from torchroute.run.chosen_trial import trial_state
+    from torchroute.run.chosen_trial import played_state
 
     gen = torch.Generator().manual_seed(0)
     groups = [LinUCB(2, 3, 4), LinUCB(1, 3, 4)]
@@ -150,15 +150,15 @@ def test_trial_state_reads_the_group_that_played_the_trial(tmp_path):
     both = TrialGroups(groups, [torch.tensor([2, 0]), torch.tensor([1])])
     payload = {"learner": both.state_dict(), "learner_class": "TrialGroups"}
     # trial 0 is the second trial of group 0, trial 1 the only one of group 1
-    group, position, size = trial_state(payload, 0, 3, tmp_path, "LinUCB")
+    group, position, size = played_state(payload, 0, 3, tmp_path, "LinUCB")
     assert (position, size, group["learner_class"]) == (1, 2, "LinUCB")
     assert torch.equal(group["learner"]["theta"], groups[0].theta)
-    group, position, size = trial_state(payload, 1, 3, tmp_path, "LinUCB")
+    group, position, size = played_state(payload, 1, 3, tmp_path, "LinUCB")
     assert (position, size) == (0, 1) and torch.equal(group["learner"]["theta"], groups[1].theta)
     plain = {"learner": groups[0].state_dict(), "learner_class": "LinUCB"}
-    assert trial_state(plain, 1, 2, tmp_path, "LinUCB") == (plain, 1, 2)
+    assert played_state(plain, 1, 2, tmp_path, "LinUCB") == (plain, 1, 2)
     with pytest.raises(CheckpointError, match="no group of its 2 holds trial 3"):
-        trial_state(payload, 3, 4, tmp_path, "LinUCB")
+        played_state(payload, 3, 4, tmp_path, "LinUCB")
 
 
 def test_a_missing_choice_table_is_a_one_line_error_naming_it(tmp_path):

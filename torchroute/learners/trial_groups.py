@@ -19,7 +19,7 @@ computes it once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any, TypeVar
 
@@ -32,6 +32,9 @@ from torchroute.learners.round_memo import RoundMemo
 from torchroute.types import Context, Decision, Feedback
 
 T = TypeVar("T", Context, Decision, Feedback)
+
+#: the name of group ``g``'s trial index among the buffers (and checkpoint entries)
+_INDEX = "index_{}"
 
 #: the class attributes a group of learners takes from its learners (all of one class)
 _CLASS_TRAITS = (
@@ -98,7 +101,8 @@ class TrialGroups(Learner):
         self.groups = nn.ModuleList(groups)
         device = first.rounds.device
         for g, idx in enumerate(index):
-            self.register_buffer(f"index_{g}", torch.as_tensor(idx, dtype=torch.long).to(device))
+            index_g = torch.as_tensor(idx, dtype=torch.long).to(device)
+            self.register_buffer(_INDEX.format(g), index_g)
         self.rounds = self.rounds.to(device)
         # the wrapper of ``act`` restricts to the available arms: each group does it for
         # its own trials, so the composite never restricts (nor draws) a second time
@@ -107,7 +111,28 @@ class TrialGroups(Learner):
         self._parts: RoundMemo[list[Context]] = RoundMemo()
 
     def _indices(self) -> list[Tensor]:
-        return [getattr(self, f"index_{g}") for g in range(len(self.groups))]
+        return [getattr(self, _INDEX.format(g)) for g in range(len(self.groups))]
+
+    @staticmethod
+    def saved_group(state: Mapping[str, Any], trial: int) -> tuple[dict[str, Any], int, int]:
+        """The entries of the group that played ``trial`` in ``state`` (a saved
+        ``state_dict`` of a :class:`TrialGroups`), keyed as that group's own ``state_dict``,
+        with the trial's position among the group's trials and their number:
+        ``(entries, position, R_g)``.
+
+        Raises:
+            LookupError: no group's trial index holds ``trial``.
+        """
+        g = 0
+        while _INDEX.format(g) in state:
+            index = torch.as_tensor(state[_INDEX.format(g)])
+            hits = (index == trial).nonzero()
+            if len(hits):
+                prefix = f"groups.{g}."
+                own = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+                return own, int(hits[0, 0]), len(index)
+            g += 1
+        raise LookupError(f"no group of its {g} holds trial {trial}")
 
     def _contexts(self, context: Context) -> list[Context]:
         """Each group's rows of ``context``, the same objects for a round's ``act`` and

@@ -8,7 +8,7 @@ differently, the run's learner is a :class:`~torchroute.learners.trial_groups.Tr
 of one learner per chosen candidate, and so is its checkpoint. Reading one trial back takes
 both steps again: :func:`chosen_node` gives the learner config of the trial's candidate
 (from ``runs/<learner>/choice_on_validation.csv``, the table of every candidate per
-``rho`` with the chosen one marked), :func:`trial_state` the checkpoint entries of the
+``rho`` with the chosen one marked), :func:`played_state` the checkpoint entries of the
 group that played the trial.
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from torchroute.checkpoint import CheckpointError
 from torchroute.errors import ConfigError
@@ -56,15 +55,16 @@ def chosen_node(node: dict[str, Any], name: str, run_dir: Path, rho: float) -> d
     return candidates.node(node, picked[0])
 
 
-def trial_state(
+def played_state(
     payload: dict[str, Any], trial: int, size: int, path: Path, learner_class: str
 ) -> tuple[dict[str, Any], int, int]:
     """The checkpoint ``payload`` of the learner that played ``trial`` (its position among
     the ``size`` trials of the checkpoint): ``(payload, position, trials)``, the payload
     itself for a plain learner; for a :class:`~torchroute.learners.trial_groups.TrialGroups`
-    the entries ``groups.<g>.*`` of the group whose ``index_<g>`` holds the trial, its
-    position in that index and the index's length, under ``learner_class`` (the class of
-    the learner built for the trial: the groups are all of one class, and
+    the entries of the group that played the trial
+    (:meth:`~torchroute.learners.trial_groups.TrialGroups.saved_group`), its position among
+    that group's trials and their number, under ``learner_class`` (the class of the learner
+    built for the trial: the groups are all of one class, and
     :func:`~torchroute.run.trained.load_trial` checks that the entries fit it).
 
     Raises:
@@ -72,18 +72,11 @@ def trial_state(
     """
     if payload.get("learner_class") != TrialGroups.__name__:
         return payload, trial, size
-    state = payload["learner"]
-    g = 0
-    while f"index_{g}" in state:
-        index = state[f"index_{g}"]
-        hits = (torch.as_tensor(index) == trial).nonzero()
-        if len(hits):
-            prefix = f"groups.{g}."
-            own = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-            group = {**payload, "learner": own, "learner_class": learner_class}
-            return group, int(hits[0, 0]), len(index)
-        g += 1
-    raise CheckpointError(f"checkpoint {path}: no group of its {g} holds trial {trial}")
+    try:
+        own, position, trials = TrialGroups.saved_group(payload["learner"], trial)
+    except LookupError as exc:
+        raise CheckpointError(f"checkpoint {path}: {exc}") from None
+    return {**payload, "learner": own, "learner_class": learner_class}, position, trials
 
 
-__all__ = ["chosen_node", "trial_state"]
+__all__ = ["chosen_node", "played_state"]

@@ -26,7 +26,7 @@ from torchroute.checkpoint import CheckpointError
 from torchroute.errors import ConfigError
 from torchroute.learners.base import Learner
 from torchroute.run.build import build_learner
-from torchroute.run.chosen_trial import chosen_node, trial_state
+from torchroute.run.chosen_trial import chosen_node, played_state
 from torchroute.run.classes import learner_class
 from torchroute.run.folder import RunFolder, is_pretrained
 from torchroute.run.options import RunOptions
@@ -112,7 +112,7 @@ def load_trained(
     model = factory(problem)
     if not fresh:
         payload, path, index, size = folder.checkpoint(name, trial)
-        payload, index, size = trial_state(payload, index, size, path, type(model).__name__)
+        payload, index, size = played_state(payload, index, size, path, type(model).__name__)
         load_trial(model, payload, index, size, path)
     return TrainedTrial(model, factory, problem, whole, folder.options, name, rho, seed, trial)
 
